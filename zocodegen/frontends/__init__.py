@@ -1,0 +1,29 @@
+"""Model files -> IR. ``load_model`` picks the frontend from the file's content, then checks
+that the graph is one the rest of the pipeline can handle."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelError
+from ..ir import Graph
+from .validate import validate
+
+
+def load_model(path: str | Path) -> Graph:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file")
+    head = path.open("rb").read(8)
+    if head[4:8] == b"TFL3":
+        from .tflite import load_tflite
+        graph = load_tflite(path)
+    elif path.suffix.lower() == ".onnx" or head[:1] == b"\x08":
+        from .onnx import load_onnx
+        graph = load_onnx(path)
+    else:
+        raise ModelError(f"{path}: not a TFLite (.tflite) or ONNX (.onnx) model")
+    validate(graph, str(path))
+    return graph
+
+
+__all__ = ["load_model"]

@@ -1,0 +1,25 @@
+"""Helpers shared by the frontends: window geometry and naming."""
+from __future__ import annotations
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TF 'SAME' padding: output = ceil(size / stride), extra pixel goes after."""
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def conv_output_size(size: int, kernel: int, stride: int, dilation: int,
+                     pad_before: int, pad_after: int) -> int:
+    effective = (kernel - 1) * dilation + 1
+    return (size + pad_before + pad_after - effective) // stride + 1
+
+
+def unique_name(name: str, used: set[str]) -> str:
+    """Return ``name`` or ``name#k`` so that it is not in ``used``; records the result."""
+    candidate, k = name, 1
+    while candidate in used:
+        candidate, k = f"{name}#{k}", k + 1
+    used.add(candidate)
+    return candidate

@@ -1,0 +1,139 @@
+"""The one intermediate representation every stage after a frontend works on.
+
+Conventions (DESIGN.md section 3), which frontends must establish and everything downstream
+may rely on:
+
+* Layout is NHWC. Activations are int8 with explicit scale/zero point; float32 tensors exist
+  only at the graph edges, around QUANTIZE / DEQUANTIZE.
+* Weights are int8, symmetric (zero point 0), per-channel or per-tensor:
+  CONV_2D ``[C_out, KH, KW, C_in]`` quantized along axis 0,
+  DEPTHWISE_CONV_2D ``[1, KH, KW, C_in * multiplier]`` along axis 3,
+  FULLY_CONNECTED ``[C_out, C_in]`` along axis 0. Biases are int32 with zero point 0 and
+  scale ``input_scale * weight_scale[c]``.
+* Scales are stored as float32, exactly as TFLite stores them, because the requantization
+  multipliers are derived from them in double precision the way TFLite does.
+* Op options are normalised (see ``OPTION_KEYS``): padding is always explicit
+  ``(top, bottom, left, right)``; activations are one of ``ACTIVATIONS``; axes are
+  non-negative; PAD and TRANSPOSE carry their constant operands as options.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Every op the IR knows, in the order DESIGN.md lists them.
+OP_TYPES = (
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "MUL", "AVERAGE_POOL_2D",
+    "MAX_POOL_2D", "MEAN", "PAD", "RESHAPE", "TRANSPOSE", "CONCATENATION", "SOFTMAX",
+    "LOG_SOFTMAX", "RESIZE_NEAREST_NEIGHBOR", "QUANTIZE", "DEQUANTIZE",
+)
+
+# Ops whose parameters the zeroth-order trainer may update.
+TRAINABLE_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+# The options each op carries after normalisation; frontends fill exactly these.
+OPTION_KEYS: dict[str, tuple[str, ...]] = {
+    "CONV_2D": ("stride", "dilation", "padding", "activation"),
+    "DEPTHWISE_CONV_2D": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
+    "FULLY_CONNECTED": ("activation",),
+    "ADD": ("activation",),
+    "MUL": ("activation",),
+    "AVERAGE_POOL_2D": ("filter", "stride", "padding", "activation"),
+    "MAX_POOL_2D": ("filter", "stride", "padding", "activation"),
+    "MEAN": ("axes", "keep_dims"),
+    "PAD": ("paddings",),
+    "RESHAPE": (),
+    "TRANSPOSE": ("perm",),
+    "CONCATENATION": ("axis", "activation"),
+    "SOFTMAX": ("beta",),
+    "LOG_SOFTMAX": (),
+    "RESIZE_NEAREST_NEIGHBOR": ("align_corners", "half_pixel_centers"),
+    "QUANTIZE": (),
+    "DEQUANTIZE": (),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Quantization:
+    """Affine quantization: real = scale * (q - zero_point), per tensor or along ``axis``."""
+
+    scale: np.ndarray  # float32, shape (1,) or (channels,)
+    zero_point: np.ndarray  # int64, same shape as scale
+    axis: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale.size > 1
+
+    @property
+    def scalar_scale(self) -> float:
+        """The one scale of a per-tensor quantization (float32 value, as a Python float)."""
+        return float(self.scale[0])
+
+    @property
+    def scalar_zero_point(self) -> int:
+        return int(self.zero_point[0])
+
+    def describe(self) -> str:
+        if self.per_channel:
+            return f"per-channel(axis {self.axis}, {self.scale.size} scales)"
+        return f"scale={self.scalar_scale:.6g} zp={self.scalar_zero_point}"
+
+
+@dataclass(eq=False)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    quant: Quantization | None = None
+    data: np.ndarray | None = None  # set for constants (weights, biases)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(eq=False)
+class Op:
+    type: str
+    name: str
+    inputs: tuple[str, ...]  # tensor names; "" marks an absent optional input (e.g. no bias)
+    outputs: tuple[str, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Graph:
+    """A model: tensors by name, ops in a valid execution order, graph inputs and outputs."""
+
+    name: str
+    source_format: str  # "tflite" or "onnx"
+    tensors: dict[str, Tensor]
+    ops: list[Op]
+    inputs: list[str]
+    outputs: list[str]
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def op_inputs(self, op: Op) -> list[Tensor | None]:
+        return [self.tensors[n] if n else None for n in op.inputs]
+
+    def op_outputs(self, op: Op) -> list[Tensor]:
+        return [self.tensors[n] for n in op.outputs]
+
+    def consumers(self, tensor_name: str) -> list[int]:
+        """Indices of ops that read ``tensor_name``."""
+        return [i for i, op in enumerate(self.ops) if tensor_name in op.inputs]

@@ -1,0 +1,25 @@
+"""FULLY_CONNECTED, TFLite ``reference_integer_ops::FullyConnected`` (per-tensor or
+per-channel): rows of the input (flattened to ``[-1, C_in]``) times ``W[C_out, C_in]^T``,
+plus bias, requantized like a convolution but with single rounding (see ``numerics``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Op
+from .conv import requant_params, requantize
+
+
+def fc_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                    input_offset: int) -> np.ndarray:
+    rows = x.reshape(-1, w.shape[1]).astype(np.float64) + input_offset
+    acc = (rows @ w.astype(np.float64).T).astype(np.int64)
+    if bias is not None:
+        acc += bias.astype(np.int64)
+    return acc
+
+
+def fully_connected(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
+    x, w = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    p = requant_params(graph, op)
+    return [requantize(fc_accumulators(x, w, bias, p.input_offset), p, single_rounding=True)]
