@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ModelError, UnsupportedOpError
 from ..ir import OPTION_KEYS, TRAINABLE_OP_TYPES, Graph, Op, Tensor
+from ..reference import softmax
 from .common import conv_output_size
 
 _FLOAT_EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
@@ -39,6 +40,11 @@ def validate(graph: Graph, where: str) -> None:
                 raise ModelError(f"{at}: input '{name}' is used before any op produces it")
         _check_types(graph, op, at)
         _check_shapes(graph, op, at)
+        if op.type in ("SOFTMAX", "LOG_SOFTMAX"):
+            try:
+                softmax.op_params(graph, op)
+            except ModelError as exc:
+                raise ModelError(f"{where}: {exc}") from None
         available.update(op.outputs)
     for name in graph.outputs:
         if name not in available:

@@ -204,16 +204,22 @@ def _check_output_quant(graph: Graph, op: Op, scale: float, zero_point: int) -> 
                          f"{quant.describe() if quant else 'no quantization'}")
 
 
+def op_params(graph: Graph, op: Op) -> SoftmaxParams | LogSoftmaxParams:
+    """Checks the op's quantization (as TFLite's Prepare does) and derives its parameters;
+    the frontend validation calls this so a bad model fails at load time."""
+    scale = graph.tensor(op.inputs[0]).quant.scalar_scale
+    if op.type == "SOFTMAX":
+        _check_output_quant(graph, op, 1.0 / 256, -128)
+        return softmax_params(scale, float(op.options.get("beta", 1.0)))
+    _check_output_quant(graph, op, 16.0 / 256, 127)
+    return log_softmax_params(scale)
+
+
 def softmax(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
     """SOFTMAX kernel (uniform reference-kernel signature)."""
-    _check_output_quant(graph, op, 1.0 / 256, -128)
-    params = softmax_params(graph.tensor(op.inputs[0]).quant.scalar_scale,
-                            float(op.options.get("beta", 1.0)))
-    return [softmax_int8(args[0], params)]
+    return [softmax_int8(args[0], op_params(graph, op))]
 
 
 def log_softmax(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
     """LOG_SOFTMAX kernel (uniform reference-kernel signature)."""
-    _check_output_quant(graph, op, 16.0 / 256, 127)
-    params = log_softmax_params(graph.tensor(op.inputs[0]).quant.scalar_scale)
-    return [log_softmax_int8(args[0], params)]
+    return [log_softmax_int8(args[0], op_params(graph, op))]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets up everything zocodegen needs on a Debian machine: the Arm toolchain and QEMU (Debian
+# packages, installed with apt-get when missing and we are root) and a Python virtual
+# environment in .venv with the package and its test dependencies. Safe to run repeatedly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v arm-none-eabi-gcc >/dev/null || need_apt+=(gcc-arm-none-eabi)
+[ -e /usr/lib/arm-none-eabi/newlib ] || [ -e /usr/lib/arm-none-eabi/lib ] || need_apt+=(libnewlib-arm-none-eabi)
+command -v qemu-system-arm >/dev/null || need_apt+=(qemu-system-arm)
+python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian packages: ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages: ${need_apt[*]}" >&2
+    echo "setup: install them with: sudo apt-get install ${need_apt[*]}" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"

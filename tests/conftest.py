@@ -1,0 +1,61 @@
+"""Shared test helpers: where the models are, and the TFLite reference interpreter."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+SHARED_MODELS = REPO.parent / "shared" / "models"
+SHARED_TFLITE = ("kws_ref_model.tflite", "pretrainedResnet_quant.tflite")
+FIXTURE_TFLITE = ("mcunet_tiny.tflite", "multi_op.tflite")
+FIXTURE_ONNX = ("onnx_qdq_int8.onnx", "onnx_qdq_uint8.onnx", "onnx_qop_uint8.onnx")
+
+
+def shared_model(name: str) -> Path:
+    """A model from ../shared/models, or skip: a user's fresh clone does not have it."""
+    path = SHARED_MODELS / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (the MLPerf Tiny models live in ../shared, which only "
+                    "CI and developer checkouts have)")
+    return path
+
+
+def all_tflite_models() -> list:
+    """pytest params: every shared TFLite model and every TFLite fixture."""
+    return ([pytest.param(("shared", n), id=n) for n in SHARED_TFLITE]
+            + [pytest.param(("fixture", n), id=n) for n in FIXTURE_TFLITE])
+
+
+def resolve(spec: tuple[str, str]) -> Path:
+    kind, name = spec
+    return shared_model(name) if kind == "shared" else FIXTURES / name
+
+
+def reference_interpreter(path: Path, preserve: bool = False):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    it = Interpreter(model_path=str(path),
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                     experimental_preserve_all_tensors=preserve)
+    it.allocate_tensors()
+    return it
+
+
+def random_inputs(shape, dtype, count: int, seed: int = 0) -> list[np.ndarray]:
+    """``count`` inputs including saturating ones (all min, all max, random extremes)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    if np.dtype(dtype) == np.int8:
+        out += [np.full(shape, -128, np.int8), np.full(shape, 127, np.int8),
+                rng.choice(np.array([-128, 127], np.int8), size=shape)]
+        while len(out) < count:
+            out.append(rng.integers(-128, 128, size=shape, dtype=np.int8))
+    else:
+        out += [np.full(shape, -1e4, np.float32), np.full(shape, 1e4, np.float32),
+                (rng.choice([-1.0, 1.0], size=shape) * 1e3).astype(np.float32)]
+        while len(out) < count:
+            scale = 0.5 * (1 + len(out) % 6)
+            out.append((rng.standard_normal(shape) * scale).astype(np.float32))
+    return out

@@ -1,0 +1,128 @@
+"""The command line: inspect, infer, and the clean-error contract for bad input
+(one line on stderr naming the problem, exit status 2, no traceback)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, random_inputs, reference_interpreter, shared_model
+
+
+def zocodegen(*args, check_rc=None):
+    proc = subprocess.run([sys.executable, "-m", "zocodegen", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr
+    return proc
+
+
+def assert_clean_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_inspect_text_and_json():
+    model = FIXTURES / "mcunet_tiny.tflite"
+    text = zocodegen("inspect", model, "--target", "stm32f746", check_rc=0).stdout
+    assert "DEPTHWISE_CONV_2D" in text and "MACs" in text and "stm32f746" in text
+    data = json.loads(zocodegen("inspect", model, "--json", check_rc=0).stdout)
+    ops = [layer["op"] for layer in data["layers"]]
+    for op in ("QUANTIZE", "PAD", "MEAN", "TRANSPOSE", "ADD", "SOFTMAX", "DEQUANTIZE"):
+        assert op in ops
+    for layer in data["layers"]:
+        if layer["trainable"]:
+            assert layer["mode"] == ("WP" if layer["d_w"] < layer["d_a"] else "NP")
+
+
+@pytest.mark.parametrize("model", ["mcunet_tiny.tflite", "multi_op.tflite"])
+def test_infer_reference_matches_interpreter(tmp_path, model):
+    path = FIXTURES / model
+    it = reference_interpreter(path)
+    (inp,) = it.get_input_details()
+    xs = np.concatenate(random_inputs(inp["shape"], inp["dtype"], 5, seed=7))
+    np.save(tmp_path / "x.npy", xs)
+    out = tmp_path / ("y.npz" if len(it.get_output_details()) > 1 else "y.npy")
+    zocodegen("infer", path, "--input", tmp_path / "x.npy", "--output", out,
+              "--engine", "reference", check_rc=0)
+    got = np.load(out)
+    for k, x in enumerate(xs):
+        it.set_tensor(inp["index"], x[None])
+        it.invoke()
+        for d in it.get_output_details():
+            y = got if isinstance(got, np.ndarray) else got[d["name"]]
+            np.testing.assert_array_equal(y[k], it.get_tensor(d["index"])[0])
+
+
+def test_garbage_bytes(tmp_path):
+    bad = tmp_path / "garbage.tflite"
+    bad.write_bytes(np.random.default_rng(0).bytes(4096))
+    assert_clean_error(zocodegen("inspect", bad), "garbage.tflite")
+
+
+def test_truncated_file(tmp_path):
+    data = (FIXTURES / "multi_op.tflite").read_bytes()
+    for cut in (7, 100, len(data) // 2, len(data) - 10):
+        bad = tmp_path / f"cut{cut}.tflite"
+        bad.write_bytes(data[:cut])
+        assert_clean_error(zocodegen("inspect", bad), bad.name)
+
+
+def test_truncated_shared_model(tmp_path):
+    data = shared_model("kws_ref_model.tflite").read_bytes()
+    bad = tmp_path / "kws_cut.tflite"
+    bad.write_bytes(data[: len(data) // 3])
+    assert_clean_error(zocodegen("inspect", bad), "kws_cut.tflite")
+
+
+def test_float_model():
+    assert_clean_error(zocodegen("inspect", FIXTURES / "float_model.tflite"),
+                       "float32", "CONV_2D", "quantiz")
+
+
+def test_unsupported_op():
+    assert_clean_error(zocodegen("inspect", FIXTURES / "unsupported_op.tflite"),
+                       "LOGISTIC", "not supported")
+
+
+def test_several_subgraphs():
+    assert_clean_error(zocodegen("inspect", FIXTURES / "two_subgraphs.tflite"),
+                       "2 subgraphs")
+
+
+def test_missing_model(tmp_path):
+    assert_clean_error(zocodegen("inspect", tmp_path / "nope.tflite"), "no such model")
+
+
+def test_wrong_input_shape(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((2, 16, 15, 3), np.int8))
+    proc = zocodegen("infer", FIXTURES / "multi_op.tflite", "--input", tmp_path / "x.npy",
+                     "--output", tmp_path / "y.npz")
+    assert_clean_error(proc, "(N, 16, 16, 3)", "(2, 16, 15, 3)")
+    assert not (tmp_path / "y.npz").exists()
+
+
+def test_wrong_input_dtype(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((2, 16, 16, 3), np.float32))
+    proc = zocodegen("infer", FIXTURES / "multi_op.tflite", "--input", tmp_path / "x.npy",
+                     "--output", tmp_path / "y.npz")
+    assert_clean_error(proc, "int8", "float32")
+
+
+def test_unreadable_input(tmp_path):
+    (tmp_path / "x.npy").write_bytes(b"not numpy")
+    proc = zocodegen("infer", FIXTURES / "multi_op.tflite", "--input", tmp_path / "x.npy",
+                     "--output", tmp_path / "y.npz")
+    assert_clean_error(proc, "x.npy")
+
+
+def test_unknown_target():
+    proc = zocodegen("inspect", FIXTURES / "multi_op.tflite", "--target", "esp32")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
