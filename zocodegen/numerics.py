@@ -44,8 +44,8 @@ def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
         shift += 1
     if shift < -31:
         shift, q_fixed = 0, 0
-    if shift > 30:
-        shift, q_fixed = 30, (1 << 31) - 1
+    # Shifts above 30 are kept, as TFLite's default (double-rounding) build does; only its
+    # single-rounding build clamps them. PreprocessSoftmaxScaling can produce shift 31.
     return q_fixed, shift
 
 

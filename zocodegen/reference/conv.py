@@ -72,10 +72,12 @@ def conv_accumulators(op: Op, x: np.ndarray, w: np.ndarray, bias: np.ndarray | N
             acc += np.repeat(patch, multiplier, axis=3) * wf[0, i, j, :]
         else:
             acc += patch @ wf[:, i, j, :].T
-    acc = acc.astype(np.int64)
-    if bias is not None:
-        acc += bias.astype(np.int64)
-    return acc
+    return with_bias(acc.astype(np.int64), bias)
+
+
+def with_bias(acc: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    return acc if bias is None else acc + bias.astype(np.int64)
+
 
 def conv_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
     x, w = args[0], args[1]

@@ -6,16 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Op
-from .conv import requant_params, requantize
+from .conv import requant_params, requantize, with_bias
 
 
 def fc_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                     input_offset: int) -> np.ndarray:
     rows = x.reshape(-1, w.shape[1]).astype(np.float64) + input_offset
-    acc = (rows @ w.astype(np.float64).T).astype(np.int64)
-    if bias is not None:
-        acc += bias.astype(np.int64)
-    return acc
+    return with_bias((rows @ w.astype(np.float64).T).astype(np.int64), bias)
 
 
 def fully_connected(op: Op, graph: Graph, args: list) -> list[np.ndarray]:

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, Op
-from ..numerics import (INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
-                        saturating_rounding_doubling_high_mul, tflite_round, wrap_int32)
+from ..numerics import (INT32_MIN, multiply_by_quantized_multiplier, quantize_multiplier,
+                        rounding_divide_by_pot, saturating_rounding_doubling_high_mul,
+                        wrap_int32)
 from . import fixedpoint as fp
 
 # Integer bits of the Q formats, as in the TFLite kernels (Prepare and Eval must agree).
@@ -33,37 +34,19 @@ LOG_SOFTMAX_OUTPUT_ZERO_POINT = 127  # output scale 16/256: [-16, 0] -> [-128, 1
 # Parameter derivation (TFLite Prepare)
 # --------------------------------------------------------------------------------------------
 
-def _quantize_multiplier_unclamped(real: float) -> tuple[int, int]:
-    """TFLite ``QuantizeMultiplier`` as built by default (double rounding): frexp, round half
-    away from zero, renormalise a mantissa that rounds up to 2**31. Unlike
-    ``numerics.quantize_multiplier`` it keeps shifts above 30 (only the single-rounding build
-    clamps them), which PreprocessSoftmaxScaling can produce for huge ``input_scale * beta``
-    and which changes ``diff_min``."""
-    if real == 0.0:
-        return 0, 0
-    mantissa, shift = math.frexp(real)
-    q_fixed = tflite_round(mantissa * (1 << 31))
-    if q_fixed == (1 << 31):
-        q_fixed //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return q_fixed, shift
-
-
 def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
     """TFLite ``QuantizeMultiplierGreaterThanOne``: ``(multiplier, left_shift >= 0)``."""
     if not real > 1.0:
         raise ModelError(f"softmax input multiplier {real!r} must exceed 1 "
                          "(input scale * beta too small)")
-    return _quantize_multiplier_unclamped(real)
+    return quantize_multiplier(real)
 
 
 def quantize_multiplier_smaller_than_one_exp(real: float) -> tuple[int, int]:
     """TFLite ``QuantizeMultiplierSmallerThanOneExp``: ``(multiplier, left_shift <= 0)``."""
     if not 0.0 < real < 1.0:
         raise ModelError(f"log-softmax reverse multiplier {real!r} must lie in (0, 1)")
-    return _quantize_multiplier_unclamped(real)
+    return quantize_multiplier(real)
 
 
 def preprocess_softmax_scaling(beta: float, input_scale: float,
