@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v arm-none-eabi-gcc >/dev/null || need_apt+=(gcc-arm-none-eabi)
-[ -e /usr/lib/arm-none-eabi/newlib ] || [ -e /usr/lib/arm-none-eabi/lib ] || need_apt+=(libnewlib-arm-none-eabi)
+dpkg -s libnewlib-arm-none-eabi >/dev/null 2>&1 || [ -e /usr/lib/arm-none-eabi/newlib ] || need_apt+=(libnewlib-arm-none-eabi)
 command -v qemu-system-arm >/dev/null || need_apt+=(qemu-system-arm)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
