@@ -35,7 +35,7 @@ def mutated_model(draw):
     return suffix, bytes(data)
 
 
-@settings(max_examples=400, deadline=None,
+@settings(max_examples=1000, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(model=mutated_model())
 def test_mutated_models_fail_cleanly_or_run(tmp_path, model):

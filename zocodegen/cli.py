@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except UserError as exc:
-        print(f"zocodegen: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split("\n"))  # the contract is one line
+        print(f"zocodegen: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("zocodegen: interrupted", file=sys.stderr)

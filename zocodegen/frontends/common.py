@@ -16,6 +16,13 @@ def conv_output_size(size: int, kernel: int, stride: int, dilation: int,
     return (size + pad_before + pad_after - effective) // stride + 1
 
 
+def printable_name(raw: str, limit: int = 1024) -> str:
+    """A model's own name made safe for one-line messages and C comments: control characters
+    escaped, absurd lengths cut (a corrupted file can hold anything there)."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in raw)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def unique_name(name: str, used: set[str]) -> str:
     """Return ``name`` or ``name#k`` so that it is not in ``used``; records the result."""
     candidate, k = name, 1

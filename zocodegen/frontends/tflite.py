@@ -15,7 +15,7 @@ import tflite
 
 from ..errors import ModelError, UnsupportedOpError
 from ..ir import OP_TYPES, Graph, Op, Quantization, Tensor
-from .common import conv_output_size, same_padding, unique_name
+from .common import conv_output_size, printable_name, same_padding, unique_name
 
 _BUILTIN_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 _ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}
@@ -43,7 +43,8 @@ def load_tflite(path: Path) -> Graph:
     except ModelError:
         raise
     except Exception as exc:  # a corrupted flatbuffer fails anywhere inside the reader
-        raise ModelError(f"{path}: corrupted TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
+        raise ModelError(f"{path}: corrupted TFLite flatbuffer "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 class _Reader:
@@ -69,7 +70,7 @@ class _Reader:
                    for j in sub.OutputsAsNumpy()] if sub.OutputsLength() else []
         if not inputs or not outputs:
             raise ModelError(f"{self.path}: subgraph declares no inputs or no outputs")
-        name = (sub.Name() or b"").decode("utf-8", "replace") or self.path.stem
+        name = printable_name((sub.Name() or b"").decode("utf-8", "replace")) or self.path.stem
         return Graph(name=name, source_format="tflite", tensors=by_name, ops=ir_ops,
                      inputs=inputs, outputs=outputs)
 
@@ -84,7 +85,8 @@ class _Reader:
         if any(d < 0 for d in shape):
             raise ModelError(f"{self.path}: tensor {index} has a dynamic or negative shape "
                              f"{list(shape)}; give the model a fixed input shape")
-        raw_name = (t.Name() or b"").decode("utf-8", "replace") or f"tensor_{index}"
+        raw_name = (printable_name((t.Name() or b"").decode("utf-8", "replace"))
+                    or f"tensor_{index}")
         name = unique_name(raw_name, used)
         quant = self._quant(t.Quantization(), shape, name)
         data = self._buffer(t.Buffer(), dtype, shape, name)
@@ -141,7 +143,7 @@ class _Reader:
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
         op_type = _BUILTIN_NAMES.get(builtin, f"builtin code {builtin}")
         if op_type == "CUSTOM":
-            custom = (code.CustomCode() or b"?").decode("utf-8", "replace")
+            custom = printable_name((code.CustomCode() or b"?").decode("utf-8", "replace"))
             raise UnsupportedOpError(f"{self.path}: operator {i} is custom op '{custom}', "
                                      "which zocodegen does not support")
         if op_type not in OP_TYPES:
