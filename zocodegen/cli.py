@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(exc).split("\n"))  # the contract is one line
         print(f"zocodegen: error: {message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("zocodegen: interrupted", file=sys.stderr)
         return 130
