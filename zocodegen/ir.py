@@ -127,13 +127,3 @@ class Graph:
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
-
-    def op_inputs(self, op: Op) -> list[Tensor | None]:
-        return [self.tensors[n] if n else None for n in op.inputs]
-
-    def op_outputs(self, op: Op) -> list[Tensor]:
-        return [self.tensors[n] for n in op.outputs]
-
-    def consumers(self, tensor_name: str) -> list[int]:
-        """Indices of ops that read ``tensor_name``."""
-        return [i for i, op in enumerate(self.ops) if tensor_name in op.inputs]
