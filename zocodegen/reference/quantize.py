@@ -16,9 +16,9 @@ from .common import clamp_to_int8, in_quant, out_quant
 
 def quantize_float(x: np.ndarray, q: Quantization) -> np.ndarray:
     scaled = (np.asarray(x, dtype=np.float32) / np.float32(q.scalar_scale)).astype(np.float64)
-    scaled = np.nan_to_num(scaled, nan=0.0, posinf=1e9, neginf=-1e9)
+    scaled = np.clip(np.nan_to_num(scaled, nan=0.0), -1e9, 1e9)  # saturates like the clamp
     rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
-    return clamp_to_int8(np.clip(rounded, -1e9, 1e9).astype(np.int64) + q.scalar_zero_point)
+    return clamp_to_int8(rounded.astype(np.int64) + q.scalar_zero_point)
 
 
 def requantize_int8(x: np.ndarray, qi: Quantization, qo: Quantization) -> np.ndarray:
