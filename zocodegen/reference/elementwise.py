@@ -56,10 +56,16 @@ def add(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
     return [clamp_to_int8(raw + p.output_offset, p.act_min, p.act_max)]
 
 
+def mul_multiplier(graph: Graph, op: Op) -> tuple[int, int]:
+    """``QM(s1 s2 / s_o)``, the one requantization of MUL."""
+    q1, q2, qo = in_quant(graph, op, 0), in_quant(graph, op, 1), out_quant(graph, op)
+    return quantize_multiplier(np.float64(q1.scalar_scale) * np.float64(q2.scalar_scale)
+                               / np.float64(qo.scalar_scale))
+
+
 def mul(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
     q1, q2, qo = in_quant(graph, op, 0), in_quant(graph, op, 1), out_quant(graph, op)
-    m, e = quantize_multiplier(np.float64(q1.scalar_scale) * np.float64(q2.scalar_scale)
-                               / np.float64(qo.scalar_scale))
+    m, e = mul_multiplier(graph, op)
     product = ((args[0].astype(np.int64) - q1.scalar_zero_point)
                * (args[1].astype(np.int64) - q2.scalar_zero_point))
     lo, hi = output_range(graph, op)

@@ -1,0 +1,166 @@
+/*
+ * zocodegen portable C99 kernels: int8 inference ops with TFLite reference semantics.
+ *
+ * Uniform signature (CMSIS-NN style): zo_<op>_<type>(const params *, inputs..., output).
+ * Parameter structs are generated as `static const` data next to each layer; weights and
+ * biases are passed separately so trainable copies in SRAM can replace the flash ones.
+ * Shapes are NHWC with batch 1 folded into the outer loop counts. No globals, no heap, no libm.
+ * Kernels marked "in place" accept output == input (the memory planner relies on it).
+ */
+#ifndef ZO_KERNELS_H
+#define ZO_KERNELS_H
+
+#include <stdint.h>
+
+/* ---- CONV_2D / DEPTHWISE_CONV_2D (zo_conv.c) -------------------------------------------- */
+typedef struct {
+    int32_t batches;
+    int32_t in_h, in_w, in_c;
+    int32_t out_h, out_w, out_c;
+    int32_t k_h, k_w;
+    int32_t stride_h, stride_w;
+    int32_t dilation_h, dilation_w;
+    int32_t pad_top, pad_left;
+    int32_t depth_multiplier;  /* depthwise only */
+    int32_t input_offset;      /* -input zero point */
+    int32_t output_offset;     /* output zero point */
+    int32_t act_min, act_max;  /* fused activation, in the output's int8 domain */
+    const int32_t *multiplier; /* per output channel, Q31 */
+    const int32_t *shift;      /* per output channel, > 0 left */
+} zo_conv_params;
+
+/* weights OHWI [out_c][k_h][k_w][in_c]; bias [out_c] or NULL */
+void zo_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                  const int32_t *bias, int8_t *output);
+/* weights [1][k_h][k_w][in_c * depth_multiplier]; bias [out_c] or NULL */
+void zo_depthwise_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                            const int32_t *bias, int8_t *output);
+
+/* ---- FULLY_CONNECTED (zo_fully_connected.c) ---------------------------------------------- */
+typedef struct {
+    int32_t rows, in_features, out_features;
+    int32_t input_offset, output_offset;
+    int32_t act_min, act_max;
+    const int32_t *multiplier; /* per output feature (all equal when per-tensor) */
+    const int32_t *shift;
+} zo_fc_params;
+
+/* weights [out_features][in_features]; single-rounding requantization (ai_edge_litert) */
+void zo_fully_connected_s8(const zo_fc_params *p, const int8_t *input, const int8_t *weights,
+                           const int32_t *bias, int8_t *output);
+
+/* ---- ADD / MUL with 4-D broadcasting (zo_elementwise.c); in place ----------------------- */
+typedef struct {
+    int32_t out_shape[4];
+    int32_t in1_strides[4], in2_strides[4]; /* element strides, 0 on broadcast axes */
+    int32_t input1_offset, input2_offset;   /* -zero points */
+    int32_t input1_multiplier, input1_shift; /* ADD only */
+    int32_t input2_multiplier, input2_shift; /* ADD only */
+    int32_t left_shift;                      /* ADD only: 20 */
+    int32_t output_multiplier, output_shift;
+    int32_t output_offset;
+    int32_t act_min, act_max;
+} zo_elementwise_params;
+
+void zo_add_s8(const zo_elementwise_params *p, const int8_t *input1, const int8_t *input2,
+               int8_t *output);
+void zo_mul_s8(const zo_elementwise_params *p, const int8_t *input1, const int8_t *input2,
+               int8_t *output);
+
+/* ---- AVERAGE_POOL_2D / MAX_POOL_2D / MEAN (zo_pooling.c) -------------------------------- */
+typedef struct {
+    int32_t batches;
+    int32_t in_h, in_w, channels;
+    int32_t out_h, out_w;
+    int32_t filter_h, filter_w;
+    int32_t stride_h, stride_w;
+    int32_t pad_top, pad_left;
+    int32_t act_min, act_max;
+} zo_pool_params;
+
+void zo_average_pool_s8(const zo_pool_params *p, const int8_t *input, int8_t *output);
+void zo_max_pool_s8(const zo_pool_params *p, const int8_t *input, int8_t *output);
+
+typedef struct {
+    int32_t in_shape[4];   /* input padded to 4-D */
+    int32_t reduce[4];     /* 1 on reduced axes */
+    int32_t count;         /* elements per mean */
+    int32_t input_zero_point;
+    int32_t output_offset;
+    int32_t multiplier, shift; /* 1/count folded in (QuantizedMeanOrSum) */
+} zo_mean_params;
+
+void zo_mean_s8(const zo_mean_params *p, const int8_t *input, int8_t *output);
+
+/* ---- data movement (zo_shape.c) ---------------------------------------------------------- */
+typedef struct {
+    int32_t in_shape[4];
+    int32_t before[4], after[4];
+    int8_t pad_value;      /* output zero point */
+} zo_pad_params;
+
+void zo_pad_s8(const zo_pad_params *p, const int8_t *input, int8_t *output);
+
+typedef struct {
+    int32_t out_shape[4];
+    int32_t in_strides[4]; /* input element stride of each output axis */
+} zo_transpose_params;
+
+void zo_transpose_s8(const zo_transpose_params *p, const int8_t *input, int8_t *output);
+
+typedef struct {
+    int32_t outer;              /* product of the dims before the axis */
+    int32_t out_inner;          /* output axis size * inner size */
+    int32_t in_inner;           /* this input's axis size * inner size */
+    int32_t out_start;          /* where this input's slab starts inside an output row */
+    int32_t requantize;         /* 0: copy; 1: int8 -> int8 requantization below */
+    int32_t input_offset, output_offset, multiplier, shift;
+    int32_t act_min, act_max;
+} zo_concat_part_params;
+
+/* one call per input: writes that input's slab of the output */
+void zo_concat_part_s8(const zo_concat_part_params *p, const int8_t *input, int8_t *output);
+
+typedef struct {
+    int32_t batches, in_h, in_w, channels, out_h, out_w;
+    const int32_t *row_index;  /* source row per output row (TFLite float32 rule, precomputed) */
+    const int32_t *col_index;
+} zo_resize_params;
+
+void zo_resize_nearest_s8(const zo_resize_params *p, const int8_t *input, int8_t *output);
+
+typedef struct {
+    int32_t bytes;
+} zo_copy_params;
+
+/* RESHAPE when its output cannot alias its input */
+void zo_copy_bytes(const zo_copy_params *p, const void *input, void *output);
+
+/* ---- QUANTIZE / DEQUANTIZE (zo_quantize.c); requantize in place ------------------------- */
+typedef struct {
+    int32_t size;
+    float scale;            /* float <-> int8 */
+    int32_t zero_point;
+    int32_t input_offset, output_offset, multiplier, shift; /* int8 -> int8 */
+} zo_quantize_params;
+
+void zo_quantize_f32_s8(const zo_quantize_params *p, const float *input, int8_t *output);
+void zo_requantize_s8(const zo_quantize_params *p, const int8_t *input, int8_t *output);
+void zo_dequantize_s8_f32(const zo_quantize_params *p, const int8_t *input, float *output);
+
+/* ---- SOFTMAX / LOG_SOFTMAX (zo_softmax.c); in place ------------------------------------- */
+typedef struct {
+    int32_t rows, depth;
+    int32_t input_multiplier;            /* Q31 */
+    int32_t input_left_shift;            /* >= 0 */
+    int32_t diff_min;                    /* <= 0 */
+    int32_t reverse_scaling_divisor;     /* LOG_SOFTMAX only */
+    int32_t reverse_scaling_right_shift; /* LOG_SOFTMAX only */
+} zo_softmax_params;
+
+/* output scale 1/256, zero point -128 */
+void zo_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *output);
+/* output scale 16/256, zero point 127 */
+void zo_log_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *output);
+
+#endif /* ZO_KERNELS_H */

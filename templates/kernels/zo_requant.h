@@ -1,0 +1,77 @@
+/*
+ * TFLite's integer requantization arithmetic, bit-exact with tflite::MultiplyByQuantizedMultiplier
+ * and gemmlowp's fixed-point primitives (zocodegen/numerics.py is the numpy twin).
+ *
+ *   zo_mbqm():        default (double rounding) form used by CONV_2D, DEPTHWISE_CONV_2D, ADD,
+ *                     MUL, MEAN and int8 QUANTIZE:
+ *                     RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x << max(e,0), m), max(-e,0))
+ *   zo_mbqm_single(): single rounding, (x * m + 2^(30-e)) >> (31-e), what ai_edge_litert's
+ *                     FULLY_CONNECTED uses.
+ *
+ * Everything here is static inline: no globals, no libm.
+ */
+#ifndef ZO_REQUANT_H
+#define ZO_REQUANT_H
+
+#include <stdint.h>
+
+#define ZO_INT32_MIN ((int32_t)(-2147483647 - 1))
+#define ZO_INT32_MAX ((int32_t)2147483647)
+
+/* gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2^31), saturating the one overflow. */
+static inline int32_t zo_srdhm(int32_t a, int32_t b)
+{
+    if (a == b && a == ZO_INT32_MIN) {
+        return ZO_INT32_MAX;
+    }
+    int64_t ab = (int64_t)a * (int64_t)b;
+    int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31)); /* C division truncates, as gemmlowp */
+}
+
+/* gemmlowp RoundingDivideByPOT: x / 2^exponent, rounding half away from zero (0 <= exponent <= 31). */
+static inline int32_t zo_rdbpot(int32_t x, int exponent)
+{
+    int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
+    int32_t remainder = x & mask;
+    int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> exponent) + (remainder > threshold ? 1 : 0);
+}
+
+/* tflite::MultiplyByQuantizedMultiplier (double rounding); the left shift wraps like int32. */
+static inline int32_t zo_mbqm(int32_t x, int32_t multiplier, int shift)
+{
+    int left = shift > 0 ? shift : 0;
+    int right = shift > 0 ? 0 : -shift;
+    int32_t shifted = (int32_t)((uint32_t)x << left);
+    return zo_rdbpot(zo_srdhm(shifted, multiplier), right);
+}
+
+/* Single-rounding MultiplyByQuantizedMultiplier (ai_edge_litert FULLY_CONNECTED). */
+static inline int32_t zo_mbqm_single(int32_t x, int32_t multiplier, int shift)
+{
+    int total_shift = 31 - shift;
+    int64_t result = ((int64_t)x * multiplier + ((int64_t)1 << (total_shift - 1))) >> total_shift;
+    if (result > ZO_INT32_MAX) {
+        return ZO_INT32_MAX;
+    }
+    if (result < ZO_INT32_MIN) {
+        return ZO_INT32_MIN;
+    }
+    return (int32_t)result;
+}
+
+static inline int8_t zo_clamp_s8(int32_t x, int32_t lo, int32_t hi)
+{
+    return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
+}
+
+/* scaled + zero point, clamped to [lo, hi]; the sum is formed in 64 bits so a saturated
+ * multiplier result cannot overflow (the numpy reference never wraps here either). */
+static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t lo, int32_t hi)
+{
+    int64_t x = (int64_t)scaled + offset;
+    return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
+}
+
+#endif /* ZO_REQUANT_H */

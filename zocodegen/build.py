@@ -1,0 +1,80 @@
+"""From a model file to a generated project on disk and built executables (the `build`
+command, and the content-addressed cache behind `infer --engine native|qemu`)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .codegen import BuildOptions, ProjectPlan, plan_project, render_project, write_project
+from .errors import UserError
+from .frontends import load_model
+
+APT_HINT = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm "
+            "(or run scripts/setup.sh)")
+ARTEFACTS = {"native": "build/native/model", "native-sanitize": "build/native-sanitize/model",
+             "qemu": "build/qemu/firmware.elf"}
+
+
+def generate(model_path: Path, options: BuildOptions, out_dir: Path) -> ProjectPlan:
+    """Load, plan and render ``model_path`` into ``out_dir``; returns the plans."""
+    graph = load_model(model_path)
+    plan = plan_project(graph, options)
+    files = render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
+                           options, plan)
+    write_project(files, out_dir)
+    return plan
+
+
+def make(project: Path, goal: str, sanitize: bool = False) -> Path:
+    """Run ``make goal`` in a generated project; returns the artefact it produced."""
+    compiler = "cc" if goal == "native" else "arm-none-eabi-gcc"
+    if shutil.which("make") is None or shutil.which(compiler) is None:
+        raise UserError(f"building '{goal}' needs make and {compiler}; install them with "
+                        f"{APT_HINT}")
+    args = ["make", "-C", str(project), goal] + (["SANITIZE=1"] if sanitize else [])
+    result = subprocess.run(args, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
+    key = "native-sanitize" if sanitize else goal
+    return project / ARTEFACTS[key]
+
+
+def cache_root() -> Path:
+    base = os.environ.get("ZOCODEGEN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zocodegen")
+    return Path(base)
+
+
+def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
+                 sanitize: bool = False) -> Path:
+    """Build the engine's executable for a model once per distinct generated project.
+
+    The key is a hash of every generated file (so a new zocodegen version, template or model
+    rebuilds) plus the goal; a hit skips the compiler entirely.
+    """
+    graph = load_model(model_path)
+    options = BuildOptions(target=engine, emulate=emulate)
+    plan = plan_project(graph, options)
+    files = render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
+                           options, plan)
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
+    digest.update(f"{engine}:{sanitize}".encode())
+    project = cache_root() / digest.hexdigest()[:24]
+    artefact = project / ARTEFACTS["native-sanitize" if sanitize else engine]
+    if artefact.is_file():
+        return artefact
+    project.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=project.parent) as tmp:
+        staging = Path(tmp) / "project"
+        write_project(files, staging)
+        make(staging, engine, sanitize)
+        if not artefact.is_file():  # another process may have finished first
+            shutil.rmtree(project, ignore_errors=True)
+            staging.rename(project)
+    return artefact

@@ -1,0 +1,82 @@
+"""IR + arena plan -> the data model.c / weights.c are rendered from (pure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Graph
+from ..planner import ArenaPlan
+from .layers import LAYERS, Call, ConstArray, LayerContext, c_identifier
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    op_name: str
+    op_type: str
+    function: str  # C name of the layer function, e.g. layer_03_conv_2d_3
+    summary: str
+    tensors: tuple[str, ...]  # comment lines: inputs and outputs with shapes and offsets
+    calls: tuple[Call, ...]
+    note: str
+
+
+@dataclass(frozen=True)
+class IoTensor:
+    name: str
+    c_name: str
+    shape: list
+    dtype: str
+    offset: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ModelCode:
+    layers: tuple[Layer, ...]
+    arrays: tuple[ConstArray, ...]
+    inputs: tuple[IoTensor, ...]
+    outputs: tuple[IoTensor, ...]
+
+    @property
+    def flash_bytes(self) -> int:
+        return sum(a.values.size * (1 if a.ctype in ("int8_t", "uint8_t") else 4)
+                   for a in self.arrays)
+
+
+def _tensor_line(graph: Graph, plan: ArenaPlan, role: str, name: str) -> str:
+    t = graph.tensor(name)
+    where = "const" if t.data is not None else f"arena+{plan.offsets[name]}"
+    return f"{role:<3} '{c_comment(name)}' {list(t.shape)} {np.dtype(t.dtype).name} @ {where}"
+
+
+def c_comment(text: str) -> str:
+    """Text that cannot end a C comment or a line."""
+    return text.replace("*/", "* /").replace("\n", " ")
+
+
+def _io(graph: Graph, plan: ArenaPlan, name: str) -> IoTensor:
+    t = graph.tensor(name)
+    size = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+    return IoTensor(name, c_comment(name).replace('"', "'").replace("\\", "/"), list(t.shape),
+                    np.dtype(t.dtype).name, plan.offsets[name], size)
+
+
+def model_code(graph: Graph, plan: ArenaPlan) -> ModelCode:
+    layers, arrays, symbols = [], [], set()
+    for index, op in enumerate(graph.ops):
+        symbol = c_identifier(op.name)
+        while symbol in symbols:
+            symbol += "_"
+        symbols.add(symbol)
+        code = LAYERS[op.type](op, LayerContext(graph, plan, symbol))
+        tensors = ([_tensor_line(graph, plan, "in", n) for n in op.inputs if n]
+                   + [_tensor_line(graph, plan, "out", n) for n in op.outputs])
+        layers.append(Layer(index, c_comment(op.name), op.type,
+                            f"layer_{index:02d}_{symbol}", c_comment(code.summary),
+                            tuple(tensors), code.calls, code.note))
+        arrays.extend(code.arrays)
+    return ModelCode(tuple(layers), tuple(arrays),
+                     tuple(_io(graph, plan, n) for n in graph.inputs),
+                     tuple(_io(graph, plan, n) for n in graph.outputs))

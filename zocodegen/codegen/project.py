@@ -1,0 +1,179 @@
+"""Render a complete firmware project from IR + plans (pure), then write it to disk.
+
+Every file comes from a template: ``templates/`` (model, kernels, harness, Makefile,
+PlatformIO), ``qemu/board/`` (mps2-an500 support) and ``targets/<name>/`` (STM32 support).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from .. import __version__
+from ..errors import UserError
+from ..ir import Graph
+from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_dict, report_text
+from ..target import TARGET_NAMES, Target, load_target
+from .model_code import ModelCode, model_code
+
+BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
+STACK_BYTES = 8192
+VALUES_PER_LINE = 16
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    target: str  # one of BUILD_TARGETS
+    emulate: str = "stm32f746"  # the board whose budget native and QEMU builds stand for
+
+    @property
+    def board(self) -> str:
+        """The STM32 target whose memory budget applies."""
+        return self.target if self.target in TARGET_NAMES else self.emulate
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    arena: ArenaPlan
+    placement: Placement
+    code: ModelCode
+    board: Target
+
+
+def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
+    """Plan memory and generate the layer code; refuses (BudgetError) when the board's SRAM
+    budget is exceeded, except for native builds, which only report it."""
+    if options.target not in BUILD_TARGETS:
+        raise UserError(f"unknown target '{options.target}'; choose one of "
+                        f"{', '.join(BUILD_TARGETS)}")
+    board = load_target(options.board)
+    arena = plan_arena(graph)
+    items = [RamItem("arena", arena.arena_bytes, "inference activations (planned)"),
+             RamItem("stack", STACK_BYTES, "call stack")]
+    placement = place(items, board.name, board.sram_budget_bytes,
+                      strict=options.target != "native")
+    return ProjectPlan(arena, placement, model_code(graph, arena), board)
+
+
+def _environment() -> jinja2.Environment:
+    roots = {
+        "templates": resources.files("zocodegen.templates"),
+        "qemu": resources.files("zocodegen.qemu").joinpath("board"),
+        "targets": resources.files("zocodegen.targets"),
+    }
+    env = jinja2.Environment(
+        loader=jinja2.PrefixLoader({k: jinja2.FileSystemLoader(str(v)) for k, v in roots.items()}),
+        keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["c_rows"] = _c_rows
+    return env
+
+
+def _c_rows(values: np.ndarray) -> str:
+    flat = [str(int(v)) for v in np.asarray(values).reshape(-1)]
+    return "\n".join("    " + ", ".join(flat[i:i + VALUES_PER_LINE]) + ","
+                     for i in range(0, len(flat), VALUES_PER_LINE))
+
+
+def _listing(env: jinja2.Environment, prefix: str) -> list[str]:
+    return sorted(n for n in env.list_templates()
+                  if n.startswith(prefix + "/") and "__" not in n and not n.endswith(".md"))
+
+
+def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: BuildOptions,
+                   plan: ProjectPlan) -> dict[str, str]:
+    """Relative path -> file content of the whole project (pure)."""
+    env = _environment()
+    board = plan.board
+    context = dict(
+        version=__version__, target=options.target,
+        model=dict(name=model_name, source=model_name, sha256=hashlib.sha256(model_bytes).hexdigest()),
+        layers=plan.code.layers, arrays=plan.code.arrays, inputs=plan.code.inputs,
+        outputs=plan.code.outputs, arena_bytes=plan.arena.arena_bytes,
+        flash_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
+        emulated=dict(name=board.name, sram_kb=board.sram_budget_bytes // 1024),
+        ram_bytes=board.sram_budget_bytes, flash_total_bytes=board.flash_bytes,
+        firmware=options.target in TARGET_NAMES,
+        firmware_note=(f"{options.target} ELF + bin   build/{options.target}/firmware.elf"
+                       if options.target in TARGET_NAMES else
+                       "(not for this target: regenerate with --target stm32f746|stm32h7b3)"),
+    )
+    files: dict[str, str] = {}
+
+    def render(template: str, dest: str) -> None:
+        files[dest] = env.get_template(template).render(context)
+
+    for name in ("model.c", "model.h", "weights.c", "weights.h", "main.c", "Makefile"):
+        folder = "" if name == "Makefile" else ("include/" if name.endswith(".h") else "src/")
+        render(f"templates/project/{name}.j2", folder + name)
+    render("templates/project/platform.h", "include/platform.h")
+    for template in _listing(env, "templates/kernels"):
+        base = template.rsplit("/", 1)[1]
+        render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
+    for template in _listing(env, "templates/platform/native"):
+        render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
+    for template in _listing(env, "qemu"):
+        base = template.rsplit("/", 1)[1]
+        if base != "platform.h":
+            render(template, "src/platform/qemu/" + base.removesuffix(".j2"))
+    if options.target in TARGET_NAMES:
+        _render_board(env, options.target, context, files)
+    files["memory_report.txt"] = report_text(graph, plan.arena, plan.placement,
+                                             flash=_flash(plan)) + "\n"
+    files["memory_report.json"] = json.dumps(
+        report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
+    files["manifest.json"] = json.dumps(_manifest(context, plan, options), indent=2) + "\n"
+    return files
+
+
+def _render_board(env: jinja2.Environment, target: str, context: dict,
+                  files: dict[str, str]) -> None:
+    """STM32 support files, platformio.ini and (H7B3) the board JSON PlatformIO lacks."""
+    data = json.loads(resources.files("zocodegen.targets").joinpath(target, "target.json")
+                      .read_text())
+    board_context = dict(context, target_info=data)
+    for template in _listing(env, f"targets/{target}"):
+        base = template.rsplit("/", 1)[1]
+        if base in ("target.json", "platform.h") or base.startswith("board"):
+            continue
+        files["src/platform/" + target + "/" + base.removesuffix(".j2")] = \
+            env.get_template(template).render(board_context)
+    files["platformio.ini"] = env.get_template("templates/project/platformio.ini.j2").render(
+        board_context)
+    for template in _listing(env, f"targets/{target}"):
+        base = template.rsplit("/", 1)[1]
+        if base.startswith("board") and base.endswith(".json.j2"):
+            board_id = data.get("platformio_board_id", base.removeprefix("board_")
+                                .removesuffix(".json.j2"))
+            files[f"boards/{board_id}.json"] = env.get_template(template).render(board_context)
+
+
+def _flash(plan: ProjectPlan) -> dict:
+    return {"weights_and_parameters_bytes": plan.code.flash_bytes,
+            "flash_bytes": plan.board.flash_bytes}
+
+
+def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
+    return {
+        "zocodegen": __version__, "model": context["model"], "target": options.target,
+        "budget_of": plan.board.name, "arena_bytes": plan.arena.arena_bytes,
+        "stack_bytes": STACK_BYTES, "flash_data_bytes": plan.code.flash_bytes,
+        "layers": len(plan.code.layers),
+        "inputs": [t.__dict__ for t in plan.code.inputs],
+        "outputs": [t.__dict__ for t in plan.code.outputs],
+    }
+
+
+def write_project(files: dict[str, str], out_dir: Path) -> None:
+    """Write the rendered files; only files whose content changed are touched, so `make`
+    rebuilds nothing after an identical regeneration."""
+    for rel, text in files.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
