@@ -17,11 +17,16 @@ from tqdm import tqdm
 
 from . import __version__
 from .errors import DataError, UserError
+from .codegen import BUILD_TARGETS, BuildOptions
 from .frontends import load_model
 from .ir import Graph
+from .build import cached_build, generate
+from .engines import run_samples
 from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
+
+ENGINES = ("reference", "native", "qemu")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,9 +50,26 @@ def _parser() -> argparse.ArgumentParser:
                         "the model has several inputs)")
     p.add_argument("--output", type=Path, required=True, metavar="Y.npy",
                    help="where to write outputs (.npz when the model has several outputs)")
-    p.add_argument("--engine", choices=("reference",), default="reference",
-                   help="reference: the bit-exact numpy golden model")
+    p.add_argument("--engine", choices=ENGINES, default="reference",
+                   help="reference: the bit-exact numpy golden model; native: the generated C "
+                        "built with the host compiler; qemu: the generated C on an emulated "
+                        "Cortex-M7 (builds are cached by content hash)")
+    p.add_argument("--target", choices=TARGET_NAMES, default="stm32f746",
+                   help="the board whose memory budget native/qemu builds stand for "
+                        "(default stm32f746)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("build", help="generate the firmware project (C sources, Makefile, "
+                                     "PlatformIO project, memory report)")
+    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("--target", choices=BUILD_TARGETS, required=True,
+                   help="native (host gcc), qemu (mps2-an500), or a board")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+                   help="project directory (default: <model name>_<target>)")
+    p.add_argument("--emulate", choices=TARGET_NAMES, default="stm32f746",
+                   help="for native/qemu: the board whose SRAM budget applies (default "
+                        "stm32f746)")
+    p.set_defaults(func=cmd_build)
     return parser
 
 
@@ -112,17 +134,51 @@ def write_outputs(graph: Graph, path: Path, outputs: dict[str, np.ndarray]) -> N
         np.savez(path, **outputs)
 
 
+def _sample_outputs(graph: Graph, engine: str, model: Path, target: str,
+                    samples: list[dict[str, np.ndarray]]):
+    """Yield (outputs, cycles) per sample from the chosen engine."""
+    if engine == "reference":
+        for sample in samples:
+            yield run(graph, sample), 0
+        return
+    artefact = cached_build(model, engine, emulate=target)
+    for result in run_samples(graph, engine, artefact, samples):
+        yield result.outputs, result.cycles
+
+
 def cmd_infer(args: argparse.Namespace) -> None:
     graph = load_model(args.model)
     inputs = read_inputs(graph, args.input)
     batch = next(iter(inputs.values())).shape[0]
+    samples = [{n: x[i:i + 1] for n, x in inputs.items()} for i in range(batch)]
     results: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    for i in tqdm(range(batch), desc="infer", unit="sample", disable=None, leave=False):
-        sample = {n: x[i:i + 1] for n, x in inputs.items()}
-        for name, y in run(graph, sample).items():
+    cycles = []
+    progress = tqdm(_sample_outputs(graph, args.engine, args.model, args.target, samples),
+                    total=batch, desc=f"infer ({args.engine})", unit="sample", disable=None,
+                    leave=False)
+    for outputs, count in progress:
+        cycles.append(count)
+        for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
     write_outputs(graph, args.output, {n: np.stack(v) for n, v in results.items()})
-    print(f"{batch} sample(s) -> {args.output}", file=sys.stderr)
+    note = (f", {int(np.mean(cycles)):,} instructions per inference (qemu -icount)"
+            if args.engine == "qemu" else "")
+    print(f"{batch} sample(s) -> {args.output}{note}", file=sys.stderr)
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    out = args.output or Path(f"{args.model.stem}_{args.target}")
+    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate), out)
+    placement = plan.placement
+    print(f"{out}/: {len(plan.code.layers)} layers, arena {plan.arena.arena_bytes:,} B "
+          f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "
+          f"flash data {plan.code.flash_bytes:,} B")
+    print(f"SRAM {placement.total / 1024:.1f} KB of the {plan.board.name} budget "
+          f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
+          f"details in {out / 'memory_report.txt'}")
+    goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
+                                          if args.target in TARGET_NAMES else "")
+    print(f"next: cd {out} && {goals}")
 
 
 def main(argv: list[str] | None = None) -> int:
