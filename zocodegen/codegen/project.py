@@ -53,7 +53,7 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
     arena = plan_arena(graph)
-    items = [RamItem("arena", arena.arena_bytes, "inference activations (planned)"),
+    items = [RamItem("arena", arena.arena_bytes, "inference activations"),
              RamItem("stack", STACK_BYTES, "call stack")]
     placement = place(items, board.name, board.sram_budget_bytes,
                       strict=options.target != "native")
@@ -95,9 +95,9 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         model=dict(name=model_name, source=model_name, sha256=hashlib.sha256(model_bytes).hexdigest()),
         layers=plan.code.layers, arrays=plan.code.arrays, inputs=plan.code.inputs,
         outputs=plan.code.outputs, arena_bytes=plan.arena.arena_bytes,
-        flash_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
+        flash_data_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
         emulated=dict(name=board.name, sram_kb=board.sram_budget_bytes // 1024),
-        ram_bytes=board.sram_budget_bytes, flash_total_bytes=board.flash_bytes,
+        ram_bytes=board.sram_budget_bytes, flash_bytes=board.flash_bytes,
         firmware=options.target in TARGET_NAMES,
         firmware_note=(f"{options.target} ELF + bin   build/{options.target}/firmware.elf"
                        if options.target in TARGET_NAMES else

@@ -1,0 +1,86 @@
+"""`zocodegen build`: the project it writes, zero-warning builds for every goal, the memory
+report against arm-none-eabi-size, and the clear refusal when a model does not fit."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, save
+
+from conftest import FIXTURES, shared_model
+from test_onnx_frontend import _QDQ
+from zocodegen.cli import main
+from zocodegen.frontends import load_model
+
+HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
+needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc (apt-get install "
+                               "gcc-arm-none-eabi libnewlib-arm-none-eabi)")
+
+
+def _make(project, goal):
+    result = subprocess.run(["make", "-C", str(project), goal], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    warnings = [line for line in (result.stdout + result.stderr).splitlines()
+                if "warning" in line.lower()]
+    assert not warnings, "\n".join(warnings)
+    return result.stdout
+
+
+def big_model(path, channels=8, size=160):
+    """int8 I/O, one 3x3 conv: (channels + 2 channels) x size^2 bytes live at once."""
+    b = _QDQ(seed=5)
+    x = b.dq("xq", 0.05, 0)
+    c = b.qdq(b.node("Conv", [x, b.weights((2 * channels, channels, 3, 3)), ""],
+                     pads=[1, 1, 1, 1]), 0.1, 0)
+    b.q(c, 0.1, 0, name="yq")
+    model = b.build(
+        [helper.make_tensor_value_info("xq", TensorProto.INT8, [1, channels, size, size])],
+        [helper.make_tensor_value_info("yq", TensorProto.INT8, [1, 2 * channels, size, size])])
+    save(model, str(path))
+    return path
+
+
+def test_project_layout_and_native_build(tmp_path, capsys):
+    out = tmp_path / "proj"
+    assert main(["build", str(FIXTURES / "mcunet_tiny.tflite"), "--target", "native",
+                 "-o", str(out)]) == 0
+    graph = load_model(FIXTURES / "mcunet_tiny.tflite")
+    for rel in ("Makefile", "memory_report.txt", "memory_report.json", "manifest.json",
+                "include/model.h", "include/zo_kernels.h", "include/platform.h",
+                "src/model.c", "src/weights.c", "src/main.c",
+                "src/platform/native/platform_native.c", "src/platform/qemu/mps2_an500.ld"):
+        assert (out / rel).is_file(), rel
+    model_c = (out / "src/model.c").read_text()
+    functions = re.findall(r"^static void (layer_\d+_\w+)\(uint8_t \*arena\)$", model_c, re.M)
+    assert len(functions) == len(graph.ops)  # one named function per layer
+    assert "void model_run_from(int first_layer)" in model_c
+    assert "malloc" not in model_c
+    _make(out, "native")
+
+
+def test_over_budget_refusal(tmp_path, capsys):
+    model = big_model(tmp_path / "big.onnx")
+    code = main(["build", str(model), "--target", "stm32f746", "-o", str(tmp_path / "f7")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "256.0 KB" in err and "arena" in err and "stm32h7b3" in err, err
+    assert not (tmp_path / "f7").exists(), "nothing is written for a refused plan"
+    # the native build only reports the overrun
+    assert main(["build", str(model), "--target", "native", "-o", str(tmp_path / "n")]) == 0
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+@needs_arm
+def test_qemu_link_enforces_budget(tmp_path):
+    """The QEMU linker script holds the emulated board's SRAM: what the planner refuses for
+    the board would not link for QEMU either."""
+    model = big_model(tmp_path / "big.onnx")
+    out = tmp_path / "n"
+    assert main(["build", str(model), "--target", "native", "-o", str(out)]) == 0
+    result = subprocess.run(["make", "-C", str(out), "qemu"], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "RAM" in result.stdout + result.stderr
