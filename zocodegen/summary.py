@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .ir import TRAINABLE_OP_TYPES, Graph, Op
+from .planner import plan_arena
 
 
 @dataclass
@@ -64,30 +65,6 @@ def estimator_dims(graph: Graph, op: Op) -> tuple[int, int]:
     return d_w, d_a
 
 
-def peak_activation_bytes(graph: Graph) -> int:
-    """Peak of the bytes of simultaneously live activations, each tensor living from the op
-    that produces it to its last reader (graph outputs to the end): the figure a simple
-    lifetime plan needs, before any offset packing."""
-    last_use = {name: -1 for name in graph.inputs}
-    for i, op in enumerate(graph.ops):
-        for name in op.inputs:
-            if name and not graph.tensor(name).is_constant:
-                last_use[name] = i
-        for name in op.outputs:
-            last_use.setdefault(name, i)
-    for name in graph.outputs:
-        last_use[name] = len(graph.ops)
-    born = {name: 0 for name in graph.inputs}
-    for i, op in enumerate(graph.ops):
-        for name in op.outputs:
-            born[name] = i
-    peak = 0
-    for i in range(len(graph.ops)):
-        live = sum(graph.tensor(n).nbytes for n in born if born[n] <= i <= last_use[n])
-        peak = max(peak, live)
-    return peak
-
-
 def _io(graph: Graph, names: list[str]) -> list[dict]:
     result = []
     for n in names:
@@ -114,13 +91,15 @@ def summarize(graph: Graph) -> ModelSummary:
             info.d_w, info.d_a = estimator_dims(graph, op)
             info.mode = "WP" if info.d_w < info.d_a else "NP"
         layers.append(info)
+    arena = plan_arena(graph)
     totals = {
         "layers": len(layers),
         "trainable_layers": sum(l.trainable for l in layers),
         "param_bytes": sum(l.param_bytes for l in layers),
         "trainable_param_bytes": sum(l.param_bytes for l in layers if l.trainable),
         "macs": sum(l.macs for l in layers),
-        "peak_activation_bytes": peak_activation_bytes(graph),
+        "arena_bytes": arena.arena_bytes,
+        "arena_lower_bound_bytes": arena.lower_bound,
         "largest_np_gradient_bytes": max(
             [l.d_a * 4 for l in layers if l.mode == "NP"], default=0),
     }
@@ -148,11 +127,12 @@ def format_summary(summary: ModelSummary, budget: dict | None = None) -> str:
               f"layers {t['layers']} ({t['trainable_layers']} trainable)",
               f"parameters {t['param_bytes']:,} B ({t['trainable_param_bytes']:,} B trainable)",
               f"MACs {t['macs']:,}",
-              f"peak activations {t['peak_activation_bytes']:,} B (simple lifetime plan)",
+              f"activation arena {t['arena_bytes']:,} B (planned; lower bound "
+              f"{t['arena_lower_bound_bytes']:,} B)",
               f"largest NP gradient buffer {t['largest_np_gradient_bytes']:,} B (int32)"]
     if budget is not None:
         lines.append(f"target {budget['target']}: SRAM budget {budget['sram_budget_bytes']:,} B,"
                      f" flash {budget['flash_bytes']:,} B; inference needs about "
-                     f"{t['peak_activation_bytes']:,} B SRAM for activations and "
+                     f"{t['arena_bytes']:,} B SRAM for activations and "
                      f"{t['param_bytes']:,} B flash for parameters")
     return "\n".join(lines)
