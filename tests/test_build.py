@@ -2,6 +2,7 @@
 report against arm-none-eabi-size, and the clear refusal when a model does not fit."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -84,3 +85,43 @@ def test_qemu_link_enforces_budget(tmp_path):
     result = subprocess.run(["make", "-C", str(out), "qemu"], capture_output=True, text=True)
     assert result.returncode != 0
     assert "RAM" in result.stdout + result.stderr
+
+
+def _sections(elf):
+    out = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True,
+                         check=True).stdout
+    return {m.group(1): (int(m.group(2)), int(m.group(3)))
+            for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+(\d+)$", out, re.M)}
+
+
+def _reported(report, name):
+    for region in report["sram"]["regions"]:
+        for item in region["items"]:
+            if item["name"] == name:
+                return item["bytes"], int(item["address"], 16)
+    raise AssertionError(f"{name} missing from the memory report")
+
+
+@needs_arm
+@pytest.mark.parametrize("target", ["stm32f746", "stm32h7b3"])
+@pytest.mark.parametrize("model", ["kws_ref_model.tflite", "pretrainedResnet_quant.tflite"])
+def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model):
+    """`make firmware` links with zero warnings (-Wall -Wextra), and arm-none-eabi-size finds
+    the arena and the stack exactly where and as large as memory_report.json says."""
+    out = tmp_path / "fw"
+    assert main(["build", str(shared_model(model)), "--target", target, "-o", str(out)]) == 0
+    _make(out, "firmware")
+    report = json.loads((out / "memory_report.json").read_text())
+    sections = _sections(out / "build" / target / "firmware.elf")
+    static = sections[".data"][0] + sections[".bss"][0]
+    assert static <= 256, f".data + .bss = {static} B: the firmware should hold no other state"
+    for section, item in ((".zo_arena", "arena"), (".stack", "stack")):
+        size, address = sections[section]
+        want_size, want_address = _reported(report, item)
+        assert size == want_size, (section, size, want_size)
+        # on the F746 the linker puts .data/.bss (32-byte aligned) between stack and arena
+        assert want_address <= address <= want_address + ((static + 31) & ~31), section
+    flash_data = report["flash"]["weights_and_parameters_bytes"]
+    flash_used = sum(sections[s][0] for s in (".isr_vector", ".text", ".rodata", ".data"))
+    assert flash_data <= flash_used <= flash_data + 24 * 1024
+    assert flash_used <= report["flash"]["flash_bytes"]

@@ -53,8 +53,9 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
     arena = plan_arena(graph)
+    stack_memory = _target_data(board.name)["linker"]["stack_region"]
     items = [RamItem("arena", arena.arena_bytes, "inference activations"),
-             RamItem("stack", STACK_BYTES, "call stack")]
+             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory)]
     placement = place(items, board.name, board.sram_budget_bytes,
                       strict=options.target != "native")
     return ProjectPlan(arena, placement, model_code(graph, arena), board)
@@ -122,7 +123,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         if base != "platform.h":
             render(template, "src/platform/qemu/" + base.removesuffix(".j2"))
     if options.target in TARGET_NAMES:
-        _render_board(env, options.target, context, files)
+        _render_board(env, options.target, context, plan.placement, files)
     files["memory_report.txt"] = report_text(graph, plan.arena, plan.placement,
                                              flash=_flash(plan)) + "\n"
     files["memory_report.json"] = json.dumps(
@@ -131,12 +132,25 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     return files
 
 
-def _render_board(env: jinja2.Environment, target: str, context: dict,
+def _target_data(name: str) -> dict:
+    return json.loads(resources.files("zocodegen.targets").joinpath(name, "target.json")
+                      .read_text())
+
+
+def _arena_region(data: dict, placement: Placement) -> str:
+    """The linker-script region that gets .zo_arena: where the planner placed the arena."""
+    for region in placement.regions:
+        if any(p.item.name == "arena" for p in region.items):
+            return data["linker"].get("arena_region_aliases", {}).get(region.name, region.name)
+    return data["linker"]["default_arena_region"]
+
+
+def _render_board(env: jinja2.Environment, target: str, context: dict, placement: Placement,
                   files: dict[str, str]) -> None:
     """STM32 support files, platformio.ini and (H7B3) the board JSON PlatformIO lacks."""
-    data = json.loads(resources.files("zocodegen.targets").joinpath(target, "target.json")
-                      .read_text())
-    board_context = dict(context, target_info=data)
+    data = _target_data(target)
+    board_context = dict(context, target_info=data,
+                         arena_region=_arena_region(data, placement))
     for template in _listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
         if base in ("target.json", "platform.h") or base.startswith("board"):

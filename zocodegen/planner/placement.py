@@ -25,6 +25,7 @@ class RamItem:
     name: str
     bytes: int
     description: str = ""
+    memory: str | None = None  # pin to this memory (as the linker script does), e.g. "DTCM"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def default_suggestions(target_name: str | None) -> list[str]:
 
 def place(items: Sequence[RamItem], target_name: str | None, budget_bytes: int,
           suggestions: Sequence[str] | None = None, strict: bool = True) -> Placement:
-    """Put each item in a planner region (first-fit decreasing) and check the budget.
+    """Put each item in a region and check the budget: items pinned to a memory go there
+    first, in the caller's order (the linker script's order), the rest first-fit decreasing.
 
     Raises ``BudgetError`` when the total exceeds the budget or an item fits no region,
     unless ``strict`` is false; then the returned placement has ``fits=False``.
@@ -128,13 +130,27 @@ def place(items: Sequence[RamItem], target_name: str | None, budget_bytes: int,
     for item in items:
         if item.bytes < 0:
             raise ValueError(f"{item.name}: negative size {item.bytes}")
-    total = sum(align_up(i.bytes, ITEM_ALIGNMENT) for i in items)
-    regions = planner_regions(target_memories(target_name)) if target_name else ()
+    memories = target_memories(target_name) if target_name else ()
+    regions = planner_regions(memories) if target_name else ()
+    # Pinned items may sit in a memory the planner does not otherwise use (the H7B3 stack in
+    # DTCM): that memory becomes a region of its own and does not count against the budget.
+    extra = tuple(Region(m.name, m.origin, m.bytes, (m,)) for m in memories
+                  if not m.planner and any(i.memory == m.name for i in items))
+    regions = regions + extra
+    budgeted = [i for i in items
+                if not any(i.memory == m.name for r in extra for m in r.memories)]
+    total = sum(align_up(i.bytes, ITEM_ALIGNMENT) for i in budgeted)
     placed: list[list[PlacedItem]] = [[] for _ in regions]
     ends = [0] * len(regions)
     unplaced = []
-    for item in sorted(items, key=lambda i: -i.bytes):  # stable: caller order on ties
+    # Pinned items first, in the caller's order (the linker script's order), then the rest
+    # first-fit decreasing.
+    pinned = [i for i in items if i.memory]
+    ordered = pinned + sorted((i for i in items if not i.memory), key=lambda i: -i.bytes)
+    for item in ordered:
         for r, region in enumerate(regions):
+            if item.memory and item.memory not in (m.name for m in region.memories):
+                continue
             offset = align_up(ends[r], ITEM_ALIGNMENT)
             if offset + item.bytes <= region.capacity:
                 placed[r].append(PlacedItem(item, offset, item.bytes, region.origin + offset))

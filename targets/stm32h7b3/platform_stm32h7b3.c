@@ -1,0 +1,262 @@
+/*
+ * platform.h for the STM32H7B3LIH6Q on the STM32H7B3I-DK kit (zocodegen).
+ *
+ * Serial link: the STLINK-V3E virtual COM port, wired to USART1 with TX = PA9 and
+ * RX = PA10 (UM2569 "Virtual COM port (VCP)" and the kit's I/O assignment), both alternate
+ * function AF7 (STM32H7B3xI datasheet DS13139, "Port A alternate functions" table).
+ * 115200 baud, 8 data bits, no parity, 1 stop bit, polled, no flow control.
+ *
+ * Clock: clock_init() keeps the reset clock: the 64 MHz HSI RC oscillator (HSIDIV = 1 at
+ * reset) drives SYSCLK, and the CPU domain (CDCPRE, HPRE) and APB2 (CDPPRE2) prescalers are 1,
+ * so rcc_pclk2 = 64 MHz (RM0455 RCC chapter, reset values of RCC_CR, RCC_CFGR, RCC_CDCFGR1,
+ * RCC_CDCFGR2). The 280 MHz configuration (target.json clock_hz) is a later issue. USART1's
+ * kernel clock is rcc_pclk2 at reset (RCC_CDCCIP2R.USART16910SEL = 000), so the baud-rate
+ * divider is computed from 64 MHz.
+ *
+ * Cycle counter: DWT CYCCNT (core clock cycles), unlocked through DWT_LAR as the
+ * Cortex-M7 requires when no debugger has unlocked it.
+ *
+ * Caches: the Cortex-M7 L1 instruction and data caches are enabled (ZO_CACHES=0 at compile
+ * time keeps them off). Safe here: nothing uses DMA, DTCM is never cached, peripherals are
+ * Device memory in the default memory map, and the default attributes of flash and AXI SRAM
+ * are write-back write-allocate.
+ *
+ * Register addresses: RM0455 (STM32H7A3/7B3/7B0 reference manual) and the ARMv7-M
+ * Architecture Reference Manual (DDI 0403E); the section of each is next to its #define.
+ */
+#include <stdint.h>
+
+#include "platform.h"
+
+#ifndef ZO_CACHES
+#define ZO_CACHES 1
+#endif
+
+#define ZO_REG32(addr) (*(volatile uint32_t *)(uintptr_t)(addr))
+
+/* ---- clocks ---------------------------------------------------------------------------- */
+
+#define ZO_HSI_HZ     64000000u  /* RM0455 RCC chapter, "HSI oscillator": 64 MHz RC, HSIDIV=1 */
+#define ZO_SYSCLK_HZ  ZO_HSI_HZ  /* what clock_init() leaves running */
+#define ZO_PCLK2_HZ   ZO_SYSCLK_HZ /* CDCPRE = HPRE = CDPPRE2 = 1 at reset */
+#define ZO_BAUD       115200u
+
+/* ---- RCC: RM0455 RCC chapter "RCC register description", base 0x58024400 (section 2.3) -- */
+
+#define RCC_BASE      0x58024400u
+#define RCC_CDCCIP2R  ZO_REG32(RCC_BASE + 0x054u) /* CD domain kernel clock config 2 */
+#define RCC_AHB4ENR   ZO_REG32(RCC_BASE + 0x0E0u) /* AHB4 (SRD) peripheral clock enable */
+#define RCC_APB2ENR   ZO_REG32(RCC_BASE + 0x0F0u) /* APB2 peripheral clock enable */
+#define RCC_AHB4ENR_GPIOAEN     (1u << 0)
+#define RCC_APB2ENR_USART1EN    (1u << 4)
+#define RCC_CDCCIP2R_USART16910SEL (7u << 3) /* 000: rcc_pclk2 (reset value) */
+
+/* ---- GPIO: RM0455 GPIO chapter "GPIO registers"; GPIOA base 0x58020000 (section 2.3) ---- */
+
+#define GPIOA_BASE    0x58020000u
+#define GPIO_MODER(b)   ZO_REG32((b) + 0x00u) /* 2 bits per pin, 10 = alternate function */
+#define GPIO_OTYPER(b)  ZO_REG32((b) + 0x04u) /* 0 = push-pull */
+#define GPIO_OSPEEDR(b) ZO_REG32((b) + 0x08u) /* 01 = medium speed */
+#define GPIO_PUPDR(b)   ZO_REG32((b) + 0x0Cu) /* 01 = pull-up */
+#define GPIO_AFR(b, i)  ZO_REG32((b) + 0x20u + 4u * (i)) /* AFRL, AFRH: 4 bits per pin */
+
+#define VCP_TX_PORT   GPIOA_BASE
+#define VCP_TX_PIN    9u
+#define VCP_RX_PORT   GPIOA_BASE
+#define VCP_RX_PIN    10u
+#define VCP_AF        7u   /* AF7 = USART1 on PA9 and PA10 (DS13139) */
+
+/* ---- USART1: RM0455 USART chapter, "USART registers"; base 0x40011000 (section 2.3) ---- */
+
+#define USART1_BASE   0x40011000u
+#define USART_CR1     ZO_REG32(USART1_BASE + 0x00u)
+#define USART_CR2     ZO_REG32(USART1_BASE + 0x04u)
+#define USART_CR3     ZO_REG32(USART1_BASE + 0x08u)
+#define USART_BRR     ZO_REG32(USART1_BASE + 0x0Cu)
+#define USART_ISR     ZO_REG32(USART1_BASE + 0x1Cu)
+#define USART_ICR     ZO_REG32(USART1_BASE + 0x20u)
+#define USART_RDR     ZO_REG32(USART1_BASE + 0x24u)
+#define USART_TDR     ZO_REG32(USART1_BASE + 0x28u)
+#define USART_PRESC   ZO_REG32(USART1_BASE + 0x2Cu) /* kernel clock prescaler, 0 = /1 */
+#define USART_CR1_UE  (1u << 0)
+#define USART_CR1_RE  (1u << 2)
+#define USART_CR1_TE  (1u << 3)
+#define USART_ISR_PE  (1u << 0)
+#define USART_ISR_FE  (1u << 1)
+#define USART_ISR_NE  (1u << 2)
+#define USART_ISR_ORE (1u << 3)
+#define USART_ISR_RXNE (1u << 5)
+#define USART_ISR_TC  (1u << 6)
+#define USART_ISR_TXE (1u << 7)
+#define USART_ISR_TEACK (1u << 21)
+#define USART_ISR_ERRORS (USART_ISR_PE | USART_ISR_FE | USART_ISR_NE | USART_ISR_ORE)
+/* ICR clear bits sit at the same positions as the ISR flags they clear (PECF, FECF, NECF,
+ * ORECF = bits 0..3). With the FIFO off (CR1.FIFOEN = 0, reset) ISR bit 5 is RXNE and bit 7
+ * is TXE. */
+#define USART_ICR_ERRORS (0xFu)
+
+/* ---- Cortex-M7 core: ARMv7-M ARM (DDI 0403E) -------------------------------------------- */
+
+#define SCB_CCR       ZO_REG32(0xE000ED14u) /* B3.2.8 CCR */
+#define SCB_CCR_DC    (1u << 16)
+#define SCB_CCR_IC    (1u << 17)
+#define SCB_CCSIDR    ZO_REG32(0xE000ED80u) /* B4.8 cache size ID (CCSIDR) */
+#define SCB_CSSELR    ZO_REG32(0xE000ED84u) /* B4.8 cache size selection (CSSELR) */
+#define SCB_ICIALLU   ZO_REG32(0xE000EF50u) /* B2.2 cache maintenance: ICIALLU */
+#define SCB_DCISW     ZO_REG32(0xE000EF60u) /* B2.2 cache maintenance: DCISW */
+
+#define DHCSR         ZO_REG32(0xE000EDF0u) /* C1.6 DHCSR */
+#define DHCSR_C_DEBUGEN (1u << 0)
+#define DEMCR         ZO_REG32(0xE000EDFCu) /* C1.6 DEMCR */
+#define DEMCR_TRCENA  (1u << 24)
+#define DWT_CTRL      ZO_REG32(0xE0001000u) /* C1.8 DWT control */
+#define DWT_CTRL_CYCCNTENA (1u << 0)
+#define DWT_CYCCNT    ZO_REG32(0xE0001004u) /* C1.8 DWT cycle count */
+/* Lock access register (CoreSight, offset 0xFB0; Cortex-M7 TRM DDI 0489 DWT register
+ * summary): writes to the DWT are ignored until 0xC5ACCE55 is written here. */
+#define DWT_LAR       ZO_REG32(0xE0001FB0u)
+#define DWT_LAR_KEY   0xC5ACCE55u
+
+static inline void zo_dsb_isb(void)
+{
+    __asm volatile("dsb\n\tisb" ::: "memory");
+}
+
+/* Exit status of platform_exit(), for a debugger to read. */
+volatile int zo_exit_status;
+
+/*
+ * Clock tree and supply. CURRENTLY KEEPS THE RESET CLOCK: SYSCLK = HSI = 64 MHz with the
+ * reset voltage scale and the reset flash wait states (enough for 64 MHz), every bus prescaler
+ * 1. The 280 MHz configuration is a later issue and needs, in this order: the supply
+ * configuration in PWR_CR3 (the kit is wired for the internal SMPS, UM2569 power-supply
+ * section; PWR_CR3 is write-once per power-on and a value that does not match the board's
+ * wiring can leave the device unable to start until it is recovered through BOOT0, which is
+ * why it is not written speculatively here), VOS0, flash wait states, HSE 24 MHz and PLL1.
+ * When it lands, ZO_PCLK2_HZ and the baud-rate divider below must follow.
+ */
+static void clock_init(void)
+{
+}
+
+static void cache_enable(void)
+{
+#if ZO_CACHES
+    if ((SCB_CCR & SCB_CCR_IC) == 0u) {
+        zo_dsb_isb();
+        SCB_ICIALLU = 0u;
+        zo_dsb_isb();
+        SCB_CCR |= SCB_CCR_IC;
+        zo_dsb_isb();
+    }
+    if ((SCB_CCR & SCB_CCR_DC) == 0u) {
+        /* Invalidate every line of the L1 data cache by set/way before turning it on: its
+         * contents are unknown after reset (B2.2, set/way operand format). */
+        SCB_CSSELR = 0u; /* level 1, data */
+        zo_dsb_isb();
+        uint32_t ccsidr = SCB_CCSIDR;
+        uint32_t line_shift = (ccsidr & 0x7u) + 4u;          /* log2(line bytes) */
+        uint32_t ways = ((ccsidr >> 3) & 0x3FFu) + 1u;
+        uint32_t sets = ((ccsidr >> 13) & 0x7FFFu) + 1u;
+        uint32_t way_shift = ways > 1u ? (uint32_t)__builtin_clz(ways - 1u) : 0u;
+        for (uint32_t set = 0; set < sets; set++) {
+            for (uint32_t way = 0; way < ways; way++) {
+                SCB_DCISW = (ways > 1u ? way << way_shift : 0u) | (set << line_shift);
+            }
+        }
+        zo_dsb_isb();
+        SCB_CCR |= SCB_CCR_DC;
+        zo_dsb_isb();
+    }
+#endif
+}
+
+static void cycle_counter_init(void)
+{
+    DEMCR |= DEMCR_TRCENA;
+    DWT_LAR = DWT_LAR_KEY;
+    DWT_CYCCNT = 0u;
+    DWT_CTRL |= DWT_CTRL_CYCCNTENA;
+}
+
+static void gpio_alternate(uint32_t port, uint32_t pin, uint32_t af, int pull_up)
+{
+    uint32_t two = 2u * pin;
+    GPIO_AFR(port, pin / 8u) = (GPIO_AFR(port, pin / 8u) & ~(0xFu << (4u * (pin % 8u))))
+                               | (af << (4u * (pin % 8u)));
+    GPIO_OTYPER(port) &= ~(1u << pin);
+    GPIO_OSPEEDR(port) = (GPIO_OSPEEDR(port) & ~(3u << two)) | (1u << two);
+    GPIO_PUPDR(port) = (GPIO_PUPDR(port) & ~(3u << two)) | ((pull_up ? 1u : 0u) << two);
+    GPIO_MODER(port) = (GPIO_MODER(port) & ~(3u << two)) | (2u << two);
+}
+
+static void vcp_usart_init(void)
+{
+    RCC_AHB4ENR |= RCC_AHB4ENR_GPIOAEN;
+    RCC_APB2ENR |= RCC_APB2ENR_USART1EN;
+    (void)RCC_APB2ENR; /* read back: the clock is running before the first access */
+    zo_dsb_isb();
+    RCC_CDCCIP2R &= ~RCC_CDCCIP2R_USART16910SEL; /* kernel clock = rcc_pclk2 (reset value) */
+
+    /* 8N1, oversampling by 16, FIFO off: BRR = f_ck / baud, rounded
+     * (64 MHz / 115200 -> 556, -0.08 %). */
+    USART_CR1 = 0u;
+    USART_CR2 = 0u;
+    USART_CR3 = 0u;
+    USART_PRESC = 0u;
+    USART_BRR = (ZO_PCLK2_HZ + ZO_BAUD / 2u) / ZO_BAUD;
+    USART_CR1 = USART_CR1_TE | USART_CR1_RE | USART_CR1_UE;
+    while ((USART_ISR & USART_ISR_TEACK) == 0u) {
+    }
+
+    /* Pins last, so TX is already idling high when it is handed to the USART. */
+    gpio_alternate(VCP_TX_PORT, VCP_TX_PIN, VCP_AF, 0);
+    gpio_alternate(VCP_RX_PORT, VCP_RX_PIN, VCP_AF, 1);
+}
+
+void platform_init(void)
+{
+    clock_init();
+    cache_enable();
+    cycle_counter_init();
+    vcp_usart_init();
+}
+
+void platform_read(uint8_t *dst, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t isr;
+        while (((isr = USART_ISR) & USART_ISR_RXNE) == 0u) {
+            if ((isr & USART_ISR_ERRORS) != 0u) {
+                USART_ICR = USART_ICR_ERRORS; /* a stuck ORE/FE flag must not stall reception */
+            }
+        }
+        dst[i] = (uint8_t)USART_RDR;
+    }
+}
+
+void platform_write(const uint8_t *src, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        while ((USART_ISR & USART_ISR_TXE) == 0u) {
+        }
+        USART_TDR = src[i];
+    }
+}
+
+uint32_t platform_cycles(void)
+{
+    return DWT_CYCCNT;
+}
+
+void platform_exit(int status)
+{
+    zo_exit_status = status;
+    while ((USART_ISR & USART_ISR_TC) == 0u) { /* let the last byte leave */
+    }
+    if ((DHCSR & DHCSR_C_DEBUGEN) != 0u) {
+        __asm volatile("bkpt #0");
+    }
+    for (;;) {
+    }
+}

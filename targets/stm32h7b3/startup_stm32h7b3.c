@@ -1,0 +1,412 @@
+/*
+ * Reset handler and vector table: STM32H7B3LIH6Q on the STM32H7B3I-DK kit (zocodegen).
+ *
+ * Vector table layout
+ *   words 0..15  initial MSP and the Cortex-M7 system exceptions (ARMv7-M Architecture
+ *                Reference Manual, DDI 0403E, B1.5.2 "Exception number definition")
+ *   words 16..   the 155 device interrupt positions 0..154 of RM0455 (NVIC chapter,
+ *                "Interrupt and exception vectors" table): WWDG at 0 ... BDMA1 at 154.
+ *                Positions 61, 62, 98-101, 103-109, 114, 123, 126, 146 and 148 are reserved
+ *                on the STM32H7A3/B3 line: 0 here.
+ * Every handler is a weak alias of Default_Handler: a driver overrides one by defining a
+ * function of the same name. The table goes to section .isr_vector, which the linker script
+ * places at the flash origin 0x08000000 (RM0455 section 2.3 memory map).
+ *
+ * Reset_Handler: enable the FPU, point VTOR at the table, copy .data from flash, zero .bss,
+ * run static constructors (none in C99 code, but the arrays are honoured), call main();
+ * if main returns, loop forever.
+ *
+ * Supply and clocks are left at their reset state here; see clock_init() in
+ * platform_stm32h7b3.c for why PWR_CR3 (SMPS/LDO) is not touched yet.
+ */
+#include <stdint.h>
+
+#define ZO_REG32(addr) (*(volatile uint32_t *)(uintptr_t)(addr))
+
+/* System control block (ARMv7-M ARM B3.2.2, table B3-4). */
+#define SCB_VTOR   ZO_REG32(0xE000ED08u) /* vector table offset, B3.2.5 */
+#define SCB_CPACR  ZO_REG32(0xE000ED88u) /* coprocessor access control, B3.2.20 */
+#define CPACR_CP10_CP11_FULL (0xFu << 20) /* CP10 and CP11 = 0b11: full access */
+
+#define ZO_IRQ_COUNT 155u         /* RM0455 vector table: positions 0..154 */
+#define ZO_IRQ(n) (16u + (n))      /* device interrupt n lives at word 16 + n */
+
+/* Symbols of the linker script (docs/firmware.md "Linker scripts"). */
+/* Declared as arrays of unknown size: they are addresses, not single objects. */
+extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _estack[];
+extern void (*__preinit_array_start[])(void);
+extern void (*__preinit_array_end[])(void);
+extern void (*__init_array_start[])(void);
+extern void (*__init_array_end[])(void);
+
+extern int main(void);
+
+void Reset_Handler(void) __attribute__((noreturn));
+void Default_Handler(void);
+
+#define ZO_WEAK_DEFAULT __attribute__((weak, alias("Default_Handler")))
+
+/* Cortex-M7 system exceptions. */
+void NMI_Handler(void) ZO_WEAK_DEFAULT;
+void HardFault_Handler(void) ZO_WEAK_DEFAULT;
+void MemManage_Handler(void) ZO_WEAK_DEFAULT;
+void BusFault_Handler(void) ZO_WEAK_DEFAULT;
+void UsageFault_Handler(void) ZO_WEAK_DEFAULT;
+void SVC_Handler(void) ZO_WEAK_DEFAULT;
+void DebugMon_Handler(void) ZO_WEAK_DEFAULT;
+void PendSV_Handler(void) ZO_WEAK_DEFAULT;
+void SysTick_Handler(void) ZO_WEAK_DEFAULT;
+
+/* Device interrupts, RM0455 vector table (names follow the reference manual's acronyms). */
+void WWDG_IRQHandler(void) ZO_WEAK_DEFAULT;
+void PVD_PVM_IRQHandler(void) ZO_WEAK_DEFAULT;
+void RTC_TAMP_STAMP_CSS_LSE_IRQHandler(void) ZO_WEAK_DEFAULT;
+void RTC_WKUP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FLASH_IRQHandler(void) ZO_WEAK_DEFAULT;
+void RCC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void ADC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FDCAN1_IT0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FDCAN2_IT0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FDCAN1_IT1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FDCAN2_IT1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI9_5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM1_BRK_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM1_UP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM1_TRG_COM_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM1_CC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C1_EV_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C1_ER_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C2_EV_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C2_ER_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void USART1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void USART2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void USART3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void EXTI15_10_IRQHandler(void) ZO_WEAK_DEFAULT;
+void RTC_Alarm_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM8_BRK_TIM12_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM8_UP_TIM13_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM8_TRG_COM_TIM14_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM8_CC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA1_Stream7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FMC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SDMMC1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void UART4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void UART5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM6_DAC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FDCAN_CAL_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2_Stream7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void USART6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C3_EV_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C3_ER_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTG_HS_EP1_OUT_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTG_HS_EP1_IN_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTG_HS_WKUP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTG_HS_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DCMI_PSSI_IRQHandler(void) ZO_WEAK_DEFAULT;
+void CRYP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void HASH_RNG_IRQHandler(void) ZO_WEAK_DEFAULT;
+void FPU_IRQHandler(void) ZO_WEAK_DEFAULT;
+void UART7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void UART8_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPI6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SAI1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LTDC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LTDC_ER_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMA2D_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SAI2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OCTOSPI1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LPTIM1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void CEC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C4_EV_IRQHandler(void) ZO_WEAK_DEFAULT;
+void I2C4_ER_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SPDIF_RX_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMAMUX1_OVR_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DFSDM1_FLT3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SWPMI1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM15_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM16_IRQHandler(void) ZO_WEAK_DEFAULT;
+void TIM17_IRQHandler(void) ZO_WEAK_DEFAULT;
+void MDIOS_WKUP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void MDIOS_IRQHandler(void) ZO_WEAK_DEFAULT;
+void JPEG_IRQHandler(void) ZO_WEAK_DEFAULT;
+void MDMA_IRQHandler(void) ZO_WEAK_DEFAULT;
+void SDMMC2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void HSEM1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DAC2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DMAMUX2_OVR_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel0_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel4_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel5_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel6_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA2_Channel7_IRQHandler(void) ZO_WEAK_DEFAULT;
+void COMP_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LPTIM2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LPTIM3_IRQHandler(void) ZO_WEAK_DEFAULT;
+void UART9_IRQHandler(void) ZO_WEAK_DEFAULT;
+void USART10_IRQHandler(void) ZO_WEAK_DEFAULT;
+void LPUART1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void WWDG_RST_IRQHandler(void) ZO_WEAK_DEFAULT;
+void CRS_IRQHandler(void) ZO_WEAK_DEFAULT;
+void ECC_IRQHandler(void) ZO_WEAK_DEFAULT;
+void DTS_IRQHandler(void) ZO_WEAK_DEFAULT;
+void WAKEUP_PIN_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OCTOSPI2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTFDEC1_IRQHandler(void) ZO_WEAK_DEFAULT;
+void OTFDEC2_IRQHandler(void) ZO_WEAK_DEFAULT;
+void GFXMMU_IRQHandler(void) ZO_WEAK_DEFAULT;
+void BDMA1_IRQHandler(void) ZO_WEAK_DEFAULT;
+
+typedef void (*zo_handler)(void);
+
+/* One table word: either the initial stack pointer or a handler address (no casts needed). */
+typedef union {
+    zo_handler handler;
+    const void *stack_top;
+} zo_vector;
+
+__attribute__((section(".isr_vector"), used))
+const zo_vector zo_vector_table[ZO_IRQ(ZO_IRQ_COUNT)] = {
+    [0] = { .stack_top = _estack },
+    [1] = { .handler = Reset_Handler },
+    [2] = { .handler = NMI_Handler },
+    [3] = { .handler = HardFault_Handler },
+    [4] = { .handler = MemManage_Handler },
+    [5] = { .handler = BusFault_Handler },
+    [6] = { .handler = UsageFault_Handler },
+    /* 7..10 reserved */
+    [11] = { .handler = SVC_Handler },
+    [12] = { .handler = DebugMon_Handler },
+    /* 13 reserved */
+    [14] = { .handler = PendSV_Handler },
+    [15] = { .handler = SysTick_Handler },
+    [ZO_IRQ(0)] = { .handler = WWDG_IRQHandler },
+    [ZO_IRQ(1)] = { .handler = PVD_PVM_IRQHandler },
+    [ZO_IRQ(2)] = { .handler = RTC_TAMP_STAMP_CSS_LSE_IRQHandler },
+    [ZO_IRQ(3)] = { .handler = RTC_WKUP_IRQHandler },
+    [ZO_IRQ(4)] = { .handler = FLASH_IRQHandler },
+    [ZO_IRQ(5)] = { .handler = RCC_IRQHandler },
+    [ZO_IRQ(6)] = { .handler = EXTI0_IRQHandler },
+    [ZO_IRQ(7)] = { .handler = EXTI1_IRQHandler },
+    [ZO_IRQ(8)] = { .handler = EXTI2_IRQHandler },
+    [ZO_IRQ(9)] = { .handler = EXTI3_IRQHandler },
+    [ZO_IRQ(10)] = { .handler = EXTI4_IRQHandler },
+    [ZO_IRQ(11)] = { .handler = DMA1_Stream0_IRQHandler },
+    [ZO_IRQ(12)] = { .handler = DMA1_Stream1_IRQHandler },
+    [ZO_IRQ(13)] = { .handler = DMA1_Stream2_IRQHandler },
+    [ZO_IRQ(14)] = { .handler = DMA1_Stream3_IRQHandler },
+    [ZO_IRQ(15)] = { .handler = DMA1_Stream4_IRQHandler },
+    [ZO_IRQ(16)] = { .handler = DMA1_Stream5_IRQHandler },
+    [ZO_IRQ(17)] = { .handler = DMA1_Stream6_IRQHandler },
+    [ZO_IRQ(18)] = { .handler = ADC_IRQHandler },
+    [ZO_IRQ(19)] = { .handler = FDCAN1_IT0_IRQHandler },
+    [ZO_IRQ(20)] = { .handler = FDCAN2_IT0_IRQHandler },
+    [ZO_IRQ(21)] = { .handler = FDCAN1_IT1_IRQHandler },
+    [ZO_IRQ(22)] = { .handler = FDCAN2_IT1_IRQHandler },
+    [ZO_IRQ(23)] = { .handler = EXTI9_5_IRQHandler },
+    [ZO_IRQ(24)] = { .handler = TIM1_BRK_IRQHandler },
+    [ZO_IRQ(25)] = { .handler = TIM1_UP_IRQHandler },
+    [ZO_IRQ(26)] = { .handler = TIM1_TRG_COM_IRQHandler },
+    [ZO_IRQ(27)] = { .handler = TIM1_CC_IRQHandler },
+    [ZO_IRQ(28)] = { .handler = TIM2_IRQHandler },
+    [ZO_IRQ(29)] = { .handler = TIM3_IRQHandler },
+    [ZO_IRQ(30)] = { .handler = TIM4_IRQHandler },
+    [ZO_IRQ(31)] = { .handler = I2C1_EV_IRQHandler },
+    [ZO_IRQ(32)] = { .handler = I2C1_ER_IRQHandler },
+    [ZO_IRQ(33)] = { .handler = I2C2_EV_IRQHandler },
+    [ZO_IRQ(34)] = { .handler = I2C2_ER_IRQHandler },
+    [ZO_IRQ(35)] = { .handler = SPI1_IRQHandler },
+    [ZO_IRQ(36)] = { .handler = SPI2_IRQHandler },
+    [ZO_IRQ(37)] = { .handler = USART1_IRQHandler },
+    [ZO_IRQ(38)] = { .handler = USART2_IRQHandler },
+    [ZO_IRQ(39)] = { .handler = USART3_IRQHandler },
+    [ZO_IRQ(40)] = { .handler = EXTI15_10_IRQHandler },
+    [ZO_IRQ(41)] = { .handler = RTC_Alarm_IRQHandler },
+    [ZO_IRQ(42)] = { .handler = DFSDM2_IRQHandler },
+    [ZO_IRQ(43)] = { .handler = TIM8_BRK_TIM12_IRQHandler },
+    [ZO_IRQ(44)] = { .handler = TIM8_UP_TIM13_IRQHandler },
+    [ZO_IRQ(45)] = { .handler = TIM8_TRG_COM_TIM14_IRQHandler },
+    [ZO_IRQ(46)] = { .handler = TIM8_CC_IRQHandler },
+    [ZO_IRQ(47)] = { .handler = DMA1_Stream7_IRQHandler },
+    [ZO_IRQ(48)] = { .handler = FMC_IRQHandler },
+    [ZO_IRQ(49)] = { .handler = SDMMC1_IRQHandler },
+    [ZO_IRQ(50)] = { .handler = TIM5_IRQHandler },
+    [ZO_IRQ(51)] = { .handler = SPI3_IRQHandler },
+    [ZO_IRQ(52)] = { .handler = UART4_IRQHandler },
+    [ZO_IRQ(53)] = { .handler = UART5_IRQHandler },
+    [ZO_IRQ(54)] = { .handler = TIM6_DAC_IRQHandler },
+    [ZO_IRQ(55)] = { .handler = TIM7_IRQHandler },
+    [ZO_IRQ(56)] = { .handler = DMA2_Stream0_IRQHandler },
+    [ZO_IRQ(57)] = { .handler = DMA2_Stream1_IRQHandler },
+    [ZO_IRQ(58)] = { .handler = DMA2_Stream2_IRQHandler },
+    [ZO_IRQ(59)] = { .handler = DMA2_Stream3_IRQHandler },
+    [ZO_IRQ(60)] = { .handler = DMA2_Stream4_IRQHandler },
+    [ZO_IRQ(63)] = { .handler = FDCAN_CAL_IRQHandler },
+    [ZO_IRQ(64)] = { .handler = DFSDM1_FLT4_IRQHandler },
+    [ZO_IRQ(65)] = { .handler = DFSDM1_FLT5_IRQHandler },
+    [ZO_IRQ(66)] = { .handler = DFSDM1_FLT6_IRQHandler },
+    [ZO_IRQ(67)] = { .handler = DFSDM1_FLT7_IRQHandler },
+    [ZO_IRQ(68)] = { .handler = DMA2_Stream5_IRQHandler },
+    [ZO_IRQ(69)] = { .handler = DMA2_Stream6_IRQHandler },
+    [ZO_IRQ(70)] = { .handler = DMA2_Stream7_IRQHandler },
+    [ZO_IRQ(71)] = { .handler = USART6_IRQHandler },
+    [ZO_IRQ(72)] = { .handler = I2C3_EV_IRQHandler },
+    [ZO_IRQ(73)] = { .handler = I2C3_ER_IRQHandler },
+    [ZO_IRQ(74)] = { .handler = OTG_HS_EP1_OUT_IRQHandler },
+    [ZO_IRQ(75)] = { .handler = OTG_HS_EP1_IN_IRQHandler },
+    [ZO_IRQ(76)] = { .handler = OTG_HS_WKUP_IRQHandler },
+    [ZO_IRQ(77)] = { .handler = OTG_HS_IRQHandler },
+    [ZO_IRQ(78)] = { .handler = DCMI_PSSI_IRQHandler },
+    [ZO_IRQ(79)] = { .handler = CRYP_IRQHandler },
+    [ZO_IRQ(80)] = { .handler = HASH_RNG_IRQHandler },
+    [ZO_IRQ(81)] = { .handler = FPU_IRQHandler },
+    [ZO_IRQ(82)] = { .handler = UART7_IRQHandler },
+    [ZO_IRQ(83)] = { .handler = UART8_IRQHandler },
+    [ZO_IRQ(84)] = { .handler = SPI4_IRQHandler },
+    [ZO_IRQ(85)] = { .handler = SPI5_IRQHandler },
+    [ZO_IRQ(86)] = { .handler = SPI6_IRQHandler },
+    [ZO_IRQ(87)] = { .handler = SAI1_IRQHandler },
+    [ZO_IRQ(88)] = { .handler = LTDC_IRQHandler },
+    [ZO_IRQ(89)] = { .handler = LTDC_ER_IRQHandler },
+    [ZO_IRQ(90)] = { .handler = DMA2D_IRQHandler },
+    [ZO_IRQ(91)] = { .handler = SAI2_IRQHandler },
+    [ZO_IRQ(92)] = { .handler = OCTOSPI1_IRQHandler },
+    [ZO_IRQ(93)] = { .handler = LPTIM1_IRQHandler },
+    [ZO_IRQ(94)] = { .handler = CEC_IRQHandler },
+    [ZO_IRQ(95)] = { .handler = I2C4_EV_IRQHandler },
+    [ZO_IRQ(96)] = { .handler = I2C4_ER_IRQHandler },
+    [ZO_IRQ(97)] = { .handler = SPDIF_RX_IRQHandler },
+    [ZO_IRQ(102)] = { .handler = DMAMUX1_OVR_IRQHandler },
+    [ZO_IRQ(110)] = { .handler = DFSDM1_FLT0_IRQHandler },
+    [ZO_IRQ(111)] = { .handler = DFSDM1_FLT1_IRQHandler },
+    [ZO_IRQ(112)] = { .handler = DFSDM1_FLT2_IRQHandler },
+    [ZO_IRQ(113)] = { .handler = DFSDM1_FLT3_IRQHandler },
+    [ZO_IRQ(115)] = { .handler = SWPMI1_IRQHandler },
+    [ZO_IRQ(116)] = { .handler = TIM15_IRQHandler },
+    [ZO_IRQ(117)] = { .handler = TIM16_IRQHandler },
+    [ZO_IRQ(118)] = { .handler = TIM17_IRQHandler },
+    [ZO_IRQ(119)] = { .handler = MDIOS_WKUP_IRQHandler },
+    [ZO_IRQ(120)] = { .handler = MDIOS_IRQHandler },
+    [ZO_IRQ(121)] = { .handler = JPEG_IRQHandler },
+    [ZO_IRQ(122)] = { .handler = MDMA_IRQHandler },
+    [ZO_IRQ(124)] = { .handler = SDMMC2_IRQHandler },
+    [ZO_IRQ(125)] = { .handler = HSEM1_IRQHandler },
+    [ZO_IRQ(127)] = { .handler = DAC2_IRQHandler },
+    [ZO_IRQ(128)] = { .handler = DMAMUX2_OVR_IRQHandler },
+    [ZO_IRQ(129)] = { .handler = BDMA2_Channel0_IRQHandler },
+    [ZO_IRQ(130)] = { .handler = BDMA2_Channel1_IRQHandler },
+    [ZO_IRQ(131)] = { .handler = BDMA2_Channel2_IRQHandler },
+    [ZO_IRQ(132)] = { .handler = BDMA2_Channel3_IRQHandler },
+    [ZO_IRQ(133)] = { .handler = BDMA2_Channel4_IRQHandler },
+    [ZO_IRQ(134)] = { .handler = BDMA2_Channel5_IRQHandler },
+    [ZO_IRQ(135)] = { .handler = BDMA2_Channel6_IRQHandler },
+    [ZO_IRQ(136)] = { .handler = BDMA2_Channel7_IRQHandler },
+    [ZO_IRQ(137)] = { .handler = COMP_IRQHandler },
+    [ZO_IRQ(138)] = { .handler = LPTIM2_IRQHandler },
+    [ZO_IRQ(139)] = { .handler = LPTIM3_IRQHandler },
+    [ZO_IRQ(140)] = { .handler = UART9_IRQHandler },
+    [ZO_IRQ(141)] = { .handler = USART10_IRQHandler },
+    [ZO_IRQ(142)] = { .handler = LPUART1_IRQHandler },
+    [ZO_IRQ(143)] = { .handler = WWDG_RST_IRQHandler },
+    [ZO_IRQ(144)] = { .handler = CRS_IRQHandler },
+    [ZO_IRQ(145)] = { .handler = ECC_IRQHandler },
+    [ZO_IRQ(147)] = { .handler = DTS_IRQHandler },
+    [ZO_IRQ(149)] = { .handler = WAKEUP_PIN_IRQHandler },
+    [ZO_IRQ(150)] = { .handler = OCTOSPI2_IRQHandler },
+    [ZO_IRQ(151)] = { .handler = OTFDEC1_IRQHandler },
+    [ZO_IRQ(152)] = { .handler = OTFDEC2_IRQHandler },
+    [ZO_IRQ(153)] = { .handler = GFXMMU_IRQHandler },
+    [ZO_IRQ(154)] = { .handler = BDMA1_IRQHandler },
+};
+
+static void call_array(void (**start)(void), void (**end)(void))
+{
+    uint32_t n = (uint32_t)((uintptr_t)end - (uintptr_t)start) / sizeof(*start);
+    for (uint32_t i = 0; i < n; i++) {
+        start[i]();
+    }
+}
+
+void Reset_Handler(void)
+{
+    /* FPU first: anything compiled with -mfloat-abi=hard may use FP registers. */
+    SCB_CPACR |= CPACR_CP10_CP11_FULL;
+    __asm volatile("dsb\n\tisb" ::: "memory");
+
+    /* The boot address comes from the option bytes (BOOT_ADD0, 0x08000000 by default,
+     * RM0455 "Boot configuration"); point VTOR at the table explicitly anyway. */
+    SCB_VTOR = (uint32_t)(uintptr_t)zo_vector_table;
+    __asm volatile("dsb\n\tisb" ::: "memory");
+
+    /* .data: copy the load image from flash. Word loops: the script aligns all bounds to 4. */
+    {
+        const uint32_t *src = _sidata;
+        uint32_t *dst = _sdata;
+        uint32_t n = (uint32_t)((uintptr_t)_edata - (uintptr_t)_sdata) / 4u;
+        for (uint32_t i = 0; i < n; i++) {
+            dst[i] = src[i];
+        }
+    }
+    /* .bss: zero. */
+    {
+        uint32_t *dst = _sbss;
+        uint32_t n = (uint32_t)((uintptr_t)_ebss - (uintptr_t)_sbss) / 4u;
+        for (uint32_t i = 0; i < n; i++) {
+            dst[i] = 0u;
+        }
+    }
+
+    call_array(__preinit_array_start, __preinit_array_end);
+    call_array(__init_array_start, __init_array_end);
+
+    (void)main();
+    for (;;) {
+    }
+}
+
+void Default_Handler(void)
+{
+    /* Unexpected exception or interrupt: stop here (a debugger shows the active vector in
+     * the IPSR). */
+    for (;;) {
+    }
+}
