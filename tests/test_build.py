@@ -125,3 +125,24 @@ def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model)
     flash_used = sum(sections[s][0] for s in (".isr_vector", ".text", ".rodata", ".data"))
     assert flash_data <= flash_used <= flash_data + 24 * 1024
     assert flash_used <= report["flash"]["flash_bytes"]
+
+
+@pytest.mark.parametrize("target,board", [("stm32f746", "disco_f746ng"),
+                                          ("stm32h7b3", "stm32h7b3i_dk")])
+def test_generated_platformio_project(tmp_path, target, board):
+    """The platformio.ini `zocodegen build` writes parses with PlatformIO's own parser and
+    points at files that exist in the project (the board JSON where PlatformIO lacks one)."""
+    from platformio.project.config import ProjectConfig
+    out = tmp_path / "fw"
+    assert main(["build", str(FIXTURES / "mcunet_tiny.tflite"), "--target", target,
+                 "-o", str(out)]) == 0
+    config = ProjectConfig(str(out / "platformio.ini"), parse_extra=False)
+    env = f"env:{target}"
+    assert config.get(env, "board") == board
+    assert (out / config.get(env, "board_build.ldscript")).is_file()
+    assert "-mcpu=cortex-m7" in config.get(env, "build_flags")
+    script = config.get(env, "extra_scripts")[0].removeprefix("post:")
+    assert (out / script).is_file()
+    if target == "stm32h7b3":
+        spec = json.loads((out / "boards" / f"{board}.json").read_text())
+        assert spec["build"]["mcu"].startswith("stm32h7b3")

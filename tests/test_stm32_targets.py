@@ -142,8 +142,7 @@ def write_project(root: Path, target: str, arena_region=None, arena_bytes=ARENA_
     platform_dir.mkdir(parents=True)
     (root / "include").mkdir()
     shutil.copy(REPO / "templates" / "project" / "platform.h", root / "include" / "platform.h")
-    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk",
-                 "pio_link_flags.py"):
+    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk"):
         (platform_dir / name).write_text(render(f"targets/{target}/{name}",
                                                 target=target, target_info=target_info(target)))
     (platform_dir / f"{target}.ld").write_text(render_linker(target, arena_region))
@@ -207,8 +206,7 @@ def inside(addr: int, size: int, region: tuple[int, int]) -> bool:
 def test_sources_pass_through_the_renderer_unchanged(target):
     """zocodegen renders every file of targets/<t>/ through Jinja: the C, make and Python
     sources must contain nothing Jinja would change."""
-    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk",
-                 "pio_link_flags.py"):
+    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk"):
         raw = (REPO / "targets" / target / name).read_text()
         assert render(f"targets/{target}/{name}", target=target,
                       target_info=target_info(target)) == raw, name
@@ -367,7 +365,7 @@ def test_platformio_ini(tmp_path, target):
     assert config.get(env, "upload_protocol") == "stlink"
     assert config.get(env, "monitor_speed") == 115200
     assert config.get(env, "extra_scripts") == [
-        f"post:src/platform/{target}/pio_link_flags.py"]
+        "post:pio_link_flags.py"]
     flags = config.get(env, "build_flags")
     for flag in ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", f"-mfpu={spec['fpu']}",
                  "-std=c99", "-Wall", "-Wextra", "-ffp-contract=off", "-Iinclude", "-O2"):
@@ -401,7 +399,7 @@ def test_pio_link_flags_script_forwards_machine_flags(tmp_path, target):
                 self.appended.setdefault(key, []).extend(values)
 
     env = FakeEnv(config.get(f"env:{target}", "build_flags"))
-    script = REPO / "targets" / target / "pio_link_flags.py"
+    script = REPO / "templates" / "project" / "pio_link_flags.py"
     exec(compile(script.read_text(), str(script), "exec"), {"Import": lambda _: None, "env": env})
     link = env.appended["LINKFLAGS"]
     for flag in ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", f"-mfpu={SPEC[target]['fpu']}",

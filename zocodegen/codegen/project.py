@@ -159,6 +159,8 @@ def _render_board(env: jinja2.Environment, target: str, context: dict, placement
             env.get_template(template).render(board_context)
     files["platformio.ini"] = env.get_template("templates/project/platformio.ini.j2").render(
         board_context)
+    files["pio_link_flags.py"] = env.get_template("templates/project/pio_link_flags.py").render(
+        board_context)
     for template in _listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
         if base.startswith("board") and base.endswith(".json.j2"):
