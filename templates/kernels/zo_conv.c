@@ -7,6 +7,7 @@
  *
  * Taps that fall into the padding contribute nothing (padding holds the real value 0).
  */
+#include "zo_dot.h"
 #include "zo_kernels.h"
 #include "zo_requant.h"
 
@@ -39,11 +40,9 @@ void zo_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *we
                             if (x < 0 || x >= p->in_w) {
                                 continue;
                             }
-                            const int8_t *pixel = image + (y * p->in_w + x) * in_c;
-                            const int8_t *tap = filter + (ky * p->k_w + kx) * in_c;
-                            for (int32_t ic = 0; ic < in_c; ++ic) {
-                                acc += (pixel[ic] + p->input_offset) * tap[ic];
-                            }
+                            acc = zo_dot_s8(image + (y * p->in_w + x) * in_c,
+                                            filter + (ky * p->k_w + kx) * in_c, in_c,
+                                            p->input_offset, acc);
                         }
                     }
                     *output++ = requantize_channel(p, acc, oc);

@@ -5,6 +5,7 @@
  *
  *   y[r][o] = clamp(MBQM_single(bias[o] + sum_i (x[r][i] + input_offset) * w[o][i]) + output_offset)
  */
+#include "zo_dot.h"
 #include "zo_kernels.h"
 #include "zo_requant.h"
 
@@ -15,10 +16,7 @@ void zo_fully_connected_s8(const zo_fc_params *p, const int8_t *input, const int
         const int8_t *row = input + r * p->in_features;
         for (int32_t o = 0; o < p->out_features; ++o) {
             const int8_t *w = weights + o * p->in_features;
-            int32_t acc = bias ? bias[o] : 0;
-            for (int32_t i = 0; i < p->in_features; ++i) {
-                acc += (row[i] + p->input_offset) * w[i];
-            }
+            int32_t acc = zo_dot_s8(row, w, p->in_features, p->input_offset, bias ? bias[o] : 0);
             *output++ = zo_offset_clamp_s8(zo_mbqm_single(acc, p->multiplier[o], (int)p->shift[o]),
                                            p->output_offset, p->act_min, p->act_max);
         }

@@ -11,6 +11,9 @@ void platform_init(void);                            /* clocks, UART, cycle coun
 void platform_read(uint8_t *dst, uint32_t n);        /* blocks until n bytes arrived */
 void platform_write(const uint8_t *src, uint32_t n); /* blocks until queued */
 uint32_t platform_cycles(void);                      /* free-running up-counter */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
 void platform_exit(int status);                      /* does not return */
 
 #endif /* PLATFORM_H */
