@@ -29,13 +29,14 @@ def generate(model_path: Path, options: BuildOptions, out_dir: Path) -> ProjectP
     return plan
 
 
-def make(project: Path, goal: str, sanitize: bool = False) -> Path:
+def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "") -> Path:
     """Run ``make goal`` in a generated project; returns the artefact it produced."""
     compiler = "cc" if goal == "native" else "arm-none-eabi-gcc"
     if shutil.which("make") is None or shutil.which(compiler) is None:
         raise UserError(f"building '{goal}' needs make and {compiler}; install them with "
                         f"{APT_HINT}")
-    args = ["make", "-C", str(project), goal] + (["SANITIZE=1"] if sanitize else [])
+    args = (["make", "-C", str(project), goal] + (["SANITIZE=1"] if sanitize else [])
+            + ([f"EXTRA_CFLAGS={extra_cflags}"] if extra_cflags else []))
     result = subprocess.run(args, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
@@ -50,7 +51,7 @@ def cache_root() -> Path:
 
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
-                 sanitize: bool = False) -> Path:
+                 sanitize: bool = False, extra_cflags: str = "") -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
@@ -64,7 +65,7 @@ def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
     digest = hashlib.sha256()
     for rel in sorted(files):
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
-    digest.update(f"{engine}:{sanitize}".encode())
+    digest.update(f"{engine}:{sanitize}:{extra_cflags}".encode())
     project = cache_root() / digest.hexdigest()[:24]
     artefact = project / ARTEFACTS["native-sanitize" if sanitize else engine]
     if artefact.is_file():
@@ -73,7 +74,7 @@ def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
     with tempfile.TemporaryDirectory(dir=project.parent) as tmp:
         staging = Path(tmp) / "project"
         write_project(files, staging)
-        make(staging, engine, sanitize)
+        make(staging, engine, sanitize, extra_cflags)
         if not artefact.is_file():  # another process may have finished first
             shutil.rmtree(project, ignore_errors=True)
             staging.rename(project)

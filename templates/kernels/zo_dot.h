@@ -7,7 +7,7 @@
  * pairs at a time with SXTB16 (sign-extend bytes 0/2 to halfwords), SADD16 (add the offset to
  * both halfwords) and SMLAD (two 16x16 products added to the accumulator). Every partial sum
  * is an exact integer, so the fast path is bit-exact with the portable loop; the QEMU tests
- * run it against the numpy reference.
+ * run it against the numpy reference. Build with -DZO_PORTABLE_KERNELS to compare.
  */
 #ifndef ZO_DOT_H
 #define ZO_DOT_H
@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(ZO_PORTABLE_KERNELS)
 #include <arm_acle.h>
 
 /* rotate right by 8: bytes 1/3 into the positions SXTB16 reads (compiles to ROR or folds
