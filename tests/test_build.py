@@ -146,3 +146,24 @@ def test_generated_platformio_project(tmp_path, target, board):
     if target == "stm32h7b3":
         spec = json.loads((out / "boards" / f"{board}.json").read_text())
         assert spec["build"]["mcu"].startswith("stm32h7b3")
+
+
+@pytest.mark.parametrize("engine", ["native", pytest.param("qemu", marks=needs_arm)])
+def test_cli_infer_engines_agree_with_reference(tmp_path, engine, capsys, monkeypatch):
+    """`infer --engine native|qemu` through the CLI (two outputs -> .npz) equals the reference."""
+    monkeypatch.setenv("ZOCODEGEN_CACHE", str(tmp_path / "cache"))
+    model = FIXTURES / "multi_op.tflite"
+    graph = load_model(model)
+    x = np.random.default_rng(3).integers(-128, 128, (5, *graph.tensor(graph.inputs[0]).shape[1:]),
+                                          dtype=np.int8)
+    np.save(tmp_path / "x.npy", x)
+    outputs = {}
+    for name in ("reference", engine):
+        assert main(["infer", str(model), "--input", str(tmp_path / "x.npy"), "--output",
+                     str(tmp_path / f"{name}.npz"), "--engine", name]) == 0
+        outputs[name] = dict(np.load(tmp_path / f"{name}.npz"))
+    assert outputs["reference"].keys() == outputs[engine].keys()
+    for key in outputs["reference"]:
+        assert np.array_equal(outputs["reference"][key], outputs[engine][key]), key
+    if engine == "qemu":
+        assert "instructions per inference" in capsys.readouterr().err

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import struct
 import subprocess
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -26,21 +28,30 @@ class ProtocolError(RuntimeError):
     """The firmware did not answer as the harness protocol says (a crash, most likely)."""
 
 
-def _start(engine: str, artefact: Path, icount: bool = True) -> subprocess.Popen:
+def _start(engine: str, artefact: Path, icount: bool, stderr: IO[bytes]) -> subprocess.Popen:
+    """The firmware's stderr (QEMU warnings, fault reports, sanitizer findings) goes to a
+    file, read back only to explain a failure: a pipe nobody drains could block the child."""
     if engine == "qemu":
         from .qemu.runner import start
-        return start(artefact, icount=icount)
+        return start(artefact, icount=icount, stderr=stderr)
     return subprocess.Popen([str(artefact)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=stderr)
 
 
-def _read_exact(proc: subprocess.Popen, n: int) -> bytes:
+def _stderr_text(stderr: IO[bytes]) -> str:
+    stderr.seek(0)
+    lines = stderr.read().decode(errors="replace").splitlines()
+    return " ".join(line for line in lines if "has no peer" not in line).strip()
+
+
+def _read_exact(proc: subprocess.Popen, n: int, stderr: IO[bytes]) -> bytes:
     data = proc.stdout.read(n)
     if len(data) != n:
         proc.kill()
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        status = proc.wait()
+        detail = _stderr_text(stderr)
         raise ProtocolError(f"firmware closed the link after {len(data)} of {n} bytes "
-                            f"(exit {proc.wait()}){': ' + stderr.strip() if stderr else ''}")
+                            f"(exit {status}){': ' + detail if detail else ''}")
     return data
 
 
@@ -69,9 +80,10 @@ def run_samples(graph: Graph, engine: str, artefact: Path,
                 samples: Iterable[dict[str, np.ndarray]], icount: bool = True
                 ) -> Iterator[EngineResult]:
     """Start the firmware once and run every sample through it, yielding results in order."""
-    proc = _start(engine, artefact, icount)
+    stderr = tempfile.TemporaryFile()
+    proc = _start(engine, artefact, icount, stderr)
     try:
-        header = _read_exact(proc, 12)
+        header = _read_exact(proc, 12, stderr)
         if header[:4] != BANNER:
             raise ProtocolError(f"unexpected banner {header[:4]!r} from {artefact}")
         in_bytes, out_bytes = struct.unpack("<II", header[4:])
@@ -82,10 +94,10 @@ def run_samples(graph: Graph, engine: str, artefact: Path,
                                     f"gives {len(payload)}: stale build?")
             proc.stdin.write(b"I" + payload)
             proc.stdin.flush()
-            tag = _read_exact(proc, 1)
+            tag = _read_exact(proc, 1, stderr)
             if tag != b"O":
                 raise ProtocolError(f"firmware answered {tag!r} instead of 'O'")
-            body = _read_exact(proc, out_bytes + 4)
+            body = _read_exact(proc, out_bytes + 4, stderr)
             yield EngineResult(_split_outputs(graph, body[:out_bytes]),
                                struct.unpack("<I", body[out_bytes:])[0])
         proc.stdin.write(b"Q")
@@ -93,9 +105,9 @@ def run_samples(graph: Graph, engine: str, artefact: Path,
         proc.stdin.close()
         status = proc.wait(timeout=30)
         if status != 0:
-            stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise ProtocolError(f"firmware exited with status {status} {stderr.strip()}")
+            raise ProtocolError(f"firmware exited with status {status} {_stderr_text(stderr)}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        stderr.close()
