@@ -86,11 +86,9 @@ def test_qemu_equals_reference(spec):
     assert min(counts) > 0, "QEMU reported no instruction count"
 
 
-@pytest.mark.parametrize("spec", [pytest.param(("fixture", "multi_op.tflite"), id="multi_op"),
-                                  pytest.param(("fixture", "mcunet_tiny.tflite"), id="mcunet"),
-                                  pytest.param(("shared", "kws_ref_model.tflite"), id="kws")])
+@pytest.mark.parametrize("spec", MODELS)
 def test_native_sanitizers_clean(spec):
     """ASan + UBSan with -fno-sanitize-recover: any finding aborts and fails the run."""
     path = resolve(spec)
     graph = load_model(path)
-    _check(graph, "native", cached_build(path, "native", sanitize=True), _samples(graph, 8))
+    _check(graph, "native", cached_build(path, "native", sanitize=True), _samples(graph, 6))

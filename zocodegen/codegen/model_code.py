@@ -48,7 +48,13 @@ class ModelCode:
 def _tensor_line(graph: Graph, plan: ArenaPlan, role: str, name: str) -> str:
     t = graph.tensor(name)
     where = "const" if t.data is not None else f"arena+{plan.offsets[name]}"
-    return f"{role:<3} '{c_comment(name)}' {list(t.shape)} {np.dtype(t.dtype).name} @ {where}"
+    return (f"{role:<3} '{c_comment(_abbreviated(name))}' {list(t.shape)} "
+            f"{np.dtype(t.dtype).name} @ {where}")
+
+
+def _abbreviated(name: str, limit: int = 64) -> str:
+    """TFLite names of fused tensors run to hundreds of characters; keep both ends."""
+    return name if len(name) <= limit else f"{name[:limit // 2 - 2]}...{name[-(limit // 2 - 1):]}"
 
 
 def c_comment(text: str) -> str:
