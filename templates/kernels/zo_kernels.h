@@ -162,5 +162,7 @@ typedef struct {
 void zo_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *output);
 /* output scale 16/256, zero point 127 */
 void zo_log_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *output);
+/* training loss: -log softmax(logits)[label] in Q5.26, with LOG_SOFTMAX's parameters */
+int32_t zo_cross_entropy_q26(const zo_softmax_params *p, const int8_t *logits, int32_t label);
 
 #endif /* ZO_KERNELS_H */

@@ -382,3 +382,22 @@ void zo_log_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *
         }
     }
 }
+
+/* The zeroth-order trainer's loss: cross-entropy -log softmax(logits)[label] as an int32 in
+ * Q5.26 (units of 2^-26 nats), i.e. log(sum of exps) - scaled diff of the label, with the
+ * LOG_SOFTMAX arithmetic above, so every target computes the same integer without libm.
+ * p holds LOG_SOFTMAX's parameters for the logits' scale; rows is ignored (one row of depth
+ * logits). A label more than ~32 nats below the maximum saturates at INT32_MAX.
+ * numpy twin: zocodegen.reference.softmax.cross_entropy_q26. */
+int32_t zo_cross_entropy_q26(const zo_softmax_params *p, const int8_t *logits, int32_t label)
+{
+    const int32_t max_in_row = zo_row_max(logits, p->depth);
+    const uint32_t sum_of_exps = zo_sum_of_exps_q12(p, logits, max_in_row);
+    const int32_t log_sum_q5 =
+        zo_log_x_for_x_greater_than_or_equal_to_1_q12_to_q5(zo_s32_from_u32(sum_of_exps));
+    const int32_t diff = (int32_t)logits[label] - max_in_row;
+    if (diff < p->diff_min) {
+        return ZO_INT32_MAX;
+    }
+    return zo_sat_sub(log_sum_q5, zo_scaled_diff_q5(p, diff));
+}

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..ir import Graph, Op
-from ..numerics import (INT32_MIN, multiply_by_quantized_multiplier, quantize_multiplier,
+from ..numerics import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, quantize_multiplier,
                         rounding_divide_by_pot, saturating_rounding_doubling_high_mul,
                         wrap_int32)
 from . import fixedpoint as fp
@@ -174,6 +174,28 @@ def log_softmax_int8(x: np.ndarray, params: LogSoftmaxParams) -> np.ndarray:
     out = np.clip(out + LOG_SOFTMAX_OUTPUT_ZERO_POINT, -128, 127)
     out = np.where(keep, out, -128)
     return out.astype(np.int8).reshape(np.shape(x))
+
+
+def cross_entropy_q26(logits: np.ndarray, labels: np.ndarray,
+                      params: LogSoftmaxParams) -> np.ndarray:
+    """Cross-entropy ``-log softmax(logits)[label]`` per row, as an int32 in Q5.26 (units of
+    2**-26 nats), from the LOG_SOFTMAX arithmetic above: ``log(sum of exps) - scaled diff``.
+
+    This is the zeroth-order trainer's loss (DESIGN.md section 4: identical on x86 and Arm,
+    no libm). ``params`` are LOG_SOFTMAX's for the logits' scale (beta 1). A label more than
+    ~32 nats below the maximum saturates at INT32_MAX; C twin: ``zo_cross_entropy_q26``.
+    """
+    diff = _rows_and_diffs(logits)
+    valid = diff >= params.diff_min
+    diff_q5 = multiply_by_quantized_multiplier(diff, params.input_multiplier,
+                                               params.input_left_shift)
+    exp_q0 = fp.exp_on_negative_values(diff_q5, SCALED_DIFF_INTEGER_BITS)
+    log_sum_q5 = fp.log_x_for_x_greater_than_or_equal_to_1(
+        _sum_of_exps_q12(exp_q0, valid), ACCUMULATION_INTEGER_BITS, SCALED_DIFF_INTEGER_BITS)
+    rows = np.arange(diff.shape[0])
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    loss = fp.saturating_sub(log_sum_q5[:, 0], diff_q5[rows, labels])
+    return np.where(valid[rows, labels], loss, INT32_MAX)
 
 
 def _check_output_quant(graph: Graph, op: Op, scale: float, zero_point: int) -> None:
