@@ -34,6 +34,7 @@ MODELS = [REPO.parent / "shared" / "models" / "kws_ref_model.tflite",
           REPO.parent / "shared" / "models" / "pretrainedResnet_quant.tflite",
           REPO / "tests" / "fixtures" / "mcunet_tiny.tflite",
           REPO / "tests" / "fixtures" / "multi_op.tflite",
+          REPO / "tests" / "fixtures" / "digits_cnn.tflite",
           REPO / "tests" / "fixtures" / "onnx_qdq_int8.onnx"]
 SAMPLES = 3
 DOC = REPO / "docs" / "benchmarks.md"
