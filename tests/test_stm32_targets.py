@@ -136,15 +136,21 @@ print:
 """
 
 
+def PLATFORM_FILES(target: str) -> tuple[str, ...]:  # noqa: N802 (a constant per target)
+    """What the generator copies into src/platform/<target>/ besides the linker script."""
+    return (f"targets/{target}/startup_{target}.c", f"targets/{target}/board.h",
+            f"targets/{target}/platform.mk", "targets/common/platform_stm32.c")
+
+
 def write_project(root: Path, target: str, arena_region=None, arena_bytes=ARENA_BYTES) -> Path:
     """A generated project's layout: include/, src/main.c, src/platform/<target>/, Makefile."""
     platform_dir = root / "src" / "platform" / target
     platform_dir.mkdir(parents=True)
     (root / "include").mkdir()
     shutil.copy(REPO / "templates" / "project" / "platform.h", root / "include" / "platform.h")
-    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk"):
-        (platform_dir / name).write_text(render(f"targets/{target}/{name}",
-                                                target=target, target_info=target_info(target)))
+    for name in PLATFORM_FILES(target):
+        (platform_dir / name.rsplit("/", 1)[1]).write_text(
+            render(name, target=target, target_info=target_info(target)))
     (platform_dir / f"{target}.ld").write_text(render_linker(target, arena_region))
     (root / "src" / "main.c").write_text(MAIN_C % {"arena": arena_bytes})
     (root / "Makefile").write_text(MAKEFILE % {"t": target})
@@ -206,10 +212,9 @@ def inside(addr: int, size: int, region: tuple[int, int]) -> bool:
 def test_sources_pass_through_the_renderer_unchanged(target):
     """zocodegen renders every file of targets/<t>/ through Jinja: the C, make and Python
     sources must contain nothing Jinja would change."""
-    for name in (f"startup_{target}.c", f"platform_{target}.c", "platform.mk"):
-        raw = (REPO / "targets" / target / name).read_text()
-        assert render(f"targets/{target}/{name}", target=target,
-                      target_info=target_info(target)) == raw, name
+    for name in PLATFORM_FILES(target):
+        raw = (REPO / name).read_text()
+        assert render(name, target=target, target_info=target_info(target)) == raw, name
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -375,7 +380,7 @@ def test_platformio_ini(tmp_path, target):
     assert set(variables["FW_CFLAGS"].split()) - {"-g"} <= set(flags)
     assert f"-T src/platform/{target}/{target}.ld" in variables["FW_LDFLAGS"]
     assert variables["FW_SRCS"].split() == [f"src/platform/{target}/startup_{target}.c",
-                                            f"src/platform/{target}/platform_{target}.c"]
+                                            f"src/platform/{target}/platform_stm32.c"]
     lint = ProjectConfig.lint(str(path))
     assert lint == {"errors": [], "warnings": []}
 

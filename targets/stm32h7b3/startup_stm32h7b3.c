@@ -17,7 +17,7 @@
  * if main returns, loop forever.
  *
  * Supply and clocks are left at their reset state here; see clock_init() in
- * platform_stm32h7b3.c for why PWR_CR3 (SMPS/LDO) is not touched yet.
+ * board.h for why PWR_CR3 (SMPS/LDO) is not touched yet.
  */
 #include <stdint.h>
 

@@ -151,9 +151,9 @@ def _render_board(env: jinja2.Environment, target: str, context: dict, placement
     data = _target_data(target)
     board_context = dict(context, target_info=data,
                          arena_region=_arena_region(data, placement))
-    for template in _listing(env, f"targets/{target}"):
+    for template in _listing(env, "targets/common") + _listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
-        if base in ("target.json", "platform.h") or base.startswith("board"):
+        if base == "target.json" or base.startswith("board_"):
             continue
         files["src/platform/" + target + "/" + base.removesuffix(".j2")] = \
             env.get_template(template).render(board_context)
@@ -163,7 +163,7 @@ def _render_board(env: jinja2.Environment, target: str, context: dict, placement
         board_context)
     for template in _listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
-        if base.startswith("board") and base.endswith(".json.j2"):
+        if base.startswith("board_") and base.endswith(".json.j2"):
             board_id = data.get("platformio_board_id", base.removeprefix("board_")
                                 .removesuffix(".json.j2"))
             files[f"boards/{board_id}.json"] = env.get_template(template).render(board_context)

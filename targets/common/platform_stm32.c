@@ -1,26 +1,10 @@
 /*
- * platform.h for the STM32F746NG on the 32F746GDISCOVERY kit (zocodegen).
- *
- * Serial link: the ST-LINK/V2-1 virtual COM port, wired to USART1 with TX = PA9 and
- * RX = PB7 (UM1907 "USB virtual COM port" and the I/O assignment table), both alternate
- * function AF7 (STM32F746xx datasheet DS10916, table 12 "Alternate function mapping").
- * 115200 baud, 8 data bits, no parity, 1 stop bit, polled, no flow control.
- *
- * Clock: clock_init() keeps the reset clock: the 16 MHz HSI RC oscillator drives SYSCLK,
- * AHB and APB2 undivided (RM0385 section 5.2 "Clocks", RCC_CFGR reset value 0). The 216 MHz
- * PLL configuration (target.json clock_hz) is a later issue. USART1's kernel clock is PCLK2
- * at reset (RCC_DCKCFGR2.USART1SEL = 00), so the baud-rate divider is computed from 16 MHz.
- *
- * Cycle counter: DWT CYCCNT (core clock cycles), unlocked through DWT_LAR as the
- * Cortex-M7 requires when no debugger has unlocked it.
- *
- * Caches: the Cortex-M7 L1 instruction and data caches are enabled (ZO_CACHES=0 at compile
- * time keeps them off). Safe here: nothing uses DMA, DTCM is never cached, peripherals are
- * Device memory in the default memory map, and the default attributes of flash and SRAM1/2
- * are write-back write-allocate (no write-through erratum exposure).
- *
- * Register addresses: RM0385 rev 8 (STM32F75xxx/74xxx reference manual) and the ARMv7-M
- * Architecture Reference Manual (DDI 0403E); the section of each is next to its #define.
+ * platform.h for both STM32 Cortex-M7 boards (zocodegen): the ST-LINK virtual COM port on a
+ * polled USART (115200 8N1), the DWT cycle counter, the L1 caches. The USART, GPIO and core
+ * registers are the same IP on the STM32F7 and STM32H7; what differs (clock tree, RCC enable
+ * bits, pins, kernel clock frequency) comes from board.h, one per target, whose comment says
+ * which manual sections it follows. Register offsets: RM0385 / RM0455 (USART and GPIO
+ * chapters) and the ARMv7-M Architecture Reference Manual (DDI 0403E).
  */
 #include <stdint.h>
 
@@ -32,51 +16,33 @@
 
 #define ZO_REG32(addr) (*(volatile uint32_t *)(uintptr_t)(addr))
 
-/* ---- clocks ---------------------------------------------------------------------------- */
+static inline void zo_dsb_isb(void)
+{
+    __asm volatile("dsb\n\tisb" ::: "memory");
+}
 
-#define ZO_HSI_HZ     16000000u  /* RM0385 section 5.2.2 "HSI clock": 16 MHz RC */
-#define ZO_SYSCLK_HZ  ZO_HSI_HZ  /* what clock_init() leaves running */
-#define ZO_PCLK2_HZ   ZO_SYSCLK_HZ /* HPRE = PPRE2 = 1 at reset */
-#define ZO_BAUD       115200u
+#include "board.h"
 
-/* ---- RCC: RM0385 section 5.3, base 0x40023800 (section 2.2.2, table 1) ------------------ */
+/* ---- GPIO (same layout on F7 and H7: RM0385 6.4, RM0455 GPIO registers) ---------------- */
 
-#define RCC_BASE      0x40023800u
-#define RCC_AHB1ENR   ZO_REG32(RCC_BASE + 0x30u) /* 5.3.10 */
-#define RCC_APB2ENR   ZO_REG32(RCC_BASE + 0x44u) /* 5.3.14 */
-#define RCC_DCKCFGR2  ZO_REG32(RCC_BASE + 0x90u) /* 5.3.26 */
-#define RCC_AHB1ENR_GPIOAEN     (1u << 0)
-#define RCC_AHB1ENR_GPIOBEN     (1u << 1)
-#define RCC_APB2ENR_USART1EN    (1u << 4)
-#define RCC_DCKCFGR2_USART1SEL  (3u << 0)        /* 00: PCLK2 (reset value) */
-
-/* ---- GPIO: RM0385 section 6.4 ----------------------------------------------------------- */
-
-#define GPIOA_BASE    0x40020000u
-#define GPIOB_BASE    0x40020400u
 #define GPIO_MODER(b)   ZO_REG32((b) + 0x00u) /* 6.4.1: 2 bits per pin, 10 = alternate */
 #define GPIO_OTYPER(b)  ZO_REG32((b) + 0x04u) /* 6.4.2: 0 = push-pull */
 #define GPIO_OSPEEDR(b) ZO_REG32((b) + 0x08u) /* 6.4.3: 01 = medium speed */
 #define GPIO_PUPDR(b)   ZO_REG32((b) + 0x0Cu) /* 6.4.4: 01 = pull-up */
 #define GPIO_AFR(b, i)  ZO_REG32((b) + 0x20u + 4u * (i)) /* 6.4.9 AFRL, 6.4.10 AFRH */
 
-#define VCP_TX_PORT   GPIOA_BASE
-#define VCP_TX_PIN    9u
-#define VCP_RX_PORT   GPIOB_BASE
-#define VCP_RX_PIN    7u
-#define VCP_AF        7u   /* AF7 = USART1 on PA9 and PB7 (DS10916 table 12) */
 
-/* ---- USART1: RM0385 USART chapter, "USART registers"; base 0x40011000 ------------------- */
+/* ---- USART (same layout on F7 and H7: RM0385 / RM0455 "USART registers") --------------- */
 
-#define USART1_BASE   0x40011000u
-#define USART_CR1     ZO_REG32(USART1_BASE + 0x00u)
-#define USART_CR2     ZO_REG32(USART1_BASE + 0x04u)
-#define USART_CR3     ZO_REG32(USART1_BASE + 0x08u)
-#define USART_BRR     ZO_REG32(USART1_BASE + 0x0Cu)
-#define USART_ISR     ZO_REG32(USART1_BASE + 0x1Cu)
-#define USART_ICR     ZO_REG32(USART1_BASE + 0x20u)
-#define USART_RDR     ZO_REG32(USART1_BASE + 0x24u)
-#define USART_TDR     ZO_REG32(USART1_BASE + 0x28u)
+#define USART_CR1     ZO_REG32(ZO_VCP_USART_BASE + 0x00u)
+#define USART_CR2     ZO_REG32(ZO_VCP_USART_BASE + 0x04u)
+#define USART_CR3     ZO_REG32(ZO_VCP_USART_BASE + 0x08u)
+#define USART_BRR     ZO_REG32(ZO_VCP_USART_BASE + 0x0Cu)
+#define USART_ISR     ZO_REG32(ZO_VCP_USART_BASE + 0x1Cu)
+#define USART_ICR     ZO_REG32(ZO_VCP_USART_BASE + 0x20u)
+#define USART_RDR     ZO_REG32(ZO_VCP_USART_BASE + 0x24u)
+#define USART_TDR     ZO_REG32(ZO_VCP_USART_BASE + 0x28u)
+#define USART_PRESC   ZO_REG32(ZO_VCP_USART_BASE + 0x2Cu) /* H7 only */
 #define USART_CR1_UE  (1u << 0)
 #define USART_CR1_RE  (1u << 2)
 #define USART_CR1_TE  (1u << 3)
@@ -115,23 +81,8 @@
 #define DWT_LAR       ZO_REG32(0xE0001FB0u)
 #define DWT_LAR_KEY   0xC5ACCE55u
 
-static inline void zo_dsb_isb(void)
-{
-    __asm volatile("dsb\n\tisb" ::: "memory");
-}
-
 /* Exit status of platform_exit(), for a debugger to read. */
 volatile int zo_exit_status;
-
-/*
- * Clock tree. CURRENTLY KEEPS THE RESET CLOCK: SYSCLK = HSI = 16 MHz, flash at 0 wait states
- * (valid up to 30 MHz, RM0385 section 3.3.2 table 5), every bus prescaler 1. Bringing up the
- * PLL to 216 MHz (HSE 25 MHz on the kit, over-drive, 7 wait states) is a later issue; when it
- * lands, ZO_PCLK2_HZ and the baud-rate divider below must follow.
- */
-static void clock_init(void)
-{
-}
 
 static void cache_enable(void)
 {
@@ -186,16 +137,16 @@ static void gpio_alternate(uint32_t port, uint32_t pin, uint32_t af, int pull_up
 
 static void vcp_usart_init(void)
 {
-    RCC_AHB1ENR |= RCC_AHB1ENR_GPIOAEN | RCC_AHB1ENR_GPIOBEN;
-    RCC_APB2ENR |= RCC_APB2ENR_USART1EN;
-    (void)RCC_APB2ENR; /* read back: the clock is running before the first access (5.3) */
-    zo_dsb_isb();
-    RCC_DCKCFGR2 &= ~RCC_DCKCFGR2_USART1SEL; /* kernel clock = PCLK2 (the reset value) */
+    board_serial_clocks();
 
-    /* 8N1, oversampling by 16: BRR = f_ck / baud, rounded (16 MHz / 115200 -> 139, +0.08 %). */
+    /* 8N1, oversampling by 16 (FIFO off on the H7): BRR = f_ck / baud, rounded
+     * (F7: 16 MHz / 115200 -> 139, +0.08 %; H7: 64 MHz -> 556, -0.08 %). */
     USART_CR1 = 0u;
     USART_CR2 = 0u;
     USART_CR3 = 0u;
+#if defined(ZO_USART_HAS_PRESC)
+    USART_PRESC = 0u;
+#endif
     USART_BRR = (ZO_PCLK2_HZ + ZO_BAUD / 2u) / ZO_BAUD;
     USART_CR1 = USART_CR1_TE | USART_CR1_RE | USART_CR1_UE;
     while ((USART_ISR & USART_ISR_TEACK) == 0u) {
