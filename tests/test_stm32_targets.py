@@ -139,7 +139,8 @@ print:
 def PLATFORM_FILES(target: str) -> tuple[str, ...]:  # noqa: N802 (a constant per target)
     """What the generator copies into src/platform/<target>/ besides the linker script."""
     return (f"targets/{target}/startup_{target}.c", f"targets/{target}/board.h",
-            f"targets/{target}/platform.mk", "targets/common/platform_stm32.c")
+            f"targets/{target}/platform.mk", "targets/common/platform_stm32.c",
+            "targets/common/reset_cortex_m7.c", "targets/common/startup_cortex_m7.h")
 
 
 def write_project(root: Path, target: str, arena_region=None, arena_bytes=ARENA_BYTES) -> Path:
@@ -380,6 +381,7 @@ def test_platformio_ini(tmp_path, target):
     assert set(variables["FW_CFLAGS"].split()) - {"-g"} <= set(flags)
     assert f"-T src/platform/{target}/{target}.ld" in variables["FW_LDFLAGS"]
     assert variables["FW_SRCS"].split() == [f"src/platform/{target}/startup_{target}.c",
+                                            f"src/platform/{target}/reset_cortex_m7.c",
                                             f"src/platform/{target}/platform_stm32.c"]
     lint = ProjectConfig.lint(str(path))
     assert lint == {"errors": [], "warnings": []}

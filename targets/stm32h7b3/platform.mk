@@ -15,4 +15,5 @@ FW_CFLAGS  := $(FW_ARCH) -O2 -g -std=c99 -Wall -Wextra -ffp-contract=off \
               -ffunction-sections -fdata-sections
 FW_LDFLAGS := $(FW_ARCH) -T src/platform/stm32h7b3/stm32h7b3.ld -nostartfiles \
               --specs=nosys.specs -Wl,--gc-sections
-FW_SRCS    := src/platform/stm32h7b3/startup_stm32h7b3.c src/platform/stm32h7b3/platform_stm32.c
+FW_SRCS    := src/platform/stm32h7b3/startup_stm32h7b3.c src/platform/stm32h7b3/reset_cortex_m7.c \
+              src/platform/stm32h7b3/platform_stm32.c

@@ -12,37 +12,17 @@
  * function of the same name. The table goes to section .isr_vector, which the linker script
  * places at the flash origin 0x08000000 (RM0455 section 2.3 memory map).
  *
- * Reset_Handler: enable the FPU, point VTOR at the table, copy .data from flash, zero .bss,
- * run static constructors (none in C99 code, but the arrays are honoured), call main();
- * if main returns, loop forever.
+ * Reset_Handler is shared by both boards: ../common/reset_cortex_m7.c.
  *
  * Supply and clocks are left at their reset state here; see clock_init() in
  * board.h for why PWR_CR3 (SMPS/LDO) is not touched yet.
  */
 #include <stdint.h>
 
-#define ZO_REG32(addr) (*(volatile uint32_t *)(uintptr_t)(addr))
-
-/* System control block (ARMv7-M ARM B3.2.2, table B3-4). */
-#define SCB_VTOR   ZO_REG32(0xE000ED08u) /* vector table offset, B3.2.5 */
-#define SCB_CPACR  ZO_REG32(0xE000ED88u) /* coprocessor access control, B3.2.20 */
-#define CPACR_CP10_CP11_FULL (0xFu << 20) /* CP10 and CP11 = 0b11: full access */
+#include "startup_cortex_m7.h"
 
 #define ZO_IRQ_COUNT 155u         /* RM0455 vector table: positions 0..154 */
 #define ZO_IRQ(n) (16u + (n))      /* device interrupt n lives at word 16 + n */
-
-/* Symbols of the linker script (docs/firmware.md "Linker scripts"). */
-/* Declared as arrays of unknown size: they are addresses, not single objects. */
-extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _estack[];
-extern void (*__preinit_array_start[])(void);
-extern void (*__preinit_array_end[])(void);
-extern void (*__init_array_start[])(void);
-extern void (*__init_array_end[])(void);
-
-extern int main(void);
-
-void Reset_Handler(void) __attribute__((noreturn));
-void Default_Handler(void);
 
 #define ZO_WEAK_DEFAULT __attribute__((weak, alias("Default_Handler")))
 
@@ -195,14 +175,6 @@ void OTFDEC1_IRQHandler(void) ZO_WEAK_DEFAULT;
 void OTFDEC2_IRQHandler(void) ZO_WEAK_DEFAULT;
 void GFXMMU_IRQHandler(void) ZO_WEAK_DEFAULT;
 void BDMA1_IRQHandler(void) ZO_WEAK_DEFAULT;
-
-typedef void (*zo_handler)(void);
-
-/* One table word: either the initial stack pointer or a handler address (no casts needed). */
-typedef union {
-    zo_handler handler;
-    const void *stack_top;
-} zo_vector;
 
 __attribute__((section(".isr_vector"), used))
 const zo_vector zo_vector_table[ZO_IRQ(ZO_IRQ_COUNT)] = {
@@ -358,51 +330,7 @@ const zo_vector zo_vector_table[ZO_IRQ(ZO_IRQ_COUNT)] = {
     [ZO_IRQ(154)] = { .handler = BDMA1_IRQHandler },
 };
 
-static void call_array(void (**start)(void), void (**end)(void))
-{
-    uint32_t n = (uint32_t)((uintptr_t)end - (uintptr_t)start) / sizeof(*start);
-    for (uint32_t i = 0; i < n; i++) {
-        start[i]();
-    }
-}
-
-void Reset_Handler(void)
-{
-    /* FPU first: anything compiled with -mfloat-abi=hard may use FP registers. */
-    SCB_CPACR |= CPACR_CP10_CP11_FULL;
-    __asm volatile("dsb\n\tisb" ::: "memory");
-
-    /* The boot address comes from the option bytes (BOOT_ADD0, 0x08000000 by default,
-     * RM0455 "Boot configuration"); point VTOR at the table explicitly anyway. */
-    SCB_VTOR = (uint32_t)(uintptr_t)zo_vector_table;
-    __asm volatile("dsb\n\tisb" ::: "memory");
-
-    /* .data: copy the load image from flash. Word loops: the script aligns all bounds to 4. */
-    {
-        const uint32_t *src = _sidata;
-        uint32_t *dst = _sdata;
-        uint32_t n = (uint32_t)((uintptr_t)_edata - (uintptr_t)_sdata) / 4u;
-        for (uint32_t i = 0; i < n; i++) {
-            dst[i] = src[i];
-        }
-    }
-    /* .bss: zero. */
-    {
-        uint32_t *dst = _sbss;
-        uint32_t n = (uint32_t)((uintptr_t)_ebss - (uintptr_t)_sbss) / 4u;
-        for (uint32_t i = 0; i < n; i++) {
-            dst[i] = 0u;
-        }
-    }
-
-    call_array(__preinit_array_start, __preinit_array_end);
-    call_array(__init_array_start, __init_array_end);
-
-    (void)main();
-    for (;;) {
-    }
-}
-
+/* The weak aliases above need their target in this translation unit. */
 void Default_Handler(void)
 {
     /* Unexpected exception or interrupt: stop here (a debugger shows the active vector in
