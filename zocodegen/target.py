@@ -19,11 +19,17 @@ class Target:
     flash_bytes: int
 
 
-def load_target(name: str) -> Target:
+def target_data(name: str) -> dict:
+    """The whole parsed ``target.json`` (memories, linker and board details): the one reader
+    of the file, for the planner and the generator as well."""
     if name not in TARGET_NAMES:
         raise UserError(f"unknown target '{name}'; choose one of {', '.join(TARGET_NAMES)}")
-    text = resources.files("zocodegen.targets").joinpath(name, "target.json").read_text()
-    data = json.loads(text)
+    return json.loads(resources.files("zocodegen.targets").joinpath(name, "target.json")
+                      .read_text())
+
+
+def load_target(name: str) -> Target:
+    data = target_data(name)
     return Target(name=data["name"], board=data["board"], clock_hz=data["clock_hz"],
                   sram_budget_bytes=data["sram_budget_bytes"],
                   flash_bytes=data["flash"]["bytes"])

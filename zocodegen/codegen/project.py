@@ -18,7 +18,7 @@ from .. import __version__
 from ..errors import UserError
 from ..ir import Graph
 from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_dict, report_text
-from ..target import TARGET_NAMES, Target, load_target
+from ..target import TARGET_NAMES, Target, load_target, target_data
 from .model_code import ModelCode, model_code
 
 BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
@@ -53,7 +53,7 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
     arena = plan_arena(graph)
-    stack_memory = _target_data(board.name)["linker"]["stack_region"]
+    stack_memory = target_data(board.name)["linker"]["stack_region"]
     items = [RamItem("arena", arena.arena_bytes, "inference activations"),
              RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory)]
     placement = place(items, board.name, board.sram_budget_bytes,
@@ -132,11 +132,6 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     return files
 
 
-def _target_data(name: str) -> dict:
-    return json.loads(resources.files("zocodegen.targets").joinpath(name, "target.json")
-                      .read_text())
-
-
 def _arena_region(data: dict, placement: Placement) -> str:
     """The linker-script region that gets .zo_arena: where the planner placed the arena."""
     for region in placement.regions:
@@ -148,7 +143,7 @@ def _arena_region(data: dict, placement: Placement) -> str:
 def _render_board(env: jinja2.Environment, target: str, context: dict, placement: Placement,
                   files: dict[str, str]) -> None:
     """STM32 support files, platformio.ini and (H7B3) the board JSON PlatformIO lacks."""
-    data = _target_data(target)
+    data = target_data(target)
     board_context = dict(context, target_info=data,
                          arena_region=_arena_region(data, placement))
     for template in _listing(env, "targets/common") + _listing(env, f"targets/{target}"):

@@ -2,13 +2,11 @@
 and the refusal, with what to try instead, when they do not fit the budget."""
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 
 from ..errors import UserError
-from ..target import TARGET_NAMES
+from ..target import target_data
 from .lifetimes import align_up
 
 # Cortex-M stacks and 64-bit accesses want 8-byte alignment (AAPCS).
@@ -85,12 +83,9 @@ class Placement:
 
 def target_memories(target_name: str) -> tuple[Memory, ...]:
     """The ``memories`` list of a target description."""
-    if target_name not in TARGET_NAMES:
-        raise UserError(f"unknown target '{target_name}'; choose one of {', '.join(TARGET_NAMES)}")
-    text = resources.files("zocodegen.targets").joinpath(target_name, "target.json").read_text()
     return tuple(Memory(name=m["name"], origin=int(str(m["origin"]), 0), bytes=int(m["bytes"]),
                         planner=bool(m.get("planner", False)))
-                 for m in json.loads(text).get("memories", []))
+                 for m in target_data(target_name).get("memories", []))
 
 
 def planner_regions(memories: Sequence[Memory]) -> tuple[Region, ...]:
