@@ -12,6 +12,7 @@ from pathlib import Path
 from .codegen import BuildOptions, ProjectPlan, plan_project, render_project, write_project
 from .errors import UserError
 from .frontends import load_model
+from .ir import Graph
 
 APT_HINT = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm "
             "(or run scripts/setup.sh)")
@@ -19,12 +20,19 @@ ARTEFACTS = {"native": "build/native/model", "native-sanitize": "build/native-sa
              "qemu": "build/qemu/firmware.elf"}
 
 
-def generate(model_path: Path, options: BuildOptions, out_dir: Path) -> ProjectPlan:
-    """Load, plan and render ``model_path`` into ``out_dir``; returns the plans."""
-    graph = load_model(model_path)
+def _render(model_path: Path, options: BuildOptions, graph: Graph | None
+            ) -> tuple[ProjectPlan, dict[str, str]]:
+    """Plan and render a model (loaded here unless the caller already has its graph)."""
+    graph = graph if graph is not None else load_model(model_path)
     plan = plan_project(graph, options)
-    files = render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
-                           options, plan)
+    return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
+                                options, plan)
+
+
+def generate(model_path: Path, options: BuildOptions, out_dir: Path,
+             graph: Graph | None = None) -> ProjectPlan:
+    """Load, plan and render ``model_path`` into ``out_dir``; returns the plans."""
+    plan, files = _render(model_path, options, graph)
     write_project(files, out_dir)
     return plan
 
@@ -51,17 +59,14 @@ def cache_root() -> Path:
 
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
-                 sanitize: bool = False, extra_cflags: str = "") -> Path:
+                 sanitize: bool = False, extra_cflags: str = "",
+                 graph: Graph | None = None) -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
     rebuilds) plus the goal; a hit skips the compiler entirely.
     """
-    graph = load_model(model_path)
-    options = BuildOptions(target=engine, emulate=emulate)
-    plan = plan_project(graph, options)
-    files = render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
-                           options, plan)
+    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate), graph)
     digest = hashlib.sha256()
     for rel in sorted(files):
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")

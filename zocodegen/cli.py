@@ -141,7 +141,7 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, target: str,
         for sample in samples:
             yield run(graph, sample), 0
         return
-    artefact = cached_build(model, engine, emulate=target)
+    artefact = cached_build(model, engine, emulate=target, graph=graph)
     for result in run_samples(graph, engine, artefact, samples):
         yield result.outputs, result.cycles
 
