@@ -167,3 +167,19 @@ def test_cli_infer_engines_agree_with_reference(tmp_path, engine, capsys, monkey
         assert np.array_equal(outputs["reference"][key], outputs[engine][key]), key
     if engine == "qemu":
         assert "instructions per inference" in capsys.readouterr().err
+
+
+def test_output_path_problems_are_clear_errors(tmp_path, capsys):
+    """-o naming a file, or a folder with the user's own files: one-line error, or the
+    user's files kept."""
+    model = str(FIXTURES / "multi_op.tflite")
+    blocker = tmp_path / "afile"
+    blocker.write_text("mine")
+    assert main(["build", model, "--target", "native", "-o", str(blocker)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert blocker.read_text() == "mine"
+    out = tmp_path / "proj"
+    out.mkdir()
+    (out / "NOTES.txt").write_text("keep me")
+    assert main(["build", model, "--target", "native", "-o", str(out)]) == 0
+    assert (out / "NOTES.txt").read_text() == "keep me"

@@ -182,9 +182,15 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
 
 def write_project(files: dict[str, str], out_dir: Path) -> None:
     """Write the rendered files; only files whose content changed are touched, so `make`
-    rebuilds nothing after an identical regeneration."""
-    for rel, text in files.items():
-        path = out_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
+    rebuilds nothing after an identical regeneration. Other files in ``out_dir`` are left
+    alone."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory; choose another -o DIR")
+    try:
+        for rel, text in files.items():
+            path = out_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write the project into {out_dir}: {exc.strerror or exc}") from None
