@@ -69,7 +69,16 @@ def _io(graph: Graph, plan: ArenaPlan, name: str) -> IoTensor:
                     np.dtype(t.dtype).name, plan.offsets[name], size)
 
 
-def model_code(graph: Graph, plan: ArenaPlan) -> ModelCode:
+def _train_copies(calls: tuple[Call, ...], symbol: str) -> tuple[Call, ...]:
+    """A trainable layer reads its weights and biases from the SRAM copies training.c owns
+    (``<symbol>_weights_train``); the flash arrays stay the pristine originals."""
+    names = {f"{symbol}_weights": f"{symbol}_weights_train", f"{symbol}_bias": f"{symbol}_bias_train"}
+    return tuple(Call(c.function, c.params_type, c.params,
+                      tuple(names.get(a, a) for a in c.args)) for c in calls)
+
+
+def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = frozenset()
+               ) -> ModelCode:
     layers, arrays, symbols = [], [], set()
     for index, op in enumerate(graph.ops):
         symbol = c_identifier(op.name)
@@ -79,9 +88,10 @@ def model_code(graph: Graph, plan: ArenaPlan) -> ModelCode:
         code = LAYERS[op.type](op, LayerContext(graph, plan, symbol))
         tensors = ([_tensor_line(graph, plan, "in", n) for n in op.inputs if n]
                    + [_tensor_line(graph, plan, "out", n) for n in op.outputs])
+        calls = _train_copies(code.calls, symbol) if index in trainable_ops else code.calls
         layers.append(Layer(index, c_comment(op.name), op.type,
                             f"layer_{index:02d}_{symbol}", c_comment(code.summary),
-                            tuple(tensors), code.calls, code.note))
+                            tuple(tensors), calls, code.note))
         arrays.extend(code.arrays)
     return ModelCode(tuple(layers), tuple(arrays),
                      tuple(_io(graph, plan, n) for n in graph.inputs),

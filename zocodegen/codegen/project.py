@@ -19,10 +19,16 @@ from ..errors import UserError
 from ..ir import Graph
 from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_dict, report_text
 from ..target import TARGET_NAMES, Target, load_target, target_data
+from ..training.config import TrainConfig
+from ..training.plan import training_plan
 from .model_code import ModelCode, model_code
+from .training_code import TrainingCode, training_code
 
 BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
 STACK_BYTES = 8192
+TRAINING_SUGGESTIONS = ("train fewer layers (--layers) or one block (--train sparse --block K)",
+                        "lower --batch (saved activations grow with N)",
+                        "a board with more SRAM (--target stm32h7b3)")
 VALUES_PER_LINE = 16
 
 
@@ -30,6 +36,7 @@ VALUES_PER_LINE = 16
 class BuildOptions:
     target: str  # one of BUILD_TARGETS
     emulate: str = "stm32f746"  # the board whose budget native and QEMU builds stand for
+    train: TrainConfig | None = None  # None: inference only
 
     @property
     def board(self) -> str:
@@ -43,6 +50,7 @@ class ProjectPlan:
     placement: Placement
     code: ModelCode
     board: Target
+    training: TrainingCode | None = None
 
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
@@ -56,9 +64,18 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     stack_memory = target_data(board.name)["linker"]["stack_region"]
     items = [RamItem("arena", arena.arena_bytes, "inference activations"),
              RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory)]
+    training = None
+    if options.train is not None:
+        train_plan = training_plan(graph, options.train)
+        code = model_code(graph, arena, frozenset(l.op_index for l in train_plan.layers))
+        training = training_code(graph, arena, code, train_plan)
+        items[1:1] = training.ram_items()
+    else:
+        code = model_code(graph, arena)
     placement = place(items, board.name, board.sram_budget_bytes,
+                      suggestions=TRAINING_SUGGESTIONS if training else None,
                       strict=options.target != "native")
-    return ProjectPlan(arena, placement, model_code(graph, arena), board)
+    return ProjectPlan(arena, placement, code, board, training)
 
 
 def _environment() -> jinja2.Environment:
@@ -93,7 +110,10 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     board = plan.board
     context = dict(
         version=__version__, target=options.target,
-        model=dict(name=model_name, source=model_name, sha256=hashlib.sha256(model_bytes).hexdigest()),
+        model=dict(name=model_name, source=model_name,
+                   sha256=hashlib.sha256(model_bytes).hexdigest(),
+                   sha256_bytes=", ".join(str(b) for b in hashlib.sha256(model_bytes).digest())),
+        training=plan.training,
         layers=plan.code.layers, arrays=plan.code.arrays, inputs=plan.code.inputs,
         outputs=plan.code.outputs, arena_bytes=plan.arena.arena_bytes,
         flash_data_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
@@ -118,6 +138,8 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
     for template in _listing(env, "templates/platform/native"):
         render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
+    if plan.training is not None:
+        _render_training(env, render)
     for template in _listing(env, "qemu"):
         base = template.rsplit("/", 1)[1]
         if base != "platform.h":
@@ -130,6 +152,24 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
     files["manifest.json"] = json.dumps(_manifest(context, plan, options), indent=2) + "\n"
     return files
+
+
+#: Block-device backends by build goal; the rest of templates/train is common C.
+BLOCKDEV_BACKENDS = {"blockdev_stdio.c": "src/platform/native/",
+                     "blockdev_semihosting.c": "src/platform/semihosting/"}
+
+
+def _render_training(env: jinja2.Environment, render) -> None:
+    """The training engine (templates/train), the model's training tables and the
+    block-device backends (stdio for native, semihosting for Cortex-M)."""
+    render("templates/project/training.c.j2", "src/training.c")
+    render("templates/project/training.h.j2", "include/training.h")
+    for template in _listing(env, "templates/train"):
+        base = template.rsplit("/", 1)[1]
+        if base in BLOCKDEV_BACKENDS:
+            render(template, BLOCKDEV_BACKENDS[base] + base)
+        else:
+            render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
 
 
 def _arena_region(data: dict, placement: Placement) -> str:
@@ -175,6 +215,12 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         "budget_of": plan.board.name, "arena_bytes": plan.arena.arena_bytes,
         "stack_bytes": STACK_BYTES, "flash_data_bytes": plan.code.flash_bytes,
         "layers": len(plan.code.layers),
+        "training": None if options.train is None else {
+            **options.train.as_dict(),
+            "trainable_layers": [l.op for l in plan.training.layers],
+            "modes": [l.mode.removeprefix("ZO_TRAIN_") for l in plan.training.layers],
+            "buffers": {i.name: i.bytes for i in plan.training.ram_items()},
+        },
         "inputs": [t.__dict__ for t in plan.code.inputs],
         "outputs": [t.__dict__ for t in plan.code.outputs],
     }

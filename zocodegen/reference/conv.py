@@ -46,7 +46,7 @@ def requantize(acc: np.ndarray, p: RequantParams, single_rounding: bool = False)
     scaled = multiply(acc, p.multiplier, p.shift)
     return clamp_to_int8(scaled + p.output_offset, p.act_min, p.act_max)
 
-def _windows(x: np.ndarray, op: Op, kh: int, kw: int, out_h: int, out_w: int):
+def tap_windows(x: np.ndarray, op: Op, kh: int, kw: int, out_h: int, out_w: int):
     """Yield ``(i, j, patch)`` for each filter tap: ``patch[n, oh, ow, c]`` is the (offset)
     input under tap (i, j) for every output position; padded positions hold 0."""
     top, bottom, left, right = op.options["padding"]
@@ -60,23 +60,36 @@ def _windows(x: np.ndarray, op: Op, kh: int, kw: int, out_h: int, out_w: int):
 
 def conv_accumulators(op: Op, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                       input_offset: int, out_shape: tuple[int, ...]) -> np.ndarray:
-    """int64 accumulators of a CONV_2D or DEPTHWISE_CONV_2D (before requantization)."""
+    """int64 accumulators of a CONV_2D or DEPTHWISE_CONV_2D (before requantization).
+
+    ``w`` (and ``bias``) may carry a leading variant axis, one weight set per batch row: the
+    training simulator evaluates all perturbed copies of a layer in one call that way.
+    """
     _, out_h, out_w, channels = out_shape
     xs = x.astype(np.float64) + input_offset  # exact: |values| < 2**53 throughout
     acc = np.zeros((x.shape[0], out_h, out_w, channels), dtype=np.float64)
-    kh, kw = w.shape[1], w.shape[2]
-    wf = w.astype(np.float64)
+    variants = w.ndim == 5
+    wf = w.astype(np.float64) if variants else w.astype(np.float64)[None]
+    kh, kw = wf.shape[2], wf.shape[3]
     multiplier = op.options.get("depth_multiplier", 1)
-    for i, j, patch in _windows(xs, op, kh, kw, out_h, out_w):
+    for i, j, patch in tap_windows(xs, op, kh, kw, out_h, out_w):
         if op.type == "DEPTHWISE_CONV_2D":
-            acc += np.repeat(patch, multiplier, axis=3) * wf[0, i, j, :]
+            acc += np.repeat(patch, multiplier, axis=3) * wf[:, 0, i, j, :][:, None, None, :]
+        elif variants:
+            acc += np.einsum("bhwc,boc->bhwo", patch, wf[:, :, i, j, :])
         else:
-            acc += patch @ wf[:, i, j, :].T
+            acc += patch @ wf[0, :, i, j, :].T
     return with_bias(acc.astype(np.int64), bias)
 
 
 def with_bias(acc: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    return acc if bias is None else acc + bias.astype(np.int64)
+    """Add the bias along the channel axis; a 2-D bias holds one row per batch row."""
+    if bias is None:
+        return acc
+    b = bias.astype(np.int64)
+    if b.ndim == 2:
+        b = b.reshape(b.shape[0], *([1] * (acc.ndim - 2)), b.shape[1])
+    return acc + b
 
 
 def conv_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:

@@ -11,6 +11,13 @@ from .conv import requant_params, requantize, with_bias
 
 def fc_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                     input_offset: int) -> np.ndarray:
+    """int64 accumulators, rows x C_out. A 3-D ``w`` (and 2-D ``bias``) holds one weight set
+    per batch row of ``x`` (the training simulator's perturbed copies); the result is then
+    batch x rows-per-sample x C_out."""
+    if w.ndim == 3:
+        rows = x.reshape(w.shape[0], -1, w.shape[2]).astype(np.float64) + input_offset
+        acc = np.einsum("brc,boc->bro", rows, w.astype(np.float64))
+        return with_bias(acc.astype(np.int64), bias)
     rows = x.reshape(-1, w.shape[1]).astype(np.float64) + input_offset
     return with_bias((rows @ w.astype(np.float64).T).astype(np.int64), bias)
 

@@ -39,8 +39,14 @@ def _pool_taps(x: np.ndarray, op: Op, out_shape: tuple[int, ...]):
             yield xp[:, rows, cols, :], valid[rows, cols][None, :, :, None]
 
 
+def batched_shape(graph: Graph, name: str, batch: int) -> tuple[int, ...]:
+    """The graph's shape of ``name`` with the batch axis the input actually has (the training
+    simulator runs many perturbed copies as one batch)."""
+    return (batch,) + tuple(graph.tensor(name).shape[1:])
+
+
 def average_pool_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
-    out_shape = graph.tensor(op.outputs[0]).shape
+    out_shape = batched_shape(graph, op.outputs[0], args[0].shape[0])
     total = np.zeros(out_shape, dtype=np.int64)
     count = np.zeros(out_shape, dtype=np.int64)
     for values, valid in _pool_taps(args[0], op, out_shape):
@@ -51,7 +57,7 @@ def average_pool_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
 
 
 def max_pool_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
-    out_shape = graph.tensor(op.outputs[0]).shape
+    out_shape = batched_shape(graph, op.outputs[0], args[0].shape[0])
     best = np.full(out_shape, np.iinfo(np.int64).min, dtype=np.int64)
     for values, valid in _pool_taps(args[0], op, out_shape):
         best = np.where(valid, np.maximum(best, values), best)

@@ -20,7 +20,12 @@ def pad(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
 
 
 def reshape(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
-    return [args[0].reshape(graph.tensor(op.outputs[0]).shape)]
+    """Keeps a leading batch axis larger than the graph's (batched training simulation)."""
+    shape = graph.tensor(op.outputs[0]).shape
+    x = args[0]
+    if shape and x.ndim and shape[0] == 1 and x.shape[0] > 1:
+        shape = (x.shape[0],) + tuple(shape[1:])
+    return [x.reshape(shape)]
 
 
 def transpose(op: Op, graph: Graph, args: list) -> list[np.ndarray]:

@@ -1,0 +1,468 @@
+"""The SD-card-style data image (``zocodegen pack``): format, packer and reader.
+
+The firmware reads training data through a block device of 512-byte sectors (an image file
+on the host over the serial link or semihosting, or a real SD card written with ``dd``).
+The image is self-describing:
+
+* sector 0: the header (magic, version, CRC-32, input shape/dtype/quantization, label
+  count, record layout, the train/val/test split table, the checkpoint area, model hash);
+* then the records of the train, val and test splits, in that order, one record per
+  ``sectors_per_record`` sectors: the input bytes (raw, little endian), then the label as an
+  int32 little endian, then zero padding to the sector boundary;
+* then the checkpoint area (zero-filled sectors the device may write).
+
+Every field sits at a fixed offset, little endian; ``docs/image.md`` has the table and the C
+reader is ``templates/train/zo_image.c``. The header CRC-32 is ``zlib.crc32`` over the whole
+512-byte header sector with its CRC field (bytes 12..15) set to zero.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from zocodegen.errors import DataError, UserError
+
+SECTOR_BYTES = 512
+MAGIC = b"ZOIMG01\0"
+FORMAT_VERSION = 1
+MAX_RANK = 4
+LABEL_BYTES = 4                      # int32, little endian, right after the input bytes
+
+#: Header flag bits.
+FLAG_QUANTIZATION = 0x1              # input_scale / input_zero_point are meaningful
+
+#: dtype codes of the header (field ``dtype``); 0 is never valid.
+DTYPE_CODES = {"int8": 1, "uint8": 2, "float32": 3}
+DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
+
+#: Split order in the split table and on the medium; the array names of DATA.npz.
+SPLITS = ("train", "val", "test")
+SPLIT_KEYS = {"train": ("x", "y"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
+
+#: Byte offsets of the header fields (docs/image.md has the same table).
+OFF_MAGIC = 0
+OFF_VERSION = 8
+OFF_HEADER_CRC = 12
+OFF_SECTOR_BYTES = 16
+OFF_FLAGS = 20
+OFF_IMAGE_SECTORS = 24
+OFF_INPUT_RANK = 28
+OFF_INPUT_DIMS = 32
+OFF_DTYPE = 48
+OFF_INPUT_BYTES = 52
+OFF_LABEL_OFFSET = 56
+OFF_RECORD_BYTES = 60
+OFF_SECTORS_PER_RECORD = 64
+OFF_NUM_CLASSES = 68
+OFF_INPUT_SCALE = 72
+OFF_INPUT_ZERO_POINT = 76
+OFF_SPLITS = 80                      # 3 entries of 16 bytes: first_lba, count, crc32, reserved
+SPLIT_ENTRY_BYTES = 16
+OFF_CHECKPOINT_LBA = 128
+OFF_CHECKPOINT_SECTORS = 132
+OFF_MODEL_SHA256 = 144
+HEADER_USED_BYTES = 176              # bytes 176..511 are reserved (zero)
+
+# magic, version, crc, sector_bytes, flags, image_sectors, rank, dims[4], dtype, input_bytes,
+# label_offset, record_bytes, sectors_per_record, num_classes, scale, zero_point,
+# 3 x (first_lba, count, crc32, reserved), checkpoint lba, sectors, 2 x reserved, sha256
+_HEADER = struct.Struct("<8s6I4I6Ifi12I4I32s")
+assert _HEADER.size == HEADER_USED_BYTES
+
+_U32_MAX = 0xFFFFFFFF
+_CHUNK_RECORDS = 4096                # records converted per write, bounds the packer's memory
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """Everything the header of an image says.
+
+    ``splits`` maps every split name (``train``, ``val``, ``test``) to ``(first_lba,
+    count)``; an absent split has ``(0, 0)``. ``split_crc32`` has the CRC-32 of each split's
+    record bytes (input + label of every record in order, padding excluded).
+    """
+
+    input_shape: tuple[int, ...]
+    dtype: str                                   # "int8" | "uint8" | "float32"
+    num_classes: int
+    splits: Mapping[str, tuple[int, int]]
+    checkpoint_lba: int
+    checkpoint_sectors: int
+    image_sectors: int
+    input_scale: float | None = None
+    input_zero_point: int | None = None
+    split_crc32: Mapping[str, int] = field(default_factory=dict)
+    model_sha256: bytes = bytes(32)
+    version: int = FORMAT_VERSION
+
+    # ---- derived sizes ------------------------------------------------------------
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of one record's input (shape product times element size)."""
+        return int(np.prod(self.input_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def label_offset(self) -> int:
+        return self.input_bytes
+
+    @property
+    def record_bytes(self) -> int:
+        """Input bytes plus the int32 label (padding not included)."""
+        return self.input_bytes + LABEL_BYTES
+
+    @property
+    def sectors_per_record(self) -> int:
+        return -(-self.record_bytes // SECTOR_BYTES)
+
+    @property
+    def image_bytes(self) -> int:
+        return self.image_sectors * SECTOR_BYTES
+
+    def count(self, split: str) -> int:
+        return self.splits.get(split, (0, 0))[1]
+
+    def record_lba(self, split: str, index: int) -> int:
+        """First sector of record ``index`` of ``split``."""
+        first, count = self.splits[split]
+        if not 0 <= index < count:
+            raise IndexError(f"{split} record {index} out of range (the split has {count})")
+        return first + index * self.sectors_per_record
+
+    # ---- header sector ------------------------------------------------------------
+    def header_sector(self) -> bytes:
+        """The 512-byte header sector, CRC included."""
+        dims = list(self.input_shape) + [0] * (MAX_RANK - len(self.input_shape))
+        quant = self.input_scale is not None
+        entries: list[int] = []
+        for name in SPLITS:
+            first, count = self.splits.get(name, (0, 0))
+            entries += [first, count, self.split_crc32.get(name, 0), 0]
+        packed = _HEADER.pack(
+            MAGIC, self.version, 0, SECTOR_BYTES, FLAG_QUANTIZATION if quant else 0,
+            self.image_sectors, len(self.input_shape), *dims, DTYPE_CODES[self.dtype],
+            self.input_bytes, self.label_offset, self.record_bytes, self.sectors_per_record,
+            self.num_classes, float(self.input_scale) if quant else 0.0,
+            int(self.input_zero_point) if quant else 0, *entries,
+            self.checkpoint_lba, self.checkpoint_sectors, 0, 0, bytes(self.model_sha256))
+        sector = bytearray(packed + bytes(SECTOR_BYTES - len(packed)))
+        struct.pack_into("<I", sector, OFF_HEADER_CRC, header_crc32(sector))
+        return bytes(sector)
+
+    @classmethod
+    def from_header(cls, sector: bytes, source: str = "image") -> "ImageLayout":
+        """Parse and validate a header sector; :class:`DataError` when it is not one."""
+        if len(sector) < SECTOR_BYTES:
+            raise DataError(f"{source}: truncated: {len(sector)} bytes, the header sector "
+                            f"alone has {SECTOR_BYTES}")
+        sector = bytes(sector[:SECTOR_BYTES])
+        if sector[:8] != MAGIC:
+            raise DataError(f"{source}: not a zocodegen data image (bad magic "
+                            f"{sector[:8]!r}, expected {MAGIC!r})")
+        (_, version, crc, sector_bytes, flags, image_sectors, rank, *rest) = \
+            _HEADER.unpack_from(sector)
+        dims, rest = rest[:4], rest[4:]
+        (dtype_code, input_bytes, label_offset, record_bytes, spr, num_classes, scale, zp,
+         *rest) = rest
+        split_words, rest = rest[:12], rest[12:]
+        ckpt_lba, ckpt_sectors, _, _, sha = rest
+        if version != FORMAT_VERSION:
+            raise DataError(f"{source}: image format version {version} is not supported "
+                            f"(this zocodegen reads version {FORMAT_VERSION})")
+        if crc != header_crc32(sector):
+            raise DataError(f"{source}: header CRC mismatch (stored 0x{crc:08x}, computed "
+                            f"0x{header_crc32(sector):08x}): the image is corrupted")
+
+        def bad(what: str) -> DataError:
+            return DataError(f"{source}: inconsistent header: {what}")
+
+        if sector_bytes != SECTOR_BYTES:
+            raise bad(f"sector size {sector_bytes}, expected {SECTOR_BYTES}")
+        if not 1 <= rank <= MAX_RANK:
+            raise bad(f"input rank {rank} (must be 1..{MAX_RANK})")
+        if any(d == 0 for d in dims[:rank]) or any(d != 0 for d in dims[rank:]):
+            raise bad(f"input dims {list(dims)} for rank {rank}")
+        if dtype_code not in DTYPE_NAMES:
+            raise bad(f"dtype code {dtype_code}")
+        if num_classes < 1:
+            raise bad("num_classes is 0")
+        splits: dict[str, tuple[int, int]] = {}
+        crcs: dict[str, int] = {}
+        for k, name in enumerate(SPLITS):
+            first, count, split_crc, _ = split_words[4 * k:4 * k + 4]
+            splits[name] = (first, count)
+            crcs[name] = split_crc
+        layout = cls(input_shape=tuple(int(d) for d in dims[:rank]),
+                     dtype=DTYPE_NAMES[dtype_code], num_classes=num_classes, splits=splits,
+                     checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
+                     image_sectors=image_sectors,
+                     input_scale=float(scale) if flags & FLAG_QUANTIZATION else None,
+                     input_zero_point=int(zp) if flags & FLAG_QUANTIZATION else None,
+                     split_crc32=crcs, model_sha256=sha, version=version)
+        if input_bytes != layout.input_bytes:
+            raise bad(f"input_bytes {input_bytes}, the shape and dtype give "
+                      f"{layout.input_bytes}")
+        if label_offset != input_bytes or record_bytes != input_bytes + LABEL_BYTES:
+            raise bad(f"record layout (label at {label_offset}, record {record_bytes} bytes)")
+        if spr != layout.sectors_per_record:
+            raise bad(f"sectors_per_record {spr}, expected {layout.sectors_per_record}")
+        regions = [(name, first, count * spr) for name, (first, count) in splits.items()]
+        regions.append(("checkpoint area", ckpt_lba, ckpt_sectors))
+        for name, first, length in regions:
+            if length and (first < 1 or first + length > image_sectors):
+                raise bad(f"{name} (sectors {first}..{first + length - 1}) lies outside "
+                          f"the image's {image_sectors} sectors")
+        return layout
+
+
+def header_crc32(sector: bytes) -> int:
+    """zlib.crc32 of the 512-byte header sector with its CRC field (bytes 12..15) zeroed."""
+    data = bytearray(sector[:SECTOR_BYTES])
+    data[OFF_HEADER_CRC:OFF_HEADER_CRC + 4] = bytes(4)
+    return zlib.crc32(bytes(data))
+
+
+# ---- packing ----------------------------------------------------------------------------
+
+def _check_split(name: str, x, y, num_classes: int | None) -> tuple[np.ndarray, np.ndarray]:
+    xkey, ykey = SPLIT_KEYS[name]
+    if y is None:
+        raise DataError(f"{xkey} is given without {ykey}")
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.dtype.name not in DTYPE_CODES:
+        raise DataError(f"{xkey} has dtype {x.dtype}; it must be int8, uint8 or float32 "
+                        "(the model's input dtype)")
+    x = x.astype(x.dtype.newbyteorder("<"), copy=False)     # the medium is little endian
+    if y.dtype.kind not in "iu":
+        raise DataError(f"{ykey} has dtype {y.dtype}; labels must be integers")
+    if x.ndim < 2 or x.ndim > MAX_RANK + 1:
+        raise DataError(f"{xkey} has shape {x.shape}; it must be (N, *input shape) with an "
+                        f"input rank of 1..{MAX_RANK}")
+    if y.ndim != 1:
+        raise DataError(f"{ykey} has shape {y.shape}; labels must be a vector (N,)")
+    if x.shape[0] != y.shape[0]:
+        raise DataError(f"{xkey} has {x.shape[0]} samples but {ykey} has {y.shape[0]}")
+    if x.shape[0] == 0:
+        raise DataError(f"the {name} split ({xkey}) is empty")
+    if any(d == 0 for d in x.shape[1:]):
+        raise DataError(f"{xkey} has shape {x.shape}; input dims must be non-zero")
+    if any(d > _U32_MAX for d in x.shape[1:]):
+        raise DataError(f"{xkey} has shape {x.shape}; input dims must fit in 32 bits")
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or (num_classes is not None and hi >= num_classes):
+        bound = "num_classes" if num_classes is None else str(num_classes)
+        raise DataError(f"{ykey} has labels in [{lo}, {hi}], outside [0, {bound})")
+    return x, y
+
+
+def _normalise_sha(model_sha256) -> bytes:
+    if model_sha256 is None or len(model_sha256) == 0:
+        return bytes(32)
+    if isinstance(model_sha256, str):
+        try:
+            raw = bytes.fromhex(model_sha256)
+        except ValueError:
+            raw = b""
+    else:
+        raw = bytes(model_sha256)
+    if len(raw) != 32:
+        raise DataError("model_sha256 must be 32 bytes (or 64 hex digits)")
+    return raw
+
+
+def _records(x: np.ndarray, y: np.ndarray, spr: int) -> np.ndarray:
+    """(N, spr*512) uint8 records: input bytes, int32 LE label, zero padding."""
+    n = x.shape[0]
+    flat = np.ascontiguousarray(x).view(np.uint8).reshape(n, -1)
+    out = np.zeros((n, spr * SECTOR_BYTES), np.uint8)
+    ib = flat.shape[1]
+    out[:, :ib] = flat
+    out[:, ib:ib + LABEL_BYTES] = y.astype("<i4").view(np.uint8).reshape(n, LABEL_BYTES)
+    return out
+
+
+def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
+               num_classes: int | None = None, input_scale: float | None = None,
+               input_zero_point: int | None = None, checkpoint_bytes: int = 0,
+               model_sha256: bytes | str = b"") -> ImageLayout:
+    """Write the data image ``path`` and return its layout.
+
+    ``x`` (N, *input shape) int8/uint8/float32 and ``y`` (N,) integer labels are the train
+    split; ``x_val/y_val`` and ``x_test/y_test`` are optional and must have the same input
+    shape and dtype. ``num_classes`` defaults to the largest label + 1. ``input_scale`` and
+    ``input_zero_point`` (both or neither) record the model input's quantization.
+    ``checkpoint_bytes`` reserves a zero-filled checkpoint area of that many bytes rounded up
+    to whole sectors. ``model_sha256`` (32 bytes or 64 hex digits) names the model the data
+    is for; zeros when unknown. Bad data raises :class:`DataError` before anything is
+    written; an unwritable ``path`` raises :class:`UserError`. The image is written to
+    ``.NAME.partial`` beside ``path`` and renamed into place when complete.
+    """
+    if num_classes is not None and not 1 <= int(num_classes) <= 0x7FFFFFFF:
+        raise DataError(f"num_classes must be at least 1, got {num_classes}")
+    given = {"train": (x, y), "val": (x_val, y_val), "test": (x_test, y_test)}
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name, (xs, ys) in given.items():
+        if xs is None and ys is None:
+            continue
+        if xs is None:
+            xkey, ykey = SPLIT_KEYS[name]
+            raise DataError(f"{ykey} is given without {xkey}")
+        arrays[name] = _check_split(name, xs, ys, num_classes)
+    if "train" not in arrays:
+        raise DataError("the train split (x, y) is required")
+    ref_x = arrays["train"][0]
+    for name, (xs, _) in arrays.items():
+        if xs.shape[1:] != ref_x.shape[1:] or xs.dtype != ref_x.dtype:
+            raise DataError(f"{SPLIT_KEYS[name][0]} has samples of shape {xs.shape[1:]} "
+                            f"{xs.dtype}, but x has {ref_x.shape[1:]} {ref_x.dtype}")
+    if num_classes is None:
+        num_classes = max(int(ys.max()) for _, ys in arrays.values()) + 1
+        if num_classes > 0x7FFFFFFF:
+            raise DataError(f"labels up to {num_classes - 1} do not fit the int32 label field")
+    if (input_scale is None) != (input_zero_point is None):
+        raise DataError("input_scale and input_zero_point go together: give both or neither")
+    if input_scale is not None:
+        scale32 = float(np.float32(input_scale))
+        if not np.isfinite(scale32) or scale32 <= 0.0:
+            raise DataError(f"input_scale must be a positive float32, got {input_scale}")
+        if not -2**31 <= int(input_zero_point) < 2**31:
+            raise DataError(f"input_zero_point {input_zero_point} does not fit in int32")
+        input_scale, input_zero_point = scale32, int(input_zero_point)
+    if int(checkpoint_bytes) < 0:
+        raise DataError(f"checkpoint_bytes must be >= 0, got {checkpoint_bytes}")
+
+    input_shape = tuple(int(d) for d in ref_x.shape[1:])
+    dtype = ref_x.dtype.name                          # int8 | uint8 | float32
+    input_bytes = int(np.prod(input_shape, dtype=np.int64)) * ref_x.dtype.itemsize
+    if input_bytes + LABEL_BYTES > _U32_MAX:
+        raise DataError(f"one sample has {input_bytes} bytes; the image format allows "
+                        "at most 4 GiB per record")
+    spr = -(-(input_bytes + LABEL_BYTES) // SECTOR_BYTES)
+    splits: dict[str, tuple[int, int]] = {}
+    lba = 1
+    for name in SPLITS:
+        if name in arrays:
+            count = arrays[name][0].shape[0]
+            splits[name] = (lba, count)
+            lba += count * spr
+        else:
+            splits[name] = (0, 0)
+    ckpt_sectors = -(-int(checkpoint_bytes) // SECTOR_BYTES)
+    ckpt_lba = lba
+    image_sectors = lba + ckpt_sectors
+    if image_sectors > _U32_MAX:
+        raise DataError(f"the image would have {image_sectors} sectors; the format "
+                        f"addresses at most {_U32_MAX} (2 TiB)")
+
+    sha = _normalise_sha(model_sha256)
+    crcs = {name: 0 for name in SPLITS}
+    path = Path(path)
+    # Written next to the target and renamed at the end: a failure never leaves a partial
+    # image under the final name.
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            _write_records(f, arrays, input_bytes, spr, crcs)
+            if ckpt_sectors:
+                f.seek(image_sectors * SECTOR_BYTES - 1)
+                f.write(b"\0")
+            layout = ImageLayout(input_shape=input_shape, dtype=dtype,
+                                 num_classes=int(num_classes), splits=splits,
+                                 checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
+                                 image_sectors=image_sectors, input_scale=input_scale,
+                                 input_zero_point=input_zero_point, split_crc32=crcs,
+                                 model_sha256=sha)
+            f.seek(0)
+            f.write(layout.header_sector())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write image {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return layout
+
+
+def _write_records(f, arrays, input_bytes: int, spr: int, crcs: dict[str, int]) -> None:
+    """Write the header placeholder and every split's records; fill ``crcs``."""
+    f.write(bytes(SECTOR_BYTES))                     # header, written last
+    rb = input_bytes + LABEL_BYTES
+    for name in SPLITS:
+        if name not in arrays:
+            continue
+        xs, ys = arrays[name]
+        crc = 0
+        for start in range(0, xs.shape[0], _CHUNK_RECORDS):
+            chunk = _records(xs[start:start + _CHUNK_RECORDS],
+                             ys[start:start + _CHUNK_RECORDS], spr)
+            crc = zlib.crc32(np.ascontiguousarray(chunk[:, :rb]).tobytes(), crc)
+            f.write(chunk.tobytes())
+        crcs[name] = crc
+
+
+# ---- reading ----------------------------------------------------------------------------
+
+def read_header(path) -> ImageLayout:
+    """The layout of image ``path`` (header only; the records are not checked)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            sector = f.read(SECTOR_BYTES)
+            f.seek(0, 2)
+            size = f.tell()
+    except OSError as exc:
+        raise DataError(f"cannot read image {path}: {exc.strerror or exc}") from None
+    layout = ImageLayout.from_header(sector, source=str(path))
+    if size < layout.image_bytes:
+        raise DataError(f"{path}: truncated: {size} bytes, the header says "
+                        f"{layout.image_bytes} ({layout.image_sectors} sectors)")
+    return layout
+
+
+def read_image(path) -> tuple[ImageLayout, dict[str, np.ndarray]]:
+    """Read and check image ``path``.
+
+    Returns its layout and the arrays under DATA.npz names: ``x``/``y`` and, when present,
+    ``x_val``/``y_val`` and ``x_test``/``y_test`` (labels as int32). Raises
+    :class:`DataError` for a bad magic, an unsupported version, a header or split CRC
+    mismatch, an inconsistent header, a truncated file or labels outside [0, num_classes).
+    """
+    path = Path(path)
+    layout = read_header(path)
+    spr = layout.sectors_per_record
+    ib, rb = layout.input_bytes, layout.record_bytes
+    dtype = np.dtype(layout.dtype).newbyteorder("<")
+    out: dict[str, np.ndarray] = {}
+    with open(path, "rb") as f:
+        for name in SPLITS:
+            first, count = layout.splits[name]
+            if count == 0:
+                continue
+            f.seek(first * SECTOR_BYTES)
+            want = count * spr * SECTOR_BYTES
+            raw = f.read(want)
+            if len(raw) != want:
+                raise DataError(f"{path}: truncated in the {name} split")
+            records = np.frombuffer(raw, np.uint8).reshape(count, spr * SECTOR_BYTES)
+            body = np.ascontiguousarray(records[:, :rb])
+            crc = zlib.crc32(body.tobytes())
+            if crc != layout.split_crc32[name]:
+                raise DataError(f"{path}: CRC mismatch in the {name} split (stored "
+                                f"0x{layout.split_crc32[name]:08x}, computed 0x{crc:08x}): "
+                                "the image is corrupted")
+            x = np.ascontiguousarray(body[:, :ib]).view(dtype)
+            x = x.reshape((count,) + layout.input_shape).astype(layout.dtype)
+            y = np.ascontiguousarray(body[:, ib:rb]).view("<i4").reshape(count)
+            y = y.astype(np.int32)
+            if y.min() < 0 or y.max() >= layout.num_classes:
+                raise DataError(f"{path}: {name} labels outside [0, {layout.num_classes})")
+            xkey, ykey = SPLIT_KEYS[name]
+            out[xkey], out[ykey] = x, y
+    return layout, out

@@ -1,0 +1,120 @@
+/*
+ * zo_image.h - reader of the zocodegen data image (docs/image.md) over zo_blockdev.h.
+ *
+ * The image is what `zocodegen pack` writes (host/image.py): sector 0 is a header (magic
+ * "ZOIMG01\0", version, CRC-32, input shape and dtype, quantization, number of classes,
+ * record layout, train/val/test split table, checkpoint area, model hash); every sample is
+ * one record of sectors_per_record sectors starting on a sector boundary: the input bytes,
+ * then the label as int32 little endian, then zero padding.
+ *
+ * C99, no heap, no libc beyond memcpy/memset. All state lives in the caller's zo_image
+ * (about 700 bytes, including one sector of scratch), so one image can be read from several
+ * places only if they do not interleave calls on the same zo_image.
+ *
+ *     zo_image img;
+ *     if (zo_blockdev_attach("train.img") != 0 || zo_image_open(&img) != ZO_IMAGE_OK ||
+ *         zo_image_expect_input(&img, MODEL_INPUT_BYTES) != ZO_IMAGE_OK) { ...fail... }
+ *     for (i = 0; i < zo_image_count(&img, ZO_SPLIT_TRAIN); i++) {
+ *         rc = zo_image_read_sample(&img, ZO_SPLIT_TRAIN, i, model_input, &label);
+ *         ...
+ *     }
+ */
+#ifndef ZO_IMAGE_H
+#define ZO_IMAGE_H
+
+#include <stdint.h>
+
+#include "zo_blockdev.h"
+
+#define ZO_IMAGE_VERSION 1u
+#define ZO_IMAGE_MAX_RANK 4u
+#define ZO_IMAGE_LABEL_BYTES 4u
+
+/* Splits, in the order of the split table and of the records on the medium. */
+#define ZO_SPLIT_TRAIN 0
+#define ZO_SPLIT_VAL 1
+#define ZO_SPLIT_TEST 2
+#define ZO_IMAGE_NUM_SPLITS 3
+
+/* dtype codes of the header (docs/image.md) */
+#define ZO_IMAGE_DTYPE_INT8 1u
+#define ZO_IMAGE_DTYPE_UINT8 2u
+#define ZO_IMAGE_DTYPE_FLOAT32 3u
+
+/* header flags */
+#define ZO_IMAGE_FLAG_QUANTIZATION 0x1u /* input_scale / input_zero_point are meaningful */
+
+/* Results: ZO_IMAGE_OK or one of these negative codes (zo_image_strerror names them). */
+#define ZO_IMAGE_OK 0
+#define ZO_IMAGE_ERR_IO (-1)         /* the block device failed (see zo_image.blockdev_rc) */
+#define ZO_IMAGE_ERR_MAGIC (-2)      /* sector 0 is not a zocodegen image header */
+#define ZO_IMAGE_ERR_VERSION (-3)    /* format version this reader does not know */
+#define ZO_IMAGE_ERR_CRC (-4)        /* header CRC-32 mismatch: corrupted header */
+#define ZO_IMAGE_ERR_FORMAT (-5)     /* header fields contradict each other */
+#define ZO_IMAGE_ERR_SPLIT (-6)      /* split index not 0..2 */
+#define ZO_IMAGE_ERR_INDEX (-7)      /* sample index >= the split's count */
+#define ZO_IMAGE_ERR_ARG (-8)        /* NULL zo_image */
+#define ZO_IMAGE_ERR_INPUT_SIZE (-9) /* record input size differs from the model's input */
+#define ZO_IMAGE_ERR_LABEL (-10)     /* a record's label is outside [0, num_classes) */
+#define ZO_IMAGE_ERR_CLASSES (-11)   /* the image has more classes than the model outputs */
+#define ZO_IMAGE_ERR_SPLIT_CRC (-12) /* a split's records do not match their CRC-32 */
+#define ZO_IMAGE_ERR_NOT_OPEN (-13)  /* zo_image_open has not succeeded on this zo_image */
+
+typedef struct {
+    uint32_t first_lba; /* first sector of record 0 (0 when the split is absent) */
+    uint32_t count;     /* number of records */
+    uint32_t crc32;     /* CRC-32 of the record bytes (input + label) of all records */
+} zo_image_split;
+
+typedef struct {
+    uint32_t version;
+    uint32_t flags;
+    uint32_t image_sectors; /* header + records + checkpoint area */
+    uint32_t input_rank;
+    uint32_t input_dims[ZO_IMAGE_MAX_RANK]; /* unused dims are 0 */
+    uint32_t dtype;                         /* ZO_IMAGE_DTYPE_* */
+    uint32_t input_bytes;                   /* bytes of one record's input */
+    uint32_t record_bytes;                  /* input_bytes + 4 (label) */
+    uint32_t sectors_per_record;
+    uint32_t num_classes;
+    float input_scale;        /* valid when flags & ZO_IMAGE_FLAG_QUANTIZATION */
+    int32_t input_zero_point; /* idem */
+    zo_image_split splits[ZO_IMAGE_NUM_SPLITS];
+    uint32_t checkpoint_lba;
+    uint32_t checkpoint_sectors;
+    uint8_t model_sha256[32]; /* all zero when unknown */
+    int blockdev_rc;          /* the last failing zo_blockdev_* result (0 if none) */
+    uint32_t is_open;
+    uint8_t sector[ZO_SECTOR_BYTES]; /* scratch */
+} zo_image;
+
+/* Read sector 0 from the attached block device and validate it: magic, version, CRC-32,
+ * and the consistency of shape, dtype, record layout, splits and checkpoint area. */
+int zo_image_open(zo_image *img);
+
+/* Number of records of a split (0 for an absent split or a bad split index). */
+uint32_t zo_image_count(const zo_image *img, int split);
+
+/* Read record `index` of `split`: its input_bytes input bytes into `input` (any size of
+ * buffer that holds input_bytes; need not be a sector multiple) and its label into `label`.
+ * Either pointer may be NULL to skip that part. A label outside [0, num_classes) is still
+ * stored but returns ZO_IMAGE_ERR_LABEL. */
+int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *input,
+                         int32_t *label);
+
+/* ZO_IMAGE_OK when the image's record input size is the model's input size in bytes
+ * (int8/uint8: elements, float32: 4 * elements), ZO_IMAGE_ERR_INPUT_SIZE otherwise. */
+int zo_image_expect_input(const zo_image *img, uint32_t model_input_bytes);
+
+/* ZO_IMAGE_OK when every label of the image is a valid output of a model with
+ * model_classes outputs (num_classes <= model_classes), ZO_IMAGE_ERR_CLASSES otherwise. */
+int zo_image_expect_classes(const zo_image *img, uint32_t model_classes);
+
+/* Re-read every record of a split and compare the CRC-32 of its record bytes with the split
+ * table (ZO_IMAGE_ERR_SPLIT_CRC on mismatch). Reads count * sectors_per_record sectors. */
+int zo_image_verify_split(zo_image *img, int split);
+
+/* A short constant name for a ZO_IMAGE_* result, e.g. "ZO_IMAGE_ERR_CRC". */
+const char *zo_image_strerror(int rc);
+
+#endif /* ZO_IMAGE_H */

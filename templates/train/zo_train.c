@@ -1,0 +1,558 @@
+/*
+ * Zeroth-order training engine: layer-wise WP/NP estimation, the scaled update, the global
+ * update order and checkpoints. Rules and their reasons: docs/training.md. numpy twin:
+ * zocodegen/training/simulator.py (parameters are bit-identical after any number of steps).
+ *
+ * Build with -ffp-contract=off: the update is float32 in a fixed operation order.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "model.h"
+#include "platform.h"
+#include "zo_crc32.h"
+#include "zo_prng.h"
+#include "zo_requant.h"
+#include "zo_train.h"
+
+#define ZO_INT32_MAX_I64 ((int64_t)2147483647)
+#define ZO_INT32_MIN_I64 (-(int64_t)2147483647 - 1)
+#define ZO_UPDATE_LIMIT 1073741824.0f /* 2^30: |rounded update| is clamped here */
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+static int8_t sat_s8(int32_t x)
+{
+    return (int8_t)(x > 127 ? 127 : (x < -128 ? -128 : x));
+}
+
+static int32_t sat_s32(int64_t x)
+{
+    return (int32_t)(x > ZO_INT32_MAX_I64 ? ZO_INT32_MAX_I64
+                                          : (x < ZO_INT32_MIN_I64 ? ZO_INT32_MIN_I64 : x));
+}
+
+static uint8_t *saved_slot(const zo_train_model *m, uint32_t n)
+{
+    return m->saved + (size_t)n * m->saved_stride;
+}
+
+static void save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
+                       uint8_t *slot)
+{
+    for (uint32_t k = 0; k < count; ++k) {
+        memcpy(slot + spans[k].saved_offset, arena + spans[k].arena_offset, spans[k].bytes);
+    }
+}
+
+static void restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *arena,
+                          const uint8_t *slot)
+{
+    for (uint32_t k = 0; k < count; ++k) {
+        memcpy(arena + spans[k].arena_offset, slot + spans[k].saved_offset, spans[k].bytes);
+    }
+}
+
+/* Cross-entropy of the logits in the arena, Q5.26 rounded to Q16 (2^-16 nats). */
+static int32_t loss_q16(const zo_train_model *m, int32_t label)
+{
+    const int8_t *logits = (const int8_t *)(model_arena() + m->logits_offset);
+    return zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
+}
+
+static void run_layers(int32_t first, int32_t last)
+{
+    if (first <= last) {
+        model_run_range(first, last);
+    }
+}
+
+/* ---- learning rate ---------------------------------------------------------------------- */
+
+/* sin(y), |y| <= pi/2: Taylor to y^11 by Horner in y^2, float32 at every step. The
+ * coefficients are the float32 values of -1/6, 1/120, -1/5040, 1/362880, -1/39916800. */
+static float sin_poly(float y)
+{
+    const float y2 = y * y;
+    float acc = -0x1.ae6456p-26f;
+    acc = 0x1.71de3ap-19f + y2 * acc;
+    acc = -0x1.a01a02p-13f + y2 * acc;
+    acc = 0x1.111112p-7f + y2 * acc;
+    acc = -0x1.555556p-3f + y2 * acc;
+    return y * (1.0f + y2 * acc);
+}
+
+float zo_train_learning_rate(const zo_train_model *m, uint32_t step)
+{
+    if (!m->cosine) {
+        return m->lr;
+    }
+    /* eta (1 + cos(pi t / T)) / 2 = eta (1 - sin((t / T - 1/2) pi)) / 2 */
+    const float u = (float)step / (float)m->steps;
+    const float y = (u - 0.5f) * 0x1.921fb6p+1f;
+    return m->lr * (0.5f * (1.0f - sin_poly(y)));
+}
+
+/* ---- update ------------------------------------------------------------------------------ */
+
+/* Half away from zero, exactly: truncate, then compare the exact fractional part with 1/2. */
+static int32_t round_half_away(float x)
+{
+    if (x >= ZO_UPDATE_LIMIT) {
+        return (int32_t)ZO_UPDATE_LIMIT;
+    }
+    if (x <= -ZO_UPDATE_LIMIT) {
+        return -(int32_t)ZO_UPDATE_LIMIT;
+    }
+    int32_t r = (int32_t)x;
+    const float frac = x - (float)r;
+    if (frac >= 0.5f) {
+        ++r;
+    } else if (frac <= -0.5f) {
+        --r;
+    }
+    return r;
+}
+
+/* round(coef * inv_s2[c] * (float)g * 2^-16), g already saturated to int32 */
+static int32_t update_delta(float coef, float inv_s2, int32_t g)
+{
+    const float coef_c = coef * inv_s2;
+    const float delta = (coef_c * (float)g) * 0x1p-16f;
+    return round_half_away(delta);
+}
+
+static void update_weight(const zo_train_layer *L, float coef, uint32_t j, int32_t g)
+{
+    const uint32_t c = (j / L->channel_inner) % L->channels;
+    const int32_t r = update_delta(coef, L->weight_inv_s2[c], g);
+    L->weights[j] = sat_s8((int32_t)L->weights[j] - r); /* |r| <= 2^30: no overflow */
+}
+
+static void update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t g)
+{
+    const int32_t r = update_delta(coef, L->bias_inv_s2[c], g);
+    L->bias[c] = sat_s32((int64_t)L->bias[c] - r);
+}
+
+/* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
+
+/* The convolution / FC shaped outer product of the node gradient gz with the layer input a
+ * (zero point removed), for weight j; int64, exact. */
+static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
+                               uint32_t j)
+{
+    int64_t acc = 0;
+    if (L->kind == ZO_TRAIN_FC) {
+        const zo_fc_params *p = L->fc;
+        const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
+        for (int32_t r = 0; r < p->rows; ++r) {
+            acc += (int64_t)gz[r * p->out_features + o]
+                   * (a[r * p->in_features + k] + p->input_offset);
+        }
+        return acc;
+    }
+    const zo_conv_params *p = L->conv;
+    int32_t o, kh, kw, ic;
+    if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
+        o = (int32_t)j % p->out_c;
+        kw = ((int32_t)j / p->out_c) % p->k_w;
+        kh = (int32_t)j / (p->out_c * p->k_w);
+        ic = o / p->depth_multiplier;
+    } else { /* [out_c][k_h][k_w][in_c] */
+        ic = (int32_t)j % p->in_c;
+        kw = ((int32_t)j / p->in_c) % p->k_w;
+        kh = ((int32_t)j / (p->in_c * p->k_w)) % p->k_h;
+        o = (int32_t)j / (p->in_c * p->k_w * p->k_h);
+    }
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
+        if (iy < 0 || iy >= p->in_h) {
+            continue;
+        }
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix = ox * p->stride_w - p->pad_left + kw * p->dilation_w;
+            if (ix < 0 || ix >= p->in_w) {
+                continue;
+            }
+            acc += (int64_t)gz[(oy * p->out_w + ox) * p->out_c + o]
+                   * (a[(iy * p->in_w + ix) * p->in_c + ic] + p->input_offset);
+        }
+    }
+    return acc;
+}
+
+static int64_t bias_gradient(const zo_train_layer *L, const int32_t *gz, uint32_t c)
+{
+    int64_t acc = 0;
+    for (uint32_t k = c; k < L->output_count; k += L->channels) {
+        acc += gz[k];
+    }
+    return acc;
+}
+
+/* ---- the two estimators ----------------------------------------------------------------- */
+
+/* After layer L's estimate: rerun L .. next_op - 1 with L's *old* parameters from each
+ * sample's saved activations and keep what the next trainable layer needs ("global
+ * update": every estimate of step t sees step t's network). */
+static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
+{
+    uint8_t *arena = model_arena();
+    restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+    run_layers(L->op, (int32_t)L->next_op - 1);
+}
+
+static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                        float coef)
+{
+    uint8_t *arena = model_arena();
+    int32_t *g = m->gradient;
+    int8_t *backup = (int8_t *)(m->gradient + L->weight_count);
+    memcpy(backup, L->weights, L->weight_count);
+    memset(m->query_sums, 0, m->queries * sizeof m->query_sums[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        uint32_t state = seed; /* every sample sees the same perturbations */
+        for (uint32_t q = 0; q < m->queries; ++q) {
+            restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+            for (uint32_t j = 0; j < L->weight_count; ++j) {
+                L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
+            }
+            run_layers(L->op, m->logits_op);
+            m->query_sums[q] += loss_q16(m, m->labels[n]) - m->clean_q16[n];
+            memcpy(L->weights, backup, L->weight_count); /* exact, even where it saturated */
+        }
+    }
+    memset(g, 0, L->weight_count * sizeof g[0]);
+    uint32_t state = seed;
+    for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
+        for (uint32_t j = 0; j < L->weight_count; ++j) {
+            g[j] += zo_rademacher(&state) * m->query_sums[q];
+        }
+    }
+    if (L->next_op != L->op) {
+        for (uint32_t n = 0; n < m->batch; ++n) {
+            advance_saved(m, L, n);
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+        }
+    }
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        update_weight(L, coef, j, g[j]);
+    }
+}
+
+/* Node gradient of sample n into gz: perturb the layer's output, rerun from the next op. */
+static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                          uint32_t n, int32_t *gz)
+{
+    uint8_t *arena = model_arena();
+    int8_t *z = (int8_t *)(arena + L->output_offset);
+    memset(gz, 0, L->output_count * sizeof gz[0]);
+    uint32_t state = seed;
+    for (uint32_t q = 0; q < m->queries; ++q) {
+        restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+        run_layers(L->op, L->op);
+        uint32_t replay = state;
+        for (uint32_t k = 0; k < L->output_count; ++k) {
+            z[k] = sat_s8(z[k] + zo_rademacher(&state));
+        }
+        run_layers(L->op + 1, m->logits_op);
+        const int32_t delta = loss_q16(m, m->labels[n]) - m->clean_q16[n];
+        for (uint32_t k = 0; k < L->output_count; ++k) {
+            gz[k] += zo_rademacher(&replay) * delta;
+        }
+    }
+}
+
+static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                        float coef)
+{
+    uint8_t *arena = model_arena();
+    int32_t *gz = m->gradient;
+    int32_t *acc = m->gradient + L->output_count; /* N > 1: weights then biases */
+    const int has_next = L->next_op != L->op;
+    if (m->batch == 1) {
+        node_gradient(m, L, seed, 0, gz);
+        if (has_next) {
+            advance_saved(m, L, 0);
+        }
+        const int8_t *a = (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset);
+        for (uint32_t j = 0; j < L->weight_count; ++j) {
+            update_weight(L, coef, j, sat_s32(weight_gradient(L, gz, a, j)));
+        }
+        for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+            update_bias(L, coef, c, sat_s32(bias_gradient(L, gz, c)));
+        }
+        if (has_next) {
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
+        }
+        return;
+    }
+    memset(acc, 0, (L->weight_count + L->bias_count) * sizeof acc[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        node_gradient(m, L, seed, n, gz);
+        const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
+        for (uint32_t j = 0; j < L->weight_count; ++j) {
+            acc[j] = sat_s32((int64_t)acc[j] + sat_s32(weight_gradient(L, gz, a, j)));
+        }
+        for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+            acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
+                                               + sat_s32(bias_gradient(L, gz, c)));
+        }
+    }
+    if (has_next) {
+        for (uint32_t n = 0; n < m->batch; ++n) {
+            advance_saved(m, L, n);
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+        }
+    }
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        update_weight(L, coef, j, acc[j]);
+    }
+    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+        update_bias(L, coef, c, acc[L->weight_count + c]);
+    }
+}
+
+/* ---- the step ----------------------------------------------------------------------------- */
+
+void zo_train_init(const zo_train_model *m, zo_train_state *s)
+{
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        memcpy(L->weights, L->weights_flash, L->weight_count);
+        if (L->bias) {
+            memcpy(L->bias, L->bias_flash, L->bias_count * sizeof L->bias[0]);
+        }
+    }
+    s->step = 0;
+}
+
+static void report(const zo_train_state *s, uint32_t step, int32_t layer, int32_t loss,
+                   float lr, uint32_t cycles)
+{
+    if (s->telemetry) {
+        const zo_train_telemetry record = {step, layer, loss, lr, cycles};
+        s->telemetry(s->telemetry_context, &record);
+    }
+}
+
+int zo_train_step(const zo_train_model *m, zo_train_state *s)
+{
+    uint8_t *arena = model_arena();
+    const uint32_t t = s->step;
+    const float eta = zo_train_learning_rate(m, t);
+    const zo_train_layer *first = &m->layers[0];
+    const uint32_t step_start = platform_cycles();
+    int64_t loss_sum = 0;
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        const uint32_t index = (uint32_t)(((uint64_t)t * m->batch + n) % s->sample_count);
+        int32_t label = 0;
+        if (s->read_sample(s->sample_context, index, arena + m->input_offset, &label) != 0) {
+            return ZO_TRAIN_ERR_SAMPLE;
+        }
+        if (label < 0 || label >= m->classes) {
+            return ZO_TRAIN_ERR_LABEL;
+        }
+        m->labels[n] = label;
+        run_layers(0, (int32_t)first->op - 1);
+        save_spans(first->restart, first->restart_count, arena, saved_slot(m, n));
+        run_layers(first->op, m->logits_op);
+        m->clean_q16[n] = loss_q16(m, label);
+        loss_sum += m->clean_q16[n];
+    }
+    const int32_t mean_loss = (int32_t)(loss_sum / (int64_t)m->batch);
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        const uint32_t layer_start = platform_cycles();
+        const uint32_t seed = zo_step_seed(m->seed, t, L->seed_index);
+        const float coef = (eta * L->gscale) * m->inv_nq;
+        if (L->mode == ZO_TRAIN_WP) {
+            estimate_wp(m, L, seed, coef);
+        } else {
+            estimate_np(m, L, seed, coef);
+        }
+        report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
+    }
+    s->step = t + 1;
+    report(s, t + 1, -1, mean_loss, eta, platform_cycles() - step_start);
+    return ZO_TRAIN_OK;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+#define ZO_CKPT_HEADER_BYTES 64u
+static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
+           | ((uint32_t)p[3] << 24);
+}
+
+static uint32_t pad4(uint32_t n)
+{
+    return (n + 3u) & ~3u;
+}
+
+uint32_t zo_checkpoint_bytes(const zo_train_model *m)
+{
+    uint32_t total = ZO_CKPT_HEADER_BYTES + 12u * m->layer_count + 4u;
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        total += pad4(m->layers[i].weight_count) + 4u * m->layers[i].bias_count;
+    }
+    return total;
+}
+
+static void header_bytes(const zo_train_model *m, uint32_t step, uint8_t *h)
+{
+    memset(h, 0, ZO_CKPT_HEADER_BYTES);
+    memcpy(h, ckpt_magic, sizeof ckpt_magic);
+    put_u32(h + 8, 1u);
+    put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
+    memcpy(h + 16, m->model_sha256, 32);
+    put_u32(h + 48, step);
+    put_u32(h + 52, m->layer_count);
+    put_u32(h + 56, zo_checkpoint_bytes(m));
+    put_u32(h + 60, m->seed);
+}
+
+static void table_entry(const zo_train_layer *L, uint8_t *e)
+{
+    put_u32(e, L->op);
+    put_u32(e + 4, L->weight_count);
+    put_u32(e + 8, L->bias_count);
+}
+
+typedef struct {
+    zo_byte_sink sink;
+    void *context;
+    uint32_t crc;
+    int rc;
+} ckpt_writer;
+
+static void emit(ckpt_writer *w, const uint8_t *bytes, uint32_t n)
+{
+    if (w->rc == 0 && n) {
+        w->crc = zo_crc32(w->crc, bytes, n);
+        w->rc = w->sink(w->context, bytes, n);
+    }
+}
+
+int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte_sink sink,
+                       void *context)
+{
+    ckpt_writer w = {sink, context, 0u, 0};
+    uint8_t buf[ZO_CKPT_HEADER_BYTES];
+    header_bytes(m, s->step, buf);
+    emit(&w, buf, ZO_CKPT_HEADER_BYTES);
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        table_entry(&m->layers[i], buf);
+        emit(&w, buf, 12u);
+    }
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        static const uint8_t zeros[4] = {0, 0, 0, 0};
+        emit(&w, (const uint8_t *)L->weights, L->weight_count);
+        emit(&w, zeros, pad4(L->weight_count) - L->weight_count);
+        for (uint32_t c = 0; c < L->bias_count; ++c) {
+            put_u32(buf, (uint32_t)L->bias[c]);
+            emit(&w, buf, 4u);
+        }
+    }
+    put_u32(buf, w.crc);
+    if (w.rc == 0) {
+        w.rc = sink(context, buf, 4u);
+    }
+    return w.rc ? ZO_TRAIN_ERR_IO : ZO_TRAIN_OK;
+}
+
+/* Pass 1 of a load: header and layer table match this model, CRC over everything. */
+static int verify_checkpoint(const zo_train_model *m, zo_byte_source source, void *context,
+                             uint32_t *step)
+{
+    uint8_t h[ZO_CKPT_HEADER_BYTES], expect[ZO_CKPT_HEADER_BYTES];
+    if (source(context, h, ZO_CKPT_HEADER_BYTES) != 0) {
+        return ZO_TRAIN_ERR_IO;
+    }
+    header_bytes(m, get_u32(h + 48), expect);
+    put_u32(expect + 60, get_u32(h + 60)); /* the run's seed is recorded, not enforced */
+    if (memcmp(h, expect, ZO_CKPT_HEADER_BYTES) != 0) {
+        return ZO_TRAIN_ERR_CHECKPOINT;
+    }
+    uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        uint8_t e[12], want[12];
+        table_entry(&m->layers[i], want);
+        if (source(context, e, 12u) != 0) {
+            return ZO_TRAIN_ERR_IO;
+        }
+        if (memcmp(e, want, 12u) != 0) {
+            return ZO_TRAIN_ERR_CHECKPOINT;
+        }
+        crc = zo_crc32(crc, e, 12u);
+    }
+    uint32_t remaining = zo_checkpoint_bytes(m) - ZO_CKPT_HEADER_BYTES - 12u * m->layer_count - 4u;
+    while (remaining) {
+        uint8_t chunk[64];
+        const uint32_t n = remaining < sizeof chunk ? remaining : (uint32_t)sizeof chunk;
+        if (source(context, chunk, n) != 0) {
+            return ZO_TRAIN_ERR_IO;
+        }
+        crc = zo_crc32(crc, chunk, n);
+        remaining -= n;
+    }
+    uint8_t tail[4];
+    if (source(context, tail, 4u) != 0) {
+        return ZO_TRAIN_ERR_IO;
+    }
+    if (get_u32(tail) != crc) {
+        return ZO_TRAIN_ERR_CRC;
+    }
+    *step = get_u32(h + 48);
+    return ZO_TRAIN_OK;
+}
+
+int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_source source,
+                       void (*rewind)(void *context), void *context)
+{
+    uint32_t step = 0;
+    const int rc = verify_checkpoint(m, source, context, &step);
+    if (rc != ZO_TRAIN_OK) {
+        return rc;
+    }
+    rewind(context);
+    uint8_t skip[ZO_CKPT_HEADER_BYTES];
+    if (source(context, skip, ZO_CKPT_HEADER_BYTES) != 0) {
+        return ZO_TRAIN_ERR_IO;
+    }
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        if (source(context, skip, 12u) != 0) {
+            return ZO_TRAIN_ERR_IO;
+        }
+    }
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        if (source(context, (uint8_t *)L->weights, L->weight_count) != 0
+            || source(context, skip, pad4(L->weight_count) - L->weight_count) != 0) {
+            return ZO_TRAIN_ERR_IO;
+        }
+        for (uint32_t c = 0; c < L->bias_count; ++c) {
+            uint8_t b[4];
+            if (source(context, b, 4u) != 0) {
+                return ZO_TRAIN_ERR_IO;
+            }
+            L->bias[c] = (int32_t)get_u32(b);
+        }
+    }
+    s->step = step;
+    return ZO_TRAIN_OK;
+}

@@ -1,0 +1,126 @@
+/*
+ * Zeroth-order training engine (DESIGN.md section 4; every numeric rule in docs/training.md,
+ * numpy twin: zocodegen/training/simulator.py). The engine is model-independent: the
+ * generated src/training.c describes the model's trainable layers in the tables below and
+ * owns every buffer, so all memory is static and visible in the map file.
+ */
+#ifndef ZO_TRAIN_H
+#define ZO_TRAIN_H
+
+#include <stdint.h>
+
+#include "zo_kernels.h"
+
+#define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
+#define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's output, rerun from layer i + 1 */
+
+#define ZO_TRAIN_CONV 0
+#define ZO_TRAIN_DEPTHWISE 1
+#define ZO_TRAIN_FC 2
+
+#define ZO_TRAIN_OK 0
+#define ZO_TRAIN_ERR_SAMPLE (-20)     /* the sample source failed */
+#define ZO_TRAIN_ERR_LABEL (-21)      /* a label outside 0..classes-1 */
+#define ZO_TRAIN_ERR_CHECKPOINT (-22) /* checkpoint bytes do not belong to this model/run */
+#define ZO_TRAIN_ERR_CRC (-23)        /* checkpoint CRC-32 mismatch */
+#define ZO_TRAIN_ERR_IO (-24)         /* the block device failed */
+
+/* A byte range of the arena that a partial forward needs from before its first layer, and
+ * where the engine keeps a copy of it (offset inside one sample's saved-activation slot). */
+typedef struct {
+    uint32_t arena_offset;
+    uint32_t bytes;
+    uint32_t saved_offset;
+} zo_train_span;
+
+typedef struct {
+    uint8_t kind;     /* ZO_TRAIN_CONV / _DEPTHWISE / _FC */
+    uint8_t mode;     /* ZO_TRAIN_WP / ZO_TRAIN_NP */
+    uint16_t seed_index; /* i of S(t, i) */
+    uint16_t op;      /* model layer index */
+    uint16_t next_op; /* first layer of the next trainable layer (== op when this is the last) */
+    int8_t *weights;  /* trainable SRAM copy */
+    const int8_t *weights_flash;
+    uint32_t weight_count;
+    int32_t *bias;    /* NULL when the layer has none */
+    const int32_t *bias_flash;
+    uint32_t bias_count;
+    uint32_t channels, channel_inner; /* weight j belongs to channel (j / inner) % channels */
+    float gscale;                     /* N Q / (N Q + d - 1), or 1 without scaling */
+    const float *weight_inv_s2;       /* per channel */
+    const float *bias_inv_s2;
+    uint32_t output_offset, output_count; /* the layer's int8 output in the arena */
+    uint32_t input_saved_offset;          /* the layer's input inside a saved slot (NP) */
+    const zo_train_span *restart;         /* what a forward from op needs */
+    uint32_t restart_count;
+    const zo_train_span *next_restart;    /* what a forward from next_op needs */
+    uint32_t next_restart_count;
+    const zo_conv_params *conv; /* geometry for the NP outer product (CONV / DEPTHWISE) */
+    const zo_fc_params *fc;     /* (FC) */
+} zo_train_layer;
+
+/* Reads training sample `index` into the model input (arena) and its label. */
+typedef int (*zo_sample_reader)(void *context, uint32_t index, uint8_t *input, int32_t *label);
+
+typedef struct {
+    uint32_t step;      /* completed steps */
+    int32_t layer;      /* trainable layer index, -1 for the end-of-step record */
+    int32_t loss_q16;   /* mean clean loss of the step's batch, 2^-16 nats */
+    float lr;           /* eta_t */
+    uint32_t cycles;    /* platform_cycles() spent on this layer / step */
+} zo_train_telemetry;
+
+typedef void (*zo_telemetry_hook)(void *context, const zo_train_telemetry *record);
+
+typedef struct {
+    const zo_train_layer *layers;
+    uint32_t layer_count;
+    uint32_t queries, batch, steps, seed;
+    float lr;
+    int cosine;
+    float inv_nq; /* 1 / (N Q) */
+    int32_t logits_op;
+    uint32_t logits_offset;
+    int32_t classes;
+    const zo_softmax_params *loss;
+    uint32_t input_offset, input_bytes;
+    uint8_t model_sha256[32];
+    /* buffers (sizes in docs/training.md, reported by the memory report) */
+    uint8_t *saved;        /* batch x saved_stride */
+    uint32_t saved_stride;
+    int32_t *gradient;     /* the one gradient region */
+    int32_t *clean_q16;    /* [batch] */
+    int32_t *labels;       /* [batch] */
+    int32_t *query_sums;   /* [queries] */
+} zo_train_model;
+
+typedef struct {
+    uint32_t step; /* completed optimisation steps */
+    zo_sample_reader read_sample;
+    void *sample_context;
+    uint32_t sample_count;
+    zo_telemetry_hook telemetry; /* may be NULL */
+    void *telemetry_context;
+} zo_train_state;
+
+/* Copies the flash parameters to their SRAM copies; step = 0. */
+void zo_train_init(const zo_train_model *m, zo_train_state *s);
+
+/* One optimisation step on samples (step * N + n) mod sample_count. */
+int zo_train_step(const zo_train_model *m, zo_train_state *s);
+
+/* eta_t of the schedule (float32 polynomial cosine, identical on every target). */
+float zo_train_learning_rate(const zo_train_model *m, uint32_t step);
+
+/* Checkpoint (format: zocodegen/training/checkpoint.py) through a byte sink / source. */
+typedef int (*zo_byte_sink)(void *context, const uint8_t *bytes, uint32_t n);
+typedef int (*zo_byte_source)(void *context, uint8_t *bytes, uint32_t n);
+uint32_t zo_checkpoint_bytes(const zo_train_model *m);
+int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte_sink sink,
+                       void *context);
+/* Verifies the whole checkpoint (header, layer table, CRC) before it changes anything;
+ * reads the source twice, so the source must be rewindable (`rewind` is called between). */
+int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_source source,
+                       void (*rewind)(void *context), void *context);
+
+#endif /* ZO_TRAIN_H */

@@ -1,0 +1,19 @@
+/*
+ * The training engine's data and checkpoints on the block device (DESIGN.md section 6):
+ * samples are the image's train records, checkpoints live in the image's checkpoint area.
+ */
+#ifndef ZO_TRAIN_IO_H
+#define ZO_TRAIN_IO_H
+
+#include "zo_image.h"
+#include "zo_train.h"
+
+#define ZO_TRAIN_ERR_SPACE (-25) /* the image's checkpoint area is too small */
+
+/* zo_sample_reader over the train split of an open image (context: zo_image *). */
+int zo_image_train_sample(void *context, uint32_t index, uint8_t *input, int32_t *label);
+
+int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_image *img);
+int zo_checkpoint_from_image(const zo_train_model *m, zo_train_state *s, zo_image *img);
+
+#endif /* ZO_TRAIN_IO_H */

@@ -1,0 +1,108 @@
+"""``checkpoint.bin``: one format for the simulator, the device and the host tools.
+
+Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_checkpoint.c``)::
+
+    0   8  magic "ZOCKPT01"
+    8   4  format version (1)
+    12  4  header bytes (64)
+    16 32  sha256 of the model file the parameters belong to
+    48  4  completed optimisation steps t (training resumes at step t)
+    52  4  layer count L
+    56  4  total file bytes, CRC included
+    60  4  base seed of the run
+    64 12L per layer: op index, weight count, bias count (u32 each)
+    ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases
+    end 4  CRC-32 (zlib.crc32 / IEEE 802.3) of every byte before it
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+MAGIC = b"ZOCKPT01"
+VERSION = 1
+HEADER = struct.Struct("<8sII32sIIII")
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    op_index: int
+    weights: np.ndarray  # int8, flattened IR layout
+    bias: np.ndarray  # int32 (may be empty)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    model_sha256: bytes
+    step: int
+    seed: int
+    layers: tuple[LayerParams, ...]
+
+
+def _pad4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def encode(ckpt: Checkpoint) -> bytes:
+    table = b"".join(struct.pack("<III", lp.op_index, lp.weights.size, lp.bias.size)
+                     for lp in ckpt.layers)
+    data = bytearray()
+    for lp in ckpt.layers:
+        w = np.ascontiguousarray(lp.weights, dtype=np.int8).tobytes()
+        data += w + bytes(_pad4(len(w)) - len(w))
+        data += np.ascontiguousarray(lp.bias, dtype="<i4").tobytes()
+    total = HEADER.size + len(table) + len(data) + 4
+    head = HEADER.pack(MAGIC, VERSION, HEADER.size, ckpt.model_sha256, ckpt.step,
+                       len(ckpt.layers), total, ckpt.seed)
+    body = head + table + bytes(data)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
+    if len(blob) < HEADER.size + 4:
+        raise DataError(f"{source}: {len(blob)} bytes is too short for a checkpoint")
+    magic, version, header, sha, step, count, total, seed = HEADER.unpack_from(blob)
+    if magic != MAGIC:
+        raise DataError(f"{source}: not a zocodegen checkpoint (magic {magic!r})")
+    if version != VERSION or header != HEADER.size:
+        raise DataError(f"{source}: checkpoint format version {version} is not supported")
+    if total != len(blob):
+        raise DataError(f"{source}: truncated or padded: header says {total} bytes, "
+                        f"file has {len(blob)}")
+    (crc,) = struct.unpack_from("<I", blob, total - 4)
+    if zlib.crc32(blob[:total - 4]) != crc:
+        raise DataError(f"{source}: CRC mismatch, the checkpoint is corrupted")
+    pos = HEADER.size + 12 * count
+    layers = []
+    for k in range(count):
+        op_index, w_count, b_count = struct.unpack_from("<III", blob, HEADER.size + 12 * k)
+        weights = np.frombuffer(blob, np.int8, w_count, pos).copy()
+        pos += _pad4(w_count)
+        bias = np.frombuffer(blob, "<i4", b_count, pos).astype(np.int32)
+        pos += 4 * b_count
+        layers.append(LayerParams(op_index, weights, bias))
+    if pos != total - 4:
+        raise DataError(f"{source}: layer table does not match the file size")
+    return Checkpoint(sha, step, seed, tuple(layers))
+
+
+def save(path: Path, ckpt: Checkpoint) -> None:
+    """Atomic: a crash leaves either the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(encode(ckpt))
+    tmp.replace(path)
+
+
+def load(path: Path) -> Checkpoint:
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    return decode(blob, str(path))

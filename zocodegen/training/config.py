@@ -1,0 +1,83 @@
+"""The TRAIN options of DESIGN.md section 8, validated once, shared by `simulate` and
+`build --train` (and recorded in the build manifest)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import UserError
+
+ESTIMATORS = ("adaptive", "wp", "np", "mezo")
+SCHEDULES = ("cosine", "constant")
+MODES = ("full", "sparse")
+#: N*Q above this could let the int32 sum of Q16 loss differences overflow (docs/training.md).
+MAX_SAMPLES_TIMES_QUERIES = 1023
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``steps`` is the total number of optimisation steps T (the cosine
+    schedule decays over it); ``layers`` are indices into the model's trainable-layer list
+    (every CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED in order), empty = all of them."""
+
+    steps: int = 100
+    queries: int = 100
+    batch: int = 1
+    lr: float = 0.01
+    schedule: str = "cosine"
+    seed: int = 1
+    estimator: str = "adaptive"
+    scaling: bool = True
+    layers: tuple[int, ...] = ()
+    mode: str = "full"
+    blocks: int = 4
+    block: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise UserError(f"--steps must be at least 1 (got {self.steps})")
+        if self.queries < 1 or self.batch < 1:
+            raise UserError("--queries and --batch must be at least 1")
+        if self.estimator not in ESTIMATORS:
+            raise UserError(f"--estimator must be one of {', '.join(ESTIMATORS)}")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"--schedule must be one of {', '.join(SCHEDULES)}")
+        if self.mode not in MODES:
+            raise UserError(f"training mode must be one of {', '.join(MODES)}")
+        if not self.lr > 0:
+            raise UserError(f"--lr must be positive (got {self.lr})")
+        if self.estimator != "mezo" and self.batch * self.queries > MAX_SAMPLES_TIMES_QUERIES:
+            raise UserError(f"--batch x --queries = {self.batch * self.queries} exceeds "
+                            f"{MAX_SAMPLES_TIMES_QUERIES}, where the int32 gradient sums could "
+                            "overflow; lower one of them")
+        if self.seed < 0 or self.seed > 0xFFFFFFFF:
+            raise UserError("--seed must fit in 32 bits")
+        if self.mode == "sparse":
+            if self.blocks < 1:
+                raise UserError("--blocks must be at least 1")
+            if self.block is None:
+                raise UserError("sparse training needs --block K (0-based); on-device "
+                                "selection with --block auto arrives with the STM32 targets "
+                                "work (issue 6)")
+            if not 0 <= self.block < self.blocks:
+                raise UserError(f"--block must be in 0..{self.blocks - 1}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_layer_list(text: str | None) -> tuple[int, ...]:
+    """'0,2,5-7' -> (0, 2, 5, 6, 7)."""
+    if not text:
+        return ()
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(v) for v in part.split("-", 1))
+                out.extend(range(lo, hi + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise UserError(f"--layers expects indices like '0,2,5-7', got '{text}'") from None
+    return tuple(sorted(set(out)))

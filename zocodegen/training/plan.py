@@ -1,0 +1,217 @@
+"""Model + TRAIN options -> what to train and how (pure): the trainable layers, WP or NP for
+each, the host-precomputed scaling constants, where a partial forward restarts, and the loss
+head. The simulator and the C generator both read this one plan, so they cannot disagree on
+any of these choices. The rules are in docs/training.md."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+from ..ir import TRAINABLE_OP_TYPES, Graph, Op
+from ..reference.softmax import LogSoftmaxParams, log_softmax_params
+from .config import TrainConfig
+
+
+@dataclass(frozen=True)
+class TrainableLayer:
+    """One CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED whose int8 weights and int32 biases
+    are trained. Weight j (IR layout, flattened) belongs to output channel
+    ``(j // channel_inner) % channels``."""
+
+    index: int  # i of the step seed S(t, i): position in the model's trainable-layer list
+    op_index: int
+    op: Op
+    weights: str
+    bias: str | None
+    weight_count: int
+    bias_count: int
+    output_count: int  # d_a
+    channels: int
+    channel_inner: int
+    mode: str  # "WP" or "NP"
+    gscale: np.float32  # NQ / (NQ + d - 1)
+    weight_inv_s2: np.ndarray  # float32 (channels,)
+    bias_inv_s2: np.ndarray  # float32 (channels,)
+    crossing: tuple[str, ...]  # activations a forward from op_index needs from before it
+
+    @property
+    def d_w(self) -> int:
+        return self.weight_count + self.bias_count
+
+    @property
+    def d(self) -> int:
+        """The dimension the layer's perturbation has (the d of the scaling rule). WP
+        perturbs the weights only: a bias LSB (s_in * s_w) is far below a weight LSB, so a
+        +-1 bias perturbation does not move the loss and its estimate would be pure noise
+        (which 1/s_b^2 scaling then amplifies); biases are trained where NP is used."""
+        return self.weight_count if self.mode == "WP" else self.output_count
+
+    @property
+    def input(self) -> str:
+        return self.op.inputs[0]
+
+    @property
+    def output(self) -> str:
+        return self.op.outputs[0]
+
+    @property
+    def parameter_bytes(self) -> int:
+        return self.weight_count + 4 * self.bias_count
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    config: TrainConfig
+    layers: tuple[TrainableLayer, ...]  # the layers this run trains, in forward order
+    all_trainable: tuple[int, ...]  # op indices of every trainable op of the model
+    logits: str  # the loss reads this int8 tensor
+    logits_op: int  # partial forwards stop after this op
+    loss_params: LogSoftmaxParams
+    num_classes: int
+    inv_nq: np.float32  # 1 / (N * Q) of the estimator in use
+    queries_per_step: int  # forward evaluations per layer (WP/NP) or per step (MeZO)
+
+    @property
+    def parameter_bytes(self) -> int:
+        return sum(layer.parameter_bytes for layer in self.layers)
+
+    def gradient_bytes(self) -> int:
+        """The one gradient region (docs/training.md): per layer, WP holds an int32 gradient
+        and a backup copy of the weights; NP an int32 node gradient of d_a (plus an
+        int32 weight-gradient accumulator when N > 1)."""
+        def need(layer: TrainableLayer) -> int:
+            if layer.mode == "WP":
+                return 5 * layer.weight_count
+            return 4 * layer.output_count + (4 * layer.d_w if self.config.batch > 1 else 0)
+        return max(need(layer) for layer in self.layers)
+
+
+def producers(graph: Graph) -> dict[str, int]:
+    return {name: k for k, op in enumerate(graph.ops) for name in op.outputs}
+
+
+def crossing_tensors(graph: Graph, restart: int, stop: int) -> tuple[str, ...]:
+    """Activations produced before op ``restart`` (or graph inputs) that ops
+    ``restart..stop`` read: what must be restored to rerun the network from there."""
+    made = producers(graph)
+    names: list[str] = []
+    for op in graph.ops[restart:stop + 1]:
+        for name in op.inputs:
+            if (name and not graph.tensor(name).is_constant and made.get(name, -1) < restart
+                    and name not in names):
+                names.append(name)
+    return tuple(names)
+
+
+def loss_head(graph: Graph) -> tuple[str, int]:
+    """(logits tensor, index of the op producing it): the int8 input of the final
+    SOFTMAX/LOG_SOFTMAX, else of the final DEQUANTIZE, else the int8 output itself."""
+    if len(graph.outputs) != 1:
+        raise UserError(f"training needs a model with one output (a classifier); this one "
+                        f"has {len(graph.outputs)}")
+    made = producers(graph)
+    name = graph.outputs[0]
+    for kinds in (("DEQUANTIZE",), ("SOFTMAX", "LOG_SOFTMAX")):
+        op = graph.ops[made[name]] if name in made else None
+        if op is not None and op.type in kinds:
+            name = op.inputs[0]
+    t = graph.tensor(name)
+    if np.dtype(t.dtype) != np.int8 or name not in made:
+        raise UserError(f"the loss needs int8 logits; '{name}' is {np.dtype(t.dtype).name}")
+    return name, made[name]
+
+
+def _channels(graph: Graph, op: Op) -> tuple[int, int]:
+    """(channels, channel_inner) of the op's weight layout."""
+    shape = graph.tensor(op.inputs[1]).shape
+    if op.type == "DEPTHWISE_CONV_2D":
+        return shape[3], 1
+    return shape[0], int(np.prod(shape[1:]))
+
+
+def _inv_s2(graph: Graph, op: Op, mode: str, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Quantization-aware scaling per channel, float64 -> float32 (docs/training.md):
+    WP: 1/s_c^2 (weights), 1/(s_in s_c)^2 (biases). NP additionally carries the chain
+    factor s_in s_c / s_out from the output's int8 units to the parameters'."""
+    s_in = np.float64(graph.tensor(op.inputs[0]).quant.scalar_scale)
+    s_out = np.float64(graph.tensor(op.outputs[0]).quant.scalar_scale)
+    s_c = np.broadcast_to(graph.tensor(op.inputs[1]).quant.scale.astype(np.float64), (channels,))
+    w, b = 1.0 / s_c ** 2, 1.0 / (s_in * s_c) ** 2
+    if mode == "NP":
+        chain = s_in * s_c / s_out
+        w, b = w * chain, b * chain
+    return w.astype(np.float32), b.astype(np.float32)
+
+
+def trainable_ops(graph: Graph) -> tuple[int, ...]:
+    return tuple(k for k, op in enumerate(graph.ops) if op.type in TRAINABLE_OP_TYPES)
+
+
+def _selected(config: TrainConfig, count: int) -> list[int]:
+    chosen = list(config.layers) or list(range(count))
+    bad = [i for i in chosen if not 0 <= i < count]
+    if bad:
+        raise UserError(f"--layers {bad[0]} is out of range: the model has {count} trainable "
+                        f"layers (0..{count - 1})")
+    if config.mode == "sparse":
+        blocks = [list(b) for b in np.array_split(np.array(chosen), config.blocks) if b.size]
+        if config.block >= len(blocks):
+            raise UserError(f"--block {config.block}: only {len(blocks)} blocks of trainable "
+                            "layers exist")
+        chosen = [int(i) for i in blocks[config.block]]
+    return chosen
+
+
+def _check_batch_one(graph: Graph) -> None:
+    for name, t in graph.tensors.items():
+        if not t.is_constant and (not t.shape or t.shape[0] != 1):
+            raise UserError(f"training needs batch-1 activations; tensor '{name}' has shape "
+                            f"{list(t.shape)}")
+
+
+def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
+    _check_batch_one(graph)
+    logits, logits_op = loss_head(graph)
+    all_ops = trainable_ops(graph)
+    if not all_ops:
+        raise UserError("the model has no CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED "
+                        "layer to train")
+    chosen = [i for i in _selected(config, len(all_ops)) if all_ops[i] <= logits_op]
+    n = config.batch
+    q = config.queries * (len(chosen) if config.estimator == "mezo" else 1)
+    total_d = 0
+    drafts = []
+    for i in chosen:
+        k = all_ops[i]
+        op = graph.ops[k]
+        weights = graph.tensor(op.inputs[1])
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
+        bias_count = graph.tensor(bias).size if bias else 0
+        channels, inner = _channels(graph, op)
+        d_a = graph.tensor(op.outputs[0]).size
+        if config.estimator in ("wp", "mezo"):
+            mode = "WP"
+        elif config.estimator == "np":
+            mode = "NP"
+        else:
+            mode = "WP" if weights.size + bias_count < d_a else "NP"
+        total_d += weights.size
+        drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
+    layers = []
+    for i, k, op, bias, w_count, b_count, d_a, channels, inner, mode in drafts:
+        d = total_d if config.estimator == "mezo" else (w_count if mode == "WP" else d_a)
+        if config.scaling:
+            gscale = np.float32(n * q / (n * q + d - 1))
+            w_s2, b_s2 = _inv_s2(graph, op, mode, channels)
+        else:
+            gscale = np.float32(1.0)
+            w_s2 = b_s2 = np.ones(channels, dtype=np.float32)
+        layers.append(TrainableLayer(
+            i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
+            w_s2, b_s2, crossing_tensors(graph, k, logits_op)))
+    classes = graph.tensor(logits).shape[-1]
+    return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
+                        log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
+                        np.float32(1.0 / (n * q)), q)

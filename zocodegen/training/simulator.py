@@ -1,0 +1,264 @@
+"""The numpy training simulator: DESIGN.md section 4 exactly as the generated C runs it
+(docs/training.md), so parameters after any number of steps are bit-identical.
+
+The device evaluates the Q perturbed copies of a layer one after the other; the simulator
+evaluates them as one batch (the reference kernels accept a leading variant axis on weights),
+which gives the same integers far faster. Activations of the clean forward stay in a dict,
+so the "global update" rule (every layer's estimate sees step t's network) holds by
+construction here; the C engine gets the same effect by re-running from saved activations.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DataError
+from ..ir import Graph
+from ..numerics import rounding_divide_by_pot
+from ..reference.conv import tap_windows
+from ..reference.registry import KERNELS
+from ..reference.softmax import cross_entropy_q26
+from .checkpoint import Checkpoint, LayerParams
+from .plan import TrainableLayer, TrainingPlan, crossing_tensors
+from .prng import rademacher, step_seed
+from .update import (apply_biases, apply_weights, learning_rate, step_coefficient,
+                     update_deltas)
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+Params = dict[str, np.ndarray]  # weight / bias tensor name -> int8 / int32 array (IR shape)
+Gradient = tuple[np.ndarray, np.ndarray | None]  # int weight gradient (flat), bias gradient
+
+
+def initial_params(graph: Graph, plan: TrainingPlan) -> Params:
+    params: Params = {}
+    for layer in plan.layers:
+        params[layer.weights] = np.array(graph.tensor(layer.weights).data, dtype=np.int8)
+        if layer.bias:
+            params[layer.bias] = np.array(graph.tensor(layer.bias).data, dtype=np.int32)
+    return params
+
+
+def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int
+            ) -> dict[str, np.ndarray]:
+    """Run ops ``start..stop`` (inclusive) on a batch; ``env`` holds activations and the
+    trainable parameters (possibly with a variant axis). Returns the extended env."""
+    env = dict(env)
+    for op in graph.ops[start:stop + 1]:
+        args = [None if not n else env[n] if n in env else graph.tensor(n).data
+                for n in op.inputs]
+        for name, result in zip(op.outputs, KERNELS[op.type](op, graph, args)):
+            t = graph.tensor(name)
+            env[name] = result.astype(t.dtype, copy=False).reshape((-1,) + tuple(t.shape[1:]))
+    return env
+
+
+def losses_q16(plan: TrainingPlan, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Cross-entropy per row in Q16 (2^-16 nats), int64."""
+    rows = logits.reshape(logits.shape[0], -1)
+    return rounding_divide_by_pot(cross_entropy_q26(rows, labels, plan.loss_params), 10)
+
+
+def _tile(value: np.ndarray, copies: int) -> np.ndarray:
+    return np.tile(value, (copies,) + (1,) * (value.ndim - 1))
+
+
+def _perturbed_params(layer: TrainableLayer, params: Params, xi: np.ndarray, repeat: int
+                      ) -> Params:
+    """The Q perturbed copies of one layer's weights (int8 saturation), each repeated for the
+    N samples of the batch: variant axis of Q * N."""
+    w = params[layer.weights]
+    wq = np.clip(w[None].astype(np.int16) + xi.reshape((-1,) + w.shape), -128, 127)
+    return {layer.weights: np.repeat(wq.astype(np.int8), repeat, axis=0)}
+
+
+def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
+    q, n = plan.config.queries, len(labels)
+    xi = rademacher(seed, q * layer.weight_count).reshape(q, layer.weight_count)
+    start = {name: _tile(env[name], q) for name in layer.crossing}
+    start.update(params)
+    start.update(_perturbed_params(layer, params, xi, n))
+    out = forward(graph, start, layer.op_index, plan.logits_op)
+    diffs = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean
+    return diffs.sum(axis=1) @ xi.astype(np.int64), None  # g_j = sum_q D_q xi_qj
+
+
+def node_to_parameter_gradient(graph: Graph, layer: TrainableLayer, a: np.ndarray,
+                               gz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NP: weight gradient = the convolution / FC shaped outer product of the node gradient
+    with the (zero-point corrected) layer input; bias gradient = node gradient summed over
+    positions. Per sample, int64: (N, weight_count), (N, channels)."""
+    op, n = layer.op, a.shape[0]
+    offset = -graph.tensor(op.inputs[0]).quant.scalar_zero_point
+    w_shape = graph.tensor(layer.weights).shape
+    x = a.astype(np.int64) + offset
+    if op.type == "FULLY_CONNECTED":
+        rows = x.reshape(n, -1, w_shape[1])
+        gzr = gz.reshape(n, rows.shape[1], w_shape[0])
+        return np.einsum("nro,nrc->noc", gzr, rows).reshape(n, -1), gzr.sum(axis=1)
+    out_shape = graph.tensor(op.outputs[0]).shape
+    gz = gz.reshape((n,) + tuple(out_shape[1:]))
+    gw = np.zeros((n,) + tuple(w_shape), dtype=np.int64)
+    mult = op.options.get("depth_multiplier", 1)
+    for i, j, patch in tap_windows(x, op, w_shape[1], w_shape[2], out_shape[1], out_shape[2]):
+        if op.type == "DEPTHWISE_CONV_2D":
+            gw[:, 0, i, j, :] = (gz * np.repeat(patch, mult, axis=3)).sum(axis=(1, 2))
+        else:
+            gw[:, :, i, j, :] = np.einsum("nhwo,nhwc->noc", gz, patch)
+    return gw.reshape(n, -1), gz.sum(axis=(1, 2))
+
+
+def _accumulate_int32(per_sample: np.ndarray) -> np.ndarray:
+    """Each sample's int64 gradient saturated to int32, then summed with int32 saturation."""
+    acc = np.zeros(per_sample.shape[1:], dtype=np.int64)
+    for g in np.clip(per_sample, INT32_MIN, INT32_MAX):
+        acc = np.clip(acc + g, INT32_MIN, INT32_MAX)
+    return acc
+
+
+def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
+    q, n = plan.config.queries, len(labels)
+    xi = rademacher(seed, q * layer.output_count).reshape(q, layer.output_count)
+    z = env[layer.output].reshape(n, -1).astype(np.int16)
+    zq = np.clip(z[None] + xi[:, None, :], -128, 127).astype(np.int8)
+    restart = layer.op_index + 1
+    start = {name: _tile(env[name], q) for name in
+             set(_crossing_after(graph, plan, layer)) - {layer.output}}
+    start[layer.output] = zq.reshape((q * n,) + env[layer.output].shape[1:])
+    start.update(params)
+    out = forward(graph, start, restart, plan.logits_op)
+    diffs = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean
+    gz = np.einsum("qn,qd->nd", diffs, xi.astype(np.int64))  # per sample node gradient
+    gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
+    return _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
+
+
+def _crossing_after(graph: Graph, plan: TrainingPlan, layer: TrainableLayer) -> tuple[str, ...]:
+    return crossing_tensors(graph, layer.op_index + 1, plan.logits_op)
+
+
+def _update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                  grad: Gradient, eta_t: np.float32) -> None:
+    coef = step_coefficient(eta_t, layer.gscale, plan.inv_nq)
+    w = params[layer.weights]
+    channel_of = (np.arange(layer.weight_count) // layer.channel_inner) % layer.channels
+    deltas = update_deltas(coef, layer.weight_inv_s2, grad[0], channel_of)
+    params[layer.weights] = apply_weights(w.reshape(-1), deltas).reshape(w.shape)
+    if grad[1] is not None:
+        deltas = update_deltas(coef, layer.bias_inv_s2, grad[1], np.arange(layer.channels))
+        params[layer.bias] = apply_biases(params[layer.bias], deltas)
+
+
+def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
+               labels: np.ndarray, clean: np.ndarray, t: int, eta_t: np.float32) -> None:
+    """Model-wise weight perturbation (MeZO-style baseline): one stream S(t, 0) over all
+    trainable parameters, layer after layer, plan.queries_per_step full forwards."""
+    q, n = plan.queries_per_step, len(labels)
+    total = sum(layer.weight_count for layer in plan.layers)
+    xi = rademacher(step_seed(plan.config.seed, t, 0), q * total).reshape(q, total)
+    env = {graph.inputs[0]: _tile(xs, q)}
+    env.update(params)
+    pos = 0
+    for layer in plan.layers:
+        env.update(_perturbed_params(layer, params, xi[:, pos:pos + layer.weight_count], n))
+        pos += layer.weight_count
+    out = forward(graph, env, 0, plan.logits_op)
+    d = (losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean).sum(axis=1)
+    grad = d @ xi.astype(np.int64)
+    pos = 0
+    for layer in plan.layers:
+        _update_layer(plan, layer, params, (grad[pos:pos + layer.weight_count], None), eta_t)
+        pos += layer.weight_count
+
+
+def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.ndarray,
+               labels: np.ndarray) -> tuple[Params, float]:
+    """One optimisation step on a batch of N samples; returns the new parameters and the
+    batch's mean clean loss in nats (before the update)."""
+    params = dict(params)
+    cfg = plan.config
+    eta_t = learning_rate(cfg.lr, t, cfg.steps, cfg.schedule)
+    env = {graph.inputs[0]: xs}
+    env.update(params)
+    env = forward(graph, env, 0, plan.logits_op)
+    clean = losses_q16(plan, env[plan.logits], labels)
+    if cfg.estimator == "mezo":
+        _mezo_step(graph, plan, params, xs, labels, clean, t, eta_t)
+    else:
+        for layer in plan.layers:
+            seed = step_seed(cfg.seed, t, layer.index)
+            estimate = _wp_gradient if layer.mode == "WP" else _np_gradient
+            grad = estimate(graph, plan, layer, params, env, labels, clean, seed)
+            _update_layer(plan, layer, params, grad, eta_t)
+    return params, float(clean.mean()) / 65536.0
+
+
+def batch_indices(step: int, batch: int, count: int) -> np.ndarray:
+    """Samples of step t: (t N + n) mod M, in the order of the data (docs/training.md)."""
+    return (step * batch + np.arange(batch)) % count
+
+
+def predict(graph: Graph, params: Params, x: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Class index per sample (argmax of the model's output), with the given parameters."""
+    out = []
+    for k in range(0, len(x), chunk):
+        env = {graph.inputs[0]: x[k:k + chunk]}
+        env.update(params)
+        y = forward(graph, env, 0, len(graph.ops) - 1)[graph.outputs[0]]
+        out.append(y.reshape(y.shape[0], -1).argmax(axis=1))
+    return np.concatenate(out)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int  # completed steps after this one
+    loss: float  # mean clean loss of the step's batch, nats
+    lr: float
+    accuracy: float | None  # on the test split, when evaluated at this step
+
+
+def run(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.ndarray,
+        first_step: int = 0, x_test: np.ndarray | None = None, y_test: np.ndarray | None = None,
+        eval_every: int = 0) -> Iterator[tuple[StepRecord, Params]]:
+    """Steps first_step..T-1; yields a record and the parameters after each step."""
+    cfg = plan.config
+    for t in range(first_step, cfg.steps):
+        idx = batch_indices(t, cfg.batch, len(x))
+        params, loss = train_step(graph, plan, params, t, x[idx], y[idx])
+        acc = None
+        done = t + 1
+        if x_test is not None and eval_every and (done % eval_every == 0 or done == cfg.steps):
+            acc = float((predict(graph, params, x_test) == y_test).mean())
+        yield StepRecord(done, loss, float(learning_rate(cfg.lr, t, cfg.steps, cfg.schedule)),
+                         acc), params
+
+
+def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: bytes
+                  ) -> Checkpoint:
+    return Checkpoint(model_sha256, step, plan.config.seed, tuple(
+        LayerParams(layer.op_index, params[layer.weights].reshape(-1),
+                    params[layer.bias] if layer.bias else np.zeros(0, np.int32))
+        for layer in plan.layers))
+
+
+def from_checkpoint(graph: Graph, plan: TrainingPlan, ckpt: Checkpoint,
+                    model_sha256: bytes | None = None) -> Params:
+    """Parameters from a checkpoint, refusing one that belongs to another model or run."""
+    if model_sha256 is not None and ckpt.model_sha256 != model_sha256:
+        raise DataError("the checkpoint belongs to a different model file (sha256 differs)")
+    layers = {lp.op_index: lp for lp in ckpt.layers}
+    params: Params = {}
+    for layer in plan.layers:
+        lp = layers.get(layer.op_index)
+        if lp is None or lp.weights.size != layer.weight_count or lp.bias.size != layer.bias_count:
+            raise DataError(f"the checkpoint has no matching parameters for layer "
+                            f"{layer.op_index} ('{layer.op.name}'); was it trained with "
+                            "other --layers?")
+        params[layer.weights] = lp.weights.reshape(graph.tensor(layer.weights).shape)
+        if layer.bias:
+            params[layer.bias] = lp.bias.copy()
+    return params
+
