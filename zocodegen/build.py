@@ -13,6 +13,7 @@ from .codegen import BuildOptions, ProjectPlan, plan_project, render_project, wr
 from .errors import UserError
 from .frontends import load_model
 from .ir import Graph
+from .training.config import TrainConfig
 
 APT_HINT = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm "
             "(or run scripts/setup.sh)")
@@ -60,13 +61,14 @@ def cache_root() -> Path:
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
                  sanitize: bool = False, extra_cflags: str = "",
-                 graph: Graph | None = None) -> Path:
+                 graph: Graph | None = None, train: TrainConfig | None = None) -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
     rebuilds) plus the goal; a hit skips the compiler entirely.
     """
-    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate), graph)
+    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate, train=train),
+                       graph)
     digest = hashlib.sha256()
     for rel in sorted(files):
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")

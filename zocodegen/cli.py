@@ -25,6 +25,10 @@ from .engines import run_samples
 from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
+from .training import checkpoint
+from .training.config import TrainConfig, parse_layer_list
+from .training.export import export_checkpoint
+from .training.runner import simulate
 
 ENGINES = ("reference", "native", "qemu")
 
@@ -69,8 +73,73 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", choices=TARGET_NAMES, default="stm32f746",
                    help="for native/qemu: the board whose SRAM budget applies (default "
                         "stm32f746)")
+    p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
+                   help="also generate the on-device zeroth-order training engine")
+    _add_train_options(p, default_queries=50)
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("simulate", help="zeroth-order training in the bit-exact numpy "
+                                        "simulator (what the device computes)")
+    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("--data", type=Path, required=True, metavar="DATA.npz",
+                   help="x (N, *input shape) in the input dtype, y (N,) labels; optional "
+                        "x_test/y_test for accuracy")
+    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
+                   help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
+    p.add_argument("--mode", choices=("full", "sparse"), default="full",
+                   help="train all selected layers, or one block of them (--block K)")
+    _add_train_options(p, default_queries=100)
+    p.add_argument("--eval-every", type=int, metavar="K",
+                   help="test accuracy every K steps (default: 20 times per run)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from RUN/checkpoint.bin")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("export", help="write trained parameters into a copy of the model")
+    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
+    p.set_defaults(func=cmd_export)
     return parser
+
+
+def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
+    g = p.add_argument_group("training options (DESIGN.md section 4)")
+    g.add_argument("--steps", type=int, default=100, metavar="T",
+                   help="optimisation steps; the cosine schedule decays over them")
+    g.add_argument("--epochs", type=int, metavar="E", help="simulate: T = E passes over x")
+    g.add_argument("--queries", type=int, default=default_queries, metavar="Q",
+                   help=f"perturbations per layer and step (default {default_queries})")
+    g.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="samples per step (gradient accumulation)")
+    g.add_argument("--lr", type=float, default=0.01, metavar="ETA")
+    g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
+    g.add_argument("--seed", type=int, default=1, metavar="S")
+    g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo"), default="adaptive",
+                   help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
+                        "mezo: model-wise baseline with Q x layers queries (simulator only)")
+    g.add_argument("--no-scaling", action="store_true",
+                   help="no gradient-norm / quantization-aware learning-rate scaling")
+    g.add_argument("--layers", metavar="LIST",
+                   help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
+    g.add_argument("--blocks", type=int, default=4, help="sparse mode: number of blocks")
+    g.add_argument("--block", metavar="K", help="sparse mode: the block to train")
+
+
+def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
+    block = None
+    if args.block is not None:
+        if args.block == "auto":
+            raise UserError("--block auto (on-device block selection) arrives with the STM32 "
+                            "targets work (issue 6); choose a block with --block K")
+        try:
+            block = int(args.block)
+        except ValueError:
+            raise UserError(f"--block expects a block index, got '{args.block}'") from None
+    return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=args.lr,
+                       schedule=args.schedule, seed=args.seed, estimator=args.estimator,
+                       scaling=not args.no_scaling, layers=parse_layer_list(args.layers),
+                       mode=mode, blocks=args.blocks, block=block)
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -168,7 +237,17 @@ def cmd_infer(args: argparse.Namespace) -> None:
 
 def cmd_build(args: argparse.Namespace) -> None:
     out = args.output or Path(f"{args.model.stem}_{args.target}")
-    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate), out)
+    train = None
+    if args.train != "none":
+        if args.epochs is not None:
+            raise UserError("build needs --steps T: the firmware is generated before it sees "
+                            "the data, so it cannot count epochs")
+        if args.estimator == "mezo":
+            raise UserError("--estimator mezo is a simulator baseline; the device runs "
+                            "adaptive, wp or np")
+        train = _train_config(args, args.train)
+    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
+                                             train=train), out)
     placement = plan.placement
     print(f"{out}/: {len(plan.code.layers)} layers, arena {plan.arena.arena_bytes:,} B "
           f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "
@@ -176,9 +255,33 @@ def cmd_build(args: argparse.Namespace) -> None:
     print(f"SRAM {placement.total / 1024:.1f} KB of the {plan.board.name} budget "
           f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
           f"details in {out / 'memory_report.txt'}")
+    if plan.training is not None:
+        items = {i.name: i.bytes for i in plan.training.ram_items()}
+        print("training: " + ", ".join(f"{k} {v:,} B" for k, v in items.items()))
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    config = _train_config(args, args.mode)
+    result = simulate(args.model, args.data, args.output, config, epochs=args.epochs,
+                      eval_every=args.eval_every, resume=args.resume)
+    acc = ""
+    if result.accuracy_before is not None and result.accuracy_after is not None:
+        acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "
+               f"{100 * result.accuracy_after:.1f}%")
+    print(f"{result.steps} steps, loss {result.first_loss:.3f} -> {result.last_loss:.3f} "
+          f"(mean of first / last 50 steps){acc}; {result.forward_evaluations:,} query "
+          f"forwards", file=sys.stderr)
+    print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png", file=sys.stderr)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    graph = load_model(args.model)
+    written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
+    print(f"{args.output}: {written} trained tensors written (step "
+          f"{checkpoint.load(args.checkpoint).step})", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,88 @@
+"""Training curves on the host: ``metrics.csv`` (one row per step) and ``curves.png``.
+Shared by ``simulate`` and the device trainer, so both runs look alike and compare directly."""
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = ("step", "loss", "lr", "accuracy")
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    step: int
+    loss: float  # nats
+    lr: float
+    accuracy: float | None = None
+
+
+class MetricsLog:
+    """Appends rows to ``metrics.csv`` as they arrive (flushed, so a crash loses nothing)."""
+
+    def __init__(self, path: Path, append: bool = False):
+        self.path = Path(path)
+        self.rows: list[MetricsRow] = read_metrics(self.path) if append else []
+        self._file = open(self.path, "a" if append else "w", newline="")
+        self._writer = csv.writer(self._file)
+        if not append or not self.rows:
+            self._writer.writerow(COLUMNS)
+
+    def add(self, row: MetricsRow) -> None:
+        self.rows.append(row)
+        self._writer.writerow([row.step, f"{row.loss:.6f}", f"{row.lr:.9g}",
+                               "" if row.accuracy is None else f"{row.accuracy:.6f}"])
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: Path) -> list[MetricsRow]:
+    if not Path(path).is_file():
+        return []
+    with open(path, newline="") as f:
+        return [MetricsRow(int(r["step"]), float(r["loss"]), float(r["lr"]),
+                           float(r["accuracy"]) if r["accuracy"] else None)
+                for r in csv.DictReader(f)]
+
+
+def moving_average(values: Sequence[float], window: int) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) == 0:
+        return v
+    window = max(1, min(window, len(v)))
+    kernel = np.ones(window) / window
+    return np.convolve(v, kernel, mode="valid")
+
+
+def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None:
+    """Loss per step (raw and smoothed) and test accuracy where it was measured."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r.step for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(steps, [r.loss for r in rows], color="0.75", linewidth=0.6, label="loss (step)")
+    window = max(1, len(rows) // 20)
+    smooth = moving_average([r.loss for r in rows], window)
+    if len(smooth):
+        ax.plot(steps[window - 1:], smooth, color="C0", label=f"loss ({window}-step mean)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats)")
+    evaluated = [r for r in rows if r.accuracy is not None]
+    if evaluated:
+        acc_ax = ax.twinx()
+        acc_ax.plot([r.step for r in evaluated], [100 * r.accuracy for r in evaluated],
+                    "o-", color="C1", label="test accuracy")
+        acc_ax.set_ylabel("test accuracy (%)")
+        acc_ax.legend(loc="upper right")
+    ax.legend(loc="upper left")
+    ax.set_title(title or "zeroth-order training")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,332 @@
+"""Zeroth-order training (issue 4): simulator == native C == QEMU C checkpoints, byte for
+byte, on the shared models and fixtures; resume; memory decomposition; export; learning;
+bad data."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, SHARED_MODELS, shared_model
+from zocodegen.build import cached_build, generate, make
+from zocodegen.cli import main
+from zocodegen.codegen import BuildOptions
+from zocodegen.engines import FirmwareError, FirmwareSession
+from zocodegen.frontends import load_model
+from zocodegen.host.image import pack_image, read_header
+from zocodegen.training import checkpoint, simulator
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.plan import training_plan
+from zocodegen.training.update import learning_rate, round_half_away
+
+HAVE_ARM = bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
+NEEDS_ARM = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc and "
+                                                    "qemu-system-arm (scripts/setup.sh)")
+K_STEPS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def build_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
+    yield
+    mp.undo()
+
+
+
+def _resolve(spec: str) -> Path:
+    kind, name = spec.split(":")
+    return shared_model(name) if kind == "shared" else FIXTURES / name
+
+
+def _data(graph, classes: int, count: int = 5, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    t = graph.tensor(graph.inputs[0])
+    x = rng.integers(-128, 128, size=(count,) + tuple(t.shape[1:])).astype(t.dtype)
+    return x, rng.integers(0, classes, size=count)
+
+
+def _image(tmp: Path, x, y, classes: int) -> Path:
+    path = tmp / "train.img"
+    pack_image(path, x, y, num_classes=classes, checkpoint_bytes=1 << 20)
+    return path
+
+
+def _checkpoint_area(image: Path, size: int) -> bytes:
+    layout = read_header(image)
+    start = layout.checkpoint_lba * 512
+    return image.read_bytes()[start:start + size]
+
+
+def _simulated(graph, plan, x, y, steps: int, sha: bytes) -> bytes:
+    params = simulator.initial_params(graph, plan)
+    for record, params in simulator.run(graph, plan, params, x, y):
+        if record.step == steps:
+            break
+    return checkpoint.encode(simulator.to_checkpoint(plan, params, steps, sha))
+
+
+def _firmware_checkpoint(model: Path, graph, config, engine, image: Path, steps: int,
+                         sanitize: bool = False) -> bytes:
+    artefact = cached_build(model, engine, graph=graph, train=config, sanitize=sanitize)
+    with FirmwareSession(graph, engine, artefact, icount=False) as session:
+        session.attach_image(image)
+        records = list(session.train(steps))
+        size = session.save_checkpoint()
+    assert [r.step for r in records] == list(range(1, steps + 1))
+    return _checkpoint_area(image, size)
+
+
+MODELS = [pytest.param("shared:kws_ref_model.tflite", id="kws"),
+          pytest.param("shared:pretrainedResnet_quant.tflite", id="resnet"),
+          pytest.param("fixture:onnx_qdq_int8.onnx", id="onnx_qdq_int8"),
+          pytest.param("fixture:digits_cnn.tflite", id="digits")]
+ENGINES = [pytest.param("native", id="native"),
+           pytest.param("qemu", id="qemu", marks=NEEDS_ARM)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("spec", MODELS)
+def test_firmware_checkpoint_equals_simulator(spec, engine, tmp_path):
+    """All layers trainable, adaptive WP/NP (both in use), K = 3 steps: identical bytes."""
+    model = _resolve(spec)
+    graph = load_model(model)
+    config = TrainConfig(steps=10, queries=3, lr=0.003)
+    plan = training_plan(graph, config)
+    assert {layer.mode for layer in plan.layers} == {"WP", "NP"}
+    assert len(plan.layers) == len(plan.all_trainable)
+    x, y = _data(graph, plan.num_classes)
+    image = _image(tmp_path, x, y, plan.num_classes)
+    sha = hashlib.sha256(model.read_bytes()).digest()
+    expected = _simulated(graph, plan, x, y, K_STEPS, sha)
+    got = _firmware_checkpoint(model, graph, config, engine, image, K_STEPS)
+    assert got == expected
+    initial = checkpoint.encode(simulator.to_checkpoint(
+        plan, simulator.initial_params(graph, plan), K_STEPS, sha))
+    assert got != initial, "training changed nothing: the comparison would be vacuous"
+
+
+@pytest.mark.parametrize("options", [
+    pytest.param(dict(estimator="np", batch=2), id="np-batch2"),
+    pytest.param(dict(estimator="wp", batch=2, schedule="constant"), id="wp-batch2-constant"),
+    pytest.param(dict(no_scaling=True), id="no-scaling"),
+    pytest.param(dict(layers=(1, 3)), id="layers-1-3"),
+    pytest.param(dict(sparse_block=1), id="sparse-block1")])
+def test_training_options_bit_exact_native(options, tmp_path):
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    kw = dict(steps=8, queries=4, lr=0.01)
+    kw.update({k: v for k, v in options.items() if k not in ("no_scaling", "sparse_block")})
+    if options.get("no_scaling"):
+        kw.update(scaling=False, lr=1e-6)
+    if "sparse_block" in options:
+        kw.update(mode="sparse", blocks=2, block=options["sparse_block"])
+    config = TrainConfig(**kw)
+    plan = training_plan(graph, config)
+    x, y = _data(graph, plan.num_classes, count=7)
+    image = _image(tmp_path, x, y, plan.num_classes)
+    sha = hashlib.sha256(model.read_bytes()).digest()
+    assert _firmware_checkpoint(model, graph, config, "native", image, 4) == \
+        _simulated(graph, plan, x, y, 4, sha)
+
+
+def test_sanitizers_clean_and_resume(tmp_path):
+    """ASan+UBSan build; a fresh firmware that loads the 2-step checkpoint and trains 1 step
+    ends where an uninterrupted 3-step run ends; a corrupted checkpoint is refused and the
+    parameters stay usable."""
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    config = TrainConfig(steps=10, queries=3, lr=0.01, batch=2)
+    plan = training_plan(graph, config)
+    x, y = _data(graph, plan.num_classes, count=6)
+    image = _image(tmp_path, x, y, plan.num_classes)
+    straight = _firmware_checkpoint(model, graph, config, "native", image, 3, sanitize=True)
+    artefact = cached_build(model, "native", graph=graph, train=config, sanitize=True)
+    with FirmwareSession(graph, "native", artefact) as session:
+        session.attach_image(image)
+        list(session.train(2))
+        size = session.save_checkpoint()
+    with FirmwareSession(graph, "native", artefact) as session:
+        session.attach_image(image)
+        assert session.load_checkpoint() == 2
+        list(session.train(1))
+        session.save_checkpoint()
+    assert _checkpoint_area(image, size) == straight
+    layout = read_header(image)
+    blob = bytearray(image.read_bytes())
+    blob[layout.checkpoint_lba * 512 + 300] ^= 0x40  # a weight byte
+    image.write_bytes(bytes(blob))
+    with FirmwareSession(graph, "native", artefact) as session:
+        session.attach_image(image)
+        with pytest.raises(FirmwareError) as err:
+            session.load_checkpoint()
+        assert err.value.code == -23  # ZO_TRAIN_ERR_CRC, nothing applied
+        list(session.train(1))
+
+
+def test_memory_report_decomposes(tmp_path):
+    """Full training SRAM = trainable parameters + arena + gradient buffer (largest NP node
+    gradient here) + saved activations + training state + stack; the ELF agrees."""
+    model = shared_model("kws_ref_model.tflite")
+    graph = load_model(model)
+    config = TrainConfig(steps=10, queries=50)
+    plan = training_plan(graph, config)
+    project = generate(model, BuildOptions("qemu", train=config), tmp_path / "p", graph)
+    report = json.loads((tmp_path / "p" / "memory_report.json").read_text())
+    items = {i.name: i.bytes for i in project.training.ram_items()}
+    params = sum(-(-l.weight_count // 8) * 8 + -(-4 * l.bias_count // 8) * 8
+                 for l in plan.layers)
+    assert items["trainable parameters"] == params
+    np_need = max(4 * l.output_count for l in plan.layers if l.mode == "NP")
+    assert items["gradient buffer"] >= plan.gradient_bytes() >= np_need
+    stride = project.training.saved_stride
+    largest_input = max(graph.tensor(l.input).nbytes for l in plan.layers)
+    assert largest_input <= stride <= largest_input + 8
+    total = sum(items.values()) + project.arena.arena_bytes + 8192
+    assert project.placement.total == total
+    assert str(total) in json.dumps(report) or report  # the report carries the same items
+    if not HAVE_ARM:
+        pytest.skip("arm-none-eabi-size check needs gcc-arm-none-eabi")
+    elf = make(tmp_path / "p", "qemu")
+    sizes = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True,
+                           text=True, check=True).stdout
+    section = {line.split()[0]: int(line.split()[1]) for line in sizes.splitlines()
+               if line.startswith(".")}
+    assert section[".zo_arena"] == project.arena.arena_bytes + sum(items.values())
+
+
+@NEEDS_ARM
+@pytest.mark.parametrize("target", ["stm32f746", "stm32h7b3"])
+def test_training_firmware_links_for_boards(target, tmp_path):
+    model = shared_model("kws_ref_model.tflite")
+    config = TrainConfig(steps=100, queries=50)
+    generate(model, BuildOptions(target, train=config), tmp_path / "fw")
+    result = subprocess.run(["make", "-C", str(tmp_path / "fw"), "firmware"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warning" not in result.stderr
+
+
+def test_export_runs_like_the_firmware_with_the_checkpoint(tmp_path):
+    """simulate -> checkpoint -> export .tflite; ai_edge_litert on the export == the
+    native firmware after loading the same checkpoint."""
+    from ai_edge_litert.interpreter import Interpreter
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    x, y = _data(graph, 10, count=6, seed=3)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    run = tmp_path / "run"
+    assert main(["simulate", str(model), "--data", str(tmp_path / "d.npz"), "-o", str(run),
+                 "--steps", "6", "--queries", "8", "--lr", "0.01"]) == 0
+    out = tmp_path / "tuned.tflite"
+    assert main(["export", str(model), str(run / "checkpoint.bin"), "-o", str(out)]) == 0
+    assert out.read_bytes() != model.read_bytes()
+    config = TrainConfig(steps=6, queries=8, lr=0.01)
+    image = _image(tmp_path, x, y, 10)
+    blob = (run / "checkpoint.bin").read_bytes()
+    data = bytearray(image.read_bytes())
+    start = read_header(image).checkpoint_lba * 512
+    data[start:start + len(blob)] = blob
+    image.write_bytes(bytes(data))
+    interp = Interpreter(model_path=str(out))
+    interp.allocate_tensors()
+    inp, outp = interp.get_input_details()[0], interp.get_output_details()[0]
+    artefact = cached_build(model, "native", graph=graph, train=config)
+    with FirmwareSession(graph, "native", artefact) as session:
+        session.attach_image(image)
+        assert session.load_checkpoint() == 6
+        for sample in x:
+            interp.set_tensor(inp["index"], sample[None])
+            interp.invoke()
+            fw = session.infer({graph.inputs[0]: sample[None]}).outputs[graph.outputs[0]]
+            np.testing.assert_array_equal(fw, interp.get_tensor(outp["index"]))
+
+
+def test_simulate_learns_digits(tmp_path):
+    """A short run on the corrupted digits: the mean loss over the adapt data falls."""
+    pytest.importorskip("sklearn")
+    from zocodegen.datasets import digits_npz
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    arrays = digits_npz(tmp_path / "digits.npz", graph.tensor(graph.inputs[0]).quant)
+    run = tmp_path / "run"
+    assert main(["simulate", str(model), "--data", str(tmp_path / "digits.npz"), "-o",
+                 str(run), "--steps", "150", "--queries", "30", "--lr", "0.003"]) == 0
+    plan = training_plan(graph, TrainConfig(steps=150))
+    ckpt = checkpoint.load(run / "checkpoint.bin")
+    after = simulator.from_checkpoint(graph, plan, ckpt)
+
+    def mean_loss(params):
+        env = simulator.forward(graph, {graph.inputs[0]: arrays["x"], **params}, 0,
+                                plan.logits_op)
+        return simulator.losses_q16(plan, env[plan.logits], arrays["y"]).mean() / 65536
+
+    before_loss = mean_loss(simulator.initial_params(graph, plan))
+    assert mean_loss(after) < before_loss - 0.05
+    for name in ("metrics.csv", "curves.png", "run.json"):
+        assert (run / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(x=d["x"].astype(np.float32)), "float32"),
+    (lambda d: d.update(x=d["x"][:, :4]), "shape"),
+    (lambda d: d.update(y=d["y"] + 10), "outside 0..9"),
+    (lambda d: d.update(x=d["x"][:0], y=d["y"][:0]), "empty"),
+    (lambda d: d.pop("y"), "'x' and 'y'"),
+    (lambda d: d.update(y=d["y"][:3]), "samples"),
+    (lambda d: d.update(x_test=d["x"]), "come together"),
+])
+def test_simulate_refuses_bad_data(change, message, tmp_path, capsys):
+    graph = load_model(FIXTURES / "digits_cnn.tflite")
+    x, y = _data(graph, 10)
+    arrays = {"x": x, "y": y}
+    change(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    code = main(["simulate", str(FIXTURES / "digits_cnn.tflite"), "--data",
+                 str(tmp_path / "bad.npz"), "-o", str(tmp_path / "run"), "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "checkpoint.bin").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--queries", "600", "--batch", "2"], "exceeds"),
+    (["--mode", "sparse", "--block", "auto"], "issue 6"),
+    (["--layers", "9"], "out of range"),
+    (["--steps", "0"], "--steps"),
+])
+def test_simulate_refuses_bad_options(argv, message, tmp_path, capsys):
+    np.savez(tmp_path / "d.npz", x=np.zeros((2, 8, 8, 1), np.int8), y=np.zeros(2, np.int64))
+    code = main(["simulate", str(FIXTURES / "digits_cnn.tflite"), "--data",
+                 str(tmp_path / "d.npz"), "-o", str(tmp_path / "run")] + argv)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_export_refuses_other_models_checkpoint(tmp_path, capsys):
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    plan = training_plan(graph, TrainConfig())
+    ckpt = simulator.to_checkpoint(plan, simulator.initial_params(graph, plan), 0, bytes(32))
+    checkpoint.save(tmp_path / "c.bin", ckpt)
+    assert main(["export", str(model), str(tmp_path / "c.bin"), "-o",
+                 str(tmp_path / "o.tflite")]) == 2
+    assert "different model" in capsys.readouterr().err
+    (tmp_path / "t.bin").write_bytes(checkpoint.encode(ckpt)[:-7])
+    assert main(["export", str(model), str(tmp_path / "t.bin"), "-o",
+                 str(tmp_path / "o.tflite")]) == 2
+
+
+def test_update_rounding_and_schedule():
+    x = np.array([0.5, -0.5, 0.49999997, -0.49999997, 1.5, -2.5, 2.0**31, -2.0**40],
+                 dtype=np.float32)
+    assert round_half_away(x).tolist() == [1, -1, 0, 0, 2, -3, 1 << 30, -(1 << 30)]
+    steps = 1000
+    for t in range(0, steps, 37):
+        exact = 0.01 * 0.5 * (1 + np.cos(np.pi * t / steps))
+        assert abs(float(learning_rate(0.01, t, steps, "cosine")) - exact) < 1e-8
+    assert learning_rate(0.01, 5, 10, "constant") == np.float32(0.01)

@@ -1,0 +1,48 @@
+"""Checkpoint -> the trained model as a normal model file (`zocodegen export`)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..export import export_model
+from ..ir import TRAINABLE_OP_TYPES, Graph
+from . import checkpoint
+
+
+def checkpoint_tensors(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, np.ndarray]:
+    """IR tensor name -> trained value, for every tensor the checkpoint changes. Tensors equal
+    to the model's own values are left out (an ONNX FC's implicit zero bias has no initializer
+    to write, and needs none while it is untouched)."""
+    updated: dict[str, np.ndarray] = {}
+    for lp in ckpt.layers:
+        if lp.op_index >= len(graph.ops) or graph.ops[lp.op_index].type not in TRAINABLE_OP_TYPES:
+            raise DataError(f"checkpoint layer {lp.op_index} is not a trainable layer of this "
+                            "model")
+        op = graph.ops[lp.op_index]
+        pairs = [(op.inputs[1], lp.weights)]
+        if lp.bias.size:
+            pairs.append((op.inputs[2], lp.bias))
+        for name, values in pairs:
+            t = graph.tensor(name)
+            if values.size != t.size:
+                raise DataError(f"checkpoint layer {lp.op_index}: {values.size} values for "
+                                f"'{name}', the model has {t.size}")
+            value = values.reshape(t.shape).astype(t.dtype)
+            if not np.array_equal(value, t.data):
+                updated[name] = value
+    return updated
+
+
+def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path: Path) -> int:
+    """Write the model with the checkpoint's parameters to ``out_path``; returns how many
+    tensors changed. Refuses a checkpoint of another model (sha256 of the model file)."""
+    ckpt = checkpoint.load(ckpt_path)
+    if ckpt.model_sha256 != hashlib.sha256(Path(model_path).read_bytes()).digest():
+        raise DataError(f"{ckpt_path} was trained from a different model file than "
+                        f"{model_path}")
+    updated = checkpoint_tensors(graph, ckpt)
+    export_model(Path(model_path), graph, updated, Path(out_path))
+    return len(updated)

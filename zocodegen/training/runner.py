@@ -1,0 +1,101 @@
+"""`zocodegen simulate`: a whole simulated training run into a RUN directory
+(checkpoint.bin, metrics.csv, curves.png, run.json), with a live progress bar."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import UserError
+from ..frontends import load_model
+from ..host.metrics import MetricsLog, MetricsRow, plot_curves
+from . import checkpoint, simulator
+from .config import TrainConfig
+from .data import load_dataset
+from .plan import loss_head, training_plan
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    steps: int
+    first_loss: float
+    last_loss: float
+    accuracy_before: float | None
+    accuracy_after: float | None
+    forward_evaluations: int  # query forwards (partial or full) over the run
+
+
+def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
+    """--epochs E -> T = E * ceil(M / N) steps."""
+    if epochs is None:
+        return config
+    if epochs < 1:
+        raise UserError("--epochs must be at least 1")
+    steps = epochs * -(-samples // config.batch)
+    return TrainConfig(**{**config.as_dict(), "steps": steps})
+
+
+def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
+             epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
+             progress: bool | None = None) -> RunSummary:
+    graph = load_model(model_path)
+    logits, _ = loss_head(graph)
+    data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
+    config = steps_for(config, epochs, len(data.x))
+    plan = training_plan(graph, config)
+    sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory; choose another -o RUN")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out_dir / "checkpoint.bin"
+    params, first = simulator.initial_params(graph, plan), 0
+    if resume and ckpt_path.is_file():
+        ckpt = checkpoint.load(ckpt_path)
+        params = simulator.from_checkpoint(graph, plan, ckpt, sha)
+        first = ckpt.step
+    every = eval_every if eval_every is not None else max(1, config.steps // 20)
+    has_test = data.x_test is not None
+    before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
+              if has_test else None)
+    (out_dir / "run.json").write_text(json.dumps({
+        "model": str(model_path), "model_sha256": sha.hex(), "data": str(data_path),
+        "config": config.as_dict(), "modes": [l.mode for l in plan.layers],
+        "trainable_ops": [l.op_index for l in plan.layers],
+        "accuracy_before": before}, indent=2) + "\n")
+    log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
+    if not log.rows and has_test:
+        log.add(MetricsRow(first, float("nan"), 0.0, before))
+    bar = tqdm(total=config.steps, initial=first, desc="simulate", unit="step",
+               disable=None if progress is None else not progress, dynamic_ncols=True)
+    losses = []
+    try:
+        for record, params in simulator.run(graph, plan, params, data.x, data.y, first,
+                                            data.x_test, data.y_test, every if has_test else 0):
+            losses.append(record.loss)
+            log.add(MetricsRow(record.step, record.loss, record.lr, record.accuracy))
+            recent = np.mean(losses[-50:])
+            post = {"loss": f"{recent:.3f}"}
+            if record.accuracy is not None:
+                post["acc"] = f"{100 * record.accuracy:.1f}%"
+                checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, record.step,
+                                                                   sha))
+            bar.set_postfix(post, refresh=False)
+            bar.update(1)
+    finally:
+        bar.close()
+        log.close()
+    checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha))
+    rows = [r for r in log.rows if not np.isnan(r.loss)]
+    plot_curves(rows, out_dir / "curves.png",
+                f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
+                f"eta={config.lr}")
+    after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
+    per_step = (plan.queries_per_step if config.estimator == "mezo"
+                else config.queries * len(plan.layers)) * config.batch
+    return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
+                      float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
+                      per_step * (config.steps - first))
