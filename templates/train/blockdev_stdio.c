@@ -40,30 +40,41 @@ int zo_blockdev_attach(const char *path)
     return zo_bd_file != NULL ? ZO_BLOCKDEV_OK : ZO_BLOCKDEV_ERR_OPEN;
 }
 
-int zo_blockdev_read(uint32_t lba, uint32_t count, uint8_t *dst)
+/* The checks and the positioning both transfers share. ZO_BLOCKDEV_OK means: seek done,
+ * transfer `count` sectors; *skip is set when there is nothing to transfer. fseek also
+ * satisfies C99's rule that a read and a write on an update stream are separated by a
+ * positioning call. */
+static int zo_bd_seek(uint32_t lba, uint32_t count, const void *buffer, int *skip)
 {
     long offset;
-    size_t want;
-    size_t got;
+    *skip = 0;
     if (zo_bd_file == NULL) {
         return ZO_BLOCKDEV_ERR_NOT_ATTACHED;
     }
     if (count == 0u) {
+        *skip = 1;
         return ZO_BLOCKDEV_OK;
     }
-    if (dst == NULL) {
+    if (buffer == NULL) {
         return ZO_BLOCKDEV_ERR_ARG;
     }
     offset = zo_bd_offset(lba, count);
     if (offset < 0L) {
         return ZO_BLOCKDEV_ERR_RANGE;
     }
-    if (fseek(zo_bd_file, offset, SEEK_SET) != 0) {
-        return ZO_BLOCKDEV_ERR_IO;
+    return fseek(zo_bd_file, offset, SEEK_SET) == 0 ? ZO_BLOCKDEV_OK : ZO_BLOCKDEV_ERR_IO;
+}
+
+int zo_blockdev_read(uint32_t lba, uint32_t count, uint8_t *dst)
+{
+    size_t want;
+    int skip;
+    int rc = zo_bd_seek(lba, count, dst, &skip);
+    if (rc != ZO_BLOCKDEV_OK || skip) {
+        return rc;
     }
     want = (size_t)count * ZO_SECTOR_BYTES;
-    got = fread(dst, 1u, want, zo_bd_file);
-    if (got != want) {
+    if (fread(dst, 1u, want, zo_bd_file) != want) {
         int at_end = feof(zo_bd_file);
         clearerr(zo_bd_file);
         return at_end ? ZO_BLOCKDEV_ERR_RANGE : ZO_BLOCKDEV_ERR_IO;
@@ -73,28 +84,15 @@ int zo_blockdev_read(uint32_t lba, uint32_t count, uint8_t *dst)
 
 int zo_blockdev_write(uint32_t lba, uint32_t count, const uint8_t *src)
 {
-    long offset;
     size_t want;
-    if (zo_bd_file == NULL) {
-        return ZO_BLOCKDEV_ERR_NOT_ATTACHED;
-    }
-    if (count == 0u) {
-        return ZO_BLOCKDEV_OK;
-    }
-    if (src == NULL) {
-        return ZO_BLOCKDEV_ERR_ARG;
-    }
-    if (!zo_bd_writable) {
+    int skip;
+    int rc;
+    if (zo_bd_file != NULL && count != 0u && src != NULL && !zo_bd_writable) {
         return ZO_BLOCKDEV_ERR_READ_ONLY;
     }
-    offset = zo_bd_offset(lba, count);
-    if (offset < 0L) {
-        return ZO_BLOCKDEV_ERR_RANGE;
-    }
-    /* fseek also satisfies C99's rule that a read and a write on an update stream are
-     * separated by a positioning call. */
-    if (fseek(zo_bd_file, offset, SEEK_SET) != 0) {
-        return ZO_BLOCKDEV_ERR_IO;
+    rc = zo_bd_seek(lba, count, src, &skip);
+    if (rc != ZO_BLOCKDEV_OK || skip) {
+        return rc;
     }
     want = (size_t)count * ZO_SECTOR_BYTES;
     if (fwrite(src, 1u, want, zo_bd_file) != want || fflush(zo_bd_file) != 0) {

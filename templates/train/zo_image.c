@@ -40,6 +40,18 @@ static int zo_valid_split(int split)
     return split >= 0 && split < ZO_IMAGE_NUM_SPLITS;
 }
 
+/* The checks every per-split call starts with: an open image and a split that exists. */
+static int zo_check_split(const zo_image *img, int split)
+{
+    if (img == 0) {
+        return ZO_IMAGE_ERR_ARG;
+    }
+    if (!img->is_open) {
+        return ZO_IMAGE_ERR_NOT_OPEN;
+    }
+    return zo_valid_split(split) ? ZO_IMAGE_OK : ZO_IMAGE_ERR_SPLIT;
+}
+
 /* Does [first, first + length) lie inside sectors 1 .. image_sectors - 1? (empty: yes) */
 static int zo_region_ok(uint32_t first, uint64_t length, uint32_t image_sectors)
 {
@@ -193,14 +205,9 @@ int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *inpu
     int32_t value;
     int rc;
 
-    if (img == 0) {
-        return ZO_IMAGE_ERR_ARG;
-    }
-    if (!img->is_open) {
-        return ZO_IMAGE_ERR_NOT_OPEN;
-    }
-    if (!zo_valid_split(split)) {
-        return ZO_IMAGE_ERR_SPLIT;
+    rc = zo_check_split(img, split);
+    if (rc != ZO_IMAGE_OK) {
+        return rc;
     }
     if (index >= img->splits[split].count) {
         return ZO_IMAGE_ERR_INDEX;
@@ -281,14 +288,9 @@ int zo_image_verify_split(zo_image *img, int split)
     uint32_t crc = 0u;
     uint32_t lba;
     int rc;
-    if (img == 0) {
-        return ZO_IMAGE_ERR_ARG;
-    }
-    if (!img->is_open) {
-        return ZO_IMAGE_ERR_NOT_OPEN;
-    }
-    if (!zo_valid_split(split)) {
-        return ZO_IMAGE_ERR_SPLIT;
+    rc = zo_check_split(img, split);
+    if (rc != ZO_IMAGE_OK) {
+        return rc;
     }
     lba = img->splits[split].first_lba;
     for (r = 0u; r < img->splits[split].count; r++) {

@@ -35,6 +35,7 @@ class TrainableLayer:
     weight_inv_s2: np.ndarray  # float32 (channels,)
     bias_inv_s2: np.ndarray  # float32 (channels,)
     crossing: tuple[str, ...]  # activations a forward from op_index needs from before it
+    node_crossing: tuple[str, ...]  # the same for a forward from op_index + 1 (NP queries)
 
     @property
     def d_w(self) -> int:
@@ -210,7 +211,8 @@ def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
             w_s2 = b_s2 = np.ones(channels, dtype=np.float32)
         layers.append(TrainableLayer(
             i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
-            w_s2, b_s2, crossing_tensors(graph, k, logits_op)))
+            w_s2, b_s2, crossing_tensors(graph, k, logits_op),
+            crossing_tensors(graph, k + 1, logits_op)))
     classes = graph.tensor(logits).shape[-1]
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,

@@ -21,7 +21,7 @@ from ..reference.conv import tap_windows
 from ..reference.registry import KERNELS
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
-from .plan import TrainableLayer, TrainingPlan, crossing_tensors
+from .plan import TrainableLayer, TrainingPlan
 from .prng import rademacher, step_seed
 from .update import (apply_biases, apply_weights, learning_rate, step_coefficient,
                      update_deltas)
@@ -125,8 +125,8 @@ def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params
     z = env[layer.output].reshape(n, -1).astype(np.int16)
     zq = np.clip(z[None] + xi[:, None, :], -128, 127).astype(np.int8)
     restart = layer.op_index + 1
-    start = {name: _tile(env[name], q) for name in
-             set(_crossing_after(graph, plan, layer)) - {layer.output}}
+    start = {name: _tile(env[name], q) for name in layer.node_crossing
+             if name != layer.output}
     start[layer.output] = zq.reshape((q * n,) + env[layer.output].shape[1:])
     start.update(params)
     out = forward(graph, start, restart, plan.logits_op)
@@ -134,10 +134,6 @@ def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params
     gz = np.einsum("qn,qd->nd", diffs, xi.astype(np.int64))  # per sample node gradient
     gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
     return _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
-
-
-def _crossing_after(graph: Graph, plan: TrainingPlan, layer: TrainableLayer) -> tuple[str, ...]:
-    return crossing_tensors(graph, layer.op_index + 1, plan.logits_op)
 
 
 def _update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
