@@ -33,9 +33,26 @@ class MetricsLog:
 
     def add(self, row: MetricsRow) -> None:
         self.rows.append(row)
+        self._write(row)
+        self._file.flush()
+
+    def keep_through(self, step: int) -> None:
+        """Forget the rows after ``step``: a resumed run computes those steps again (the same
+        values) and logs them anew, so every step appears once."""
+        if all(r.step <= step for r in self.rows):
+            return
+        self.rows = [r for r in self.rows if r.step <= step]
+        self._file.close()
+        self._file = open(self.path, "w", newline="")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(COLUMNS)
+        for row in self.rows:
+            self._write(row)
+        self._file.flush()
+
+    def _write(self, row: MetricsRow) -> None:
         self._writer.writerow([row.step, f"{row.loss:.6f}", f"{row.lr:.9g}",
                                "" if row.accuracy is None else f"{row.accuracy:.6f}"])
-        self._file.flush()
 
     def close(self) -> None:
         self._file.close()

@@ -78,22 +78,25 @@ def require_qemu() -> str:
     return path
 
 
-def qemu_command(elf: Path, icount: bool = True) -> list[str]:
+def qemu_command(elf: Path, icount: bool = True, serial: str = "stdio,mux=off,signal=off"
+                 ) -> list[str]:
     """The qemu-system-arm command line that runs ``elf``.
 
     * ``-nodefaults -display none -monitor none``: no default devices, no
       display, no monitor (nothing else reads stdin or writes stdout);
     * ``-chardev stdio,mux=off,signal=off`` as ``-serial``: UART0 is the process's
       stdin/stdout, byte for byte (no mux, so 0x01 is not an escape; no CR/LF translation
-      on pipes; Ctrl-C is data when stdin is a terminal);
+      on pipes; Ctrl-C is data when stdin is a terminal); ``serial`` names another
+      chardev backend instead (the host link uses ``socket,...,server=on,wait=on``);
     * ``-semihosting-config enable=on,target=native``: platform_exit() sets QEMU's exit
       status, fault reports go to stderr;
     * ``-icount shift=0`` (when ``icount``): one instruction = 1 ns of virtual time, so
       platform_cycles() counts instructions (resolution 40) and runs are repeatable.
     """
+    backend, _, options = serial.partition(",")
     cmd = [QEMU_SYSTEM, "-M", MACHINE, "-cpu", CPU,
            "-nodefaults", "-display", "none", "-monitor", "none",
-           "-chardev", "stdio,id=zo_uart0,mux=off,signal=off",
+           "-chardev", f"{backend},id=zo_uart0" + (f",{options}" if options else ""),
            "-serial", "chardev:zo_uart0",
            "-semihosting-config", "enable=on,target=native"]
     if icount:

@@ -51,15 +51,30 @@ def test_project_layout_and_native_build(tmp_path, capsys):
     graph = load_model(FIXTURES / "mcunet_tiny.tflite")
     for rel in ("Makefile", "memory_report.txt", "memory_report.json", "manifest.json",
                 "include/model.h", "include/zo_kernels.h", "include/platform.h",
+                "include/zo_link.h", "src/link/zo_link.c", "src/link/zo_crc32.c",
                 "src/model.c", "src/weights.c", "src/main.c",
                 "src/platform/native/platform_native.c", "src/platform/qemu/mps2_an500.ld"):
         assert (out / rel).is_file(), rel
+    # inference only: no block device (it serves the training image)
+    assert not (out / "src/link/blockdev_link.c").exists()
     model_c = (out / "src/model.c").read_text()
     functions = re.findall(r"^static void (layer_\d+_\w+)\(uint8_t \*arena\)$", model_c, re.M)
     assert len(functions) == len(graph.ops)  # one named function per layer
     assert "void model_run_from(int first_layer)" in model_c
     assert "malloc" not in model_c
     _make(out, "native")
+    # the memory report's "host link buffers" are zo_link.h's two buffers
+    probe = tmp_path / "probe.c"
+    probe.write_text('#include <stdio.h>\n#include "zo_link.h"\n'
+                     'int main(void) { printf("%u %u", (unsigned)ZO_LINK_MAX_ENCODED, '
+                     '(unsigned)ZO_LINK_MAX_BODY); return 0; }\n')
+    subprocess.run(["cc", "-std=c99", "-I", str(out / "include"), str(probe), "-o",
+                    str(tmp_path / "probe")], check=True)
+    rx, tx = map(int, subprocess.run([str(tmp_path / "probe")], capture_output=True,
+                                     text=True, check=True).stdout.split())
+    report = json.loads((out / "memory_report.json").read_text())
+    items = {i["name"]: i["bytes"] for i in report["sram"]["items"]}
+    assert items["host link buffers"] == rx + tx == 2083 + 2074
 
 
 def test_over_budget_refusal(tmp_path, capsys):
@@ -114,7 +129,9 @@ def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model)
     report = json.loads((out / "memory_report.json").read_text())
     sections = _sections(out / "build" / target / "firmware.elf")
     static = sections[".data"][0] + sections[".bss"][0]
-    assert static <= 256, f".data + .bss = {static} B: the firmware should hold no other state"
+    link, _ = _reported(report, "host link buffers")  # static buffers of zo_link.c
+    assert link <= static <= link + 256, \
+        f".data + .bss = {static} B: the firmware should hold no state but the link's"
     for section, item in ((".zo_arena", "arena"), (".stack", "stack")):
         size, address = sections[section]
         want_size, want_address = _reported(report, item)

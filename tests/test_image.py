@@ -1,5 +1,6 @@
 """The SD-card-style data image: host/image.py (packer, reader) against the C reader of
-templates/train/ (zo_image.c, zo_crc32.c) behind its block device backends.
+templates/train/ (zo_image.c; zo_crc32.c from templates/link/) behind the block device
+backends that only this test builds (generated firmware reads its image over the host link).
 
 Python: round trips, the exact header offsets, every DataError. C: tests/data/
 image_reader_main.c reads every record of packed images and answers over the platform.h byte
@@ -30,6 +31,7 @@ from zocodegen.qemu import runner
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "templates" / "train"
+LINK = REPO / "templates" / "link"  # zo_crc32.c / .h: the host link's frames use it too
 DRIVER_C = REPO / "tests" / "data" / "image_reader_main.c"
 PLATFORM_H = REPO / "templates" / "project" / "platform.h"
 NATIVE_PLATFORM = REPO / "templates" / "platform" / "native" / "platform_native.c"
@@ -46,11 +48,16 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
 TIMEOUT = 30.0
 
 
+def template_path(name: str) -> Path:
+    """Where one of TRAIN_SOURCES lives: templates/train/ or templates/link/."""
+    return TRAIN / name if (TRAIN / name).exists() else LINK / name
+
+
 def c_constants(*names: str) -> dict[str, int]:
     """`#define NAME value` integer constants of templates/train headers."""
     out = {}
     for name in names:
-        text = (TRAIN / name).read_text()
+        text = template_path(name).read_text()
         for key, value in re.findall(r"#define\s+(ZO_\w+)\s+\(?(-?(?:0x)?[0-9A-Fa-f]+)u?\)?",
                                      text):
             out[key] = int(value, 0)
@@ -316,17 +323,17 @@ def test_offsets_agree_between_python_c_and_docs():
 
 def test_train_templates_are_plain_c():
     """They are rendered by Jinja2 with the rest of the project: rendering changes nothing."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TRAIN)),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(TRAIN), str(LINK)]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     for name in TRAIN_SOURCES:
-        assert env.get_template(name).render() == (TRAIN / name).read_text(), name
+        assert env.get_template(name).render() == template_path(name).read_text(), name
 
 
 # ---- the C reader ----------------------------------------------------------------------
 
 def render_train(dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TRAIN)),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(TRAIN), str(LINK)]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     for name in TRAIN_SOURCES:
         (dst / name).write_text(env.get_template(name).render())

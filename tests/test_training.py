@@ -16,6 +16,7 @@ from conftest import FIXTURES, SHARED_MODELS, shared_model
 from zocodegen.build import cached_build, generate, make
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions
+from zocodegen.codegen.project import LINK_RX_BYTES, LINK_TX_BYTES
 from zocodegen.engines import FirmwareError, FirmwareSession
 from zocodegen.frontends import load_model
 from zocodegen.host.image import pack_image, read_header
@@ -57,12 +58,6 @@ def _image(tmp: Path, x, y, classes: int) -> Path:
     return path
 
 
-def _checkpoint_area(image: Path, size: int) -> bytes:
-    layout = read_header(image)
-    start = layout.checkpoint_lba * 512
-    return image.read_bytes()[start:start + size]
-
-
 def _simulated(graph, plan, x, y, steps: int, sha: bytes) -> bytes:
     params = simulator.initial_params(graph, plan)
     for record, params in simulator.run(graph, plan, params, x, y):
@@ -76,10 +71,10 @@ def _firmware_checkpoint(model: Path, graph, config, engine, image: Path, steps:
     artefact = cached_build(model, engine, graph=graph, train=config, sanitize=sanitize)
     with FirmwareSession(graph, engine, artefact, icount=False) as session:
         session.attach_image(image)
-        records = list(session.train(steps))
-        size = session.save_checkpoint()
+        records = session.train(steps)
+        blob = session.save_checkpoint()
     assert [r.step for r in records] == list(range(1, steps + 1))
-    return _checkpoint_area(image, size)
+    return blob
 
 
 MODELS = [pytest.param("shared:kws_ref_model.tflite", id="kws"),
@@ -149,29 +144,27 @@ def test_sanitizers_clean_and_resume(tmp_path):
     artefact = cached_build(model, "native", graph=graph, train=config, sanitize=True)
     with FirmwareSession(graph, "native", artefact) as session:
         session.attach_image(image)
-        list(session.train(2))
-        size = session.save_checkpoint()
+        session.train(2)
+        two = session.save_checkpoint()
     with FirmwareSession(graph, "native", artefact) as session:
         session.attach_image(image)
-        assert session.load_checkpoint() == 2
-        list(session.train(1))
-        session.save_checkpoint()
-    assert _checkpoint_area(image, size) == straight
-    layout = read_header(image)
-    blob = bytearray(image.read_bytes())
-    blob[layout.checkpoint_lba * 512 + 300] ^= 0x40  # a weight byte
-    image.write_bytes(bytes(blob))
+        assert session.load_checkpoint(two) == 2
+        session.train(1)
+        assert session.save_checkpoint() == straight
+    corrupted = bytearray(two)
+    corrupted[300] ^= 0x40  # a weight byte
     with FirmwareSession(graph, "native", artefact) as session:
         session.attach_image(image)
         with pytest.raises(FirmwareError) as err:
-            session.load_checkpoint()
+            session.load_checkpoint(bytes(corrupted))
         assert err.value.code == -23  # ZO_TRAIN_ERR_CRC, nothing applied
-        list(session.train(1))
+        session.train(1)
 
 
 def test_memory_report_decomposes(tmp_path):
     """Full training SRAM = trainable parameters + arena + gradient buffer (largest NP node
-    gradient here) + saved activations + training state + stack; the ELF agrees."""
+    gradient here) + saved activations + training state + stack + host link buffers; the ELF
+    agrees."""
     model = shared_model("kws_ref_model.tflite")
     graph = load_model(model)
     config = TrainConfig(steps=10, queries=50)
@@ -187,11 +180,12 @@ def test_memory_report_decomposes(tmp_path):
     stride = project.training.saved_stride
     largest_input = max(graph.tensor(l.input).nbytes for l in plan.layers)
     assert largest_input <= stride <= largest_input + 8
-    total = sum(items.values()) + project.arena.arena_bytes + 8192
+    link = LINK_RX_BYTES + LINK_TX_BYTES  # static .bss of zo_link.c, counted 8-aligned
+    total = sum(items.values()) + project.arena.arena_bytes + 8192 + -(-link // 8) * 8
     assert project.placement.total == total
     assert report["sram"]["total_bytes"] == total
     assert {i["name"]: i["bytes"] for i in report["sram"]["items"]} == {
-        **items, "arena": project.arena.arena_bytes, "stack": 8192}
+        **items, "arena": project.arena.arena_bytes, "stack": 8192, "host link buffers": link}
     if not HAVE_ARM:
         pytest.skip("arm-none-eabi-size check needs gcc-arm-none-eabi")
     elf = make(tmp_path / "p", "qemu")
@@ -200,6 +194,9 @@ def test_memory_report_decomposes(tmp_path):
     section = {line.split()[0]: int(line.split()[1]) for line in sizes.splitlines()
                if line.startswith(".")}
     assert section[".zo_arena"] == project.arena.arena_bytes + sum(items.values())
+    # .bss: the link buffers, plus the few bytes of state the report leaves out (the link's
+    # counters, main.c's zo_image with its sector scratch, the training state)
+    assert link <= section[".bss"] <= link + 1024
 
 
 @NEEDS_ARM
@@ -231,17 +228,13 @@ def test_export_runs_like_the_firmware_with_the_checkpoint(tmp_path):
     config = TrainConfig(steps=6, queries=8, lr=0.01)
     image = _image(tmp_path, x, y, 10)
     blob = (run / "checkpoint.bin").read_bytes()
-    data = bytearray(image.read_bytes())
-    start = read_header(image).checkpoint_lba * 512
-    data[start:start + len(blob)] = blob
-    image.write_bytes(bytes(data))
     interp = Interpreter(model_path=str(out))
     interp.allocate_tensors()
     inp, outp = interp.get_input_details()[0], interp.get_output_details()[0]
     artefact = cached_build(model, "native", graph=graph, train=config)
     with FirmwareSession(graph, "native", artefact) as session:
         session.attach_image(image)
-        assert session.load_checkpoint() == 6
+        assert session.load_checkpoint(blob) == 6
         for sample in x:
             interp.set_tensor(inp["index"], sample[None])
             interp.invoke()

@@ -20,13 +20,18 @@ from .errors import DataError, UserError
 from .codegen import BUILD_TARGETS, BuildOptions
 from .frontends import load_model
 from .ir import Graph
-from .build import cached_build, generate
+from .build import cached_build, generate, make
 from .engines import run_samples
+from .host.devices import Firmware, open_port
+from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
+from .host.monitor import monitor
+from .host.trainer import Device, LaunchedDevice, Trainer
 from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
 from .training.config import TrainConfig, parse_layer_list
+from .training.data import DEFAULT_CHECKPOINT_BYTES, pack
 from .training.export import export_checkpoint
 from .training.runner import simulate
 
@@ -81,9 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="zeroth-order training in the bit-exact numpy "
                                         "simulator (what the device computes)")
     p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--data", type=Path, required=True, metavar="DATA.npz",
+    p.add_argument("--data", type=Path, required=True, metavar="DATA.npz|IMAGE",
                    help="x (N, *input shape) in the input dtype, y (N,) labels; optional "
-                        "x_test/y_test for accuracy")
+                        "x_test/y_test for accuracy; or the image `pack` made of them (the "
+                        "device's sample order)")
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
     p.add_argument("--mode", choices=("full", "sparse"), default="full",
@@ -94,6 +100,49 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue from RUN/checkpoint.bin")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("pack", help="write DATA.npz as the data image the device trains from "
+                                    "(SD-card-style, docs/image.md)")
+    p.add_argument("data", type=Path, metavar="DATA.npz")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="IMAGE")
+    p.add_argument("--model", type=Path, metavar="MODEL",
+                   help="check the data against MODEL, record its sha256 and input "
+                        "quantization, and size the checkpoint area for its full training")
+    p.add_argument("--shuffle", type=int, metavar="SEED",
+                   help="permute the train split with numpy's default_rng(SEED) (default: "
+                        "the order of DATA.npz; val/test always keep theirs)")
+    p.add_argument("--checkpoint-kb", type=int, metavar="K",
+                   help="checkpoint area of K KiB (default: full training of MODEL, without "
+                        f"--model {DEFAULT_CHECKPOINT_BYTES // 1024} KiB)")
+    p.set_defaults(func=cmd_pack)
+
+    p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
+                                     "starts) from a packed image, with a live monitor")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", metavar="URL",
+                       help="the board's serial port (/dev/ttyACM0, socket://HOST:PORT, any "
+                            "pyserial URL)")
+    where.add_argument("--native", type=Path, metavar="DIR",
+                       help="start the native firmware of project DIR (built if needed)")
+    where.add_argument("--qemu", type=Path, metavar="DIR",
+                       help="start the QEMU firmware of project DIR (built if needed)")
+    p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
+                   help="the data image made by `zocodegen pack` (never modified)")
+    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
+                   help="run directory: checkpoint.bin, metrics.csv, curves.png; an existing "
+                        "run is resumed from its checkpoint (default run)")
+    p.add_argument("--steps", type=int, metavar="T",
+                   help="train until step T (default: the T the firmware was built with)")
+    p.add_argument("--checkpoint-every", type=int, metavar="K",
+                   help="pull a checkpoint and measure accuracy every K steps (default T/10)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="give up when the device sends nothing for S seconds (default 60)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
+    p.add_argument("--port", required=True, metavar="URL")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.set_defaults(func=cmd_monitor)
 
     p = sub.add_parser("export", help="write trained parameters into a copy of the model")
     p.add_argument("model", type=Path, metavar="MODEL")
@@ -275,6 +324,68 @@ def cmd_simulate(args: argparse.Namespace) -> None:
           f"(mean of first / last 50 steps){acc}; {result.forward_evaluations:,} query "
           f"forwards", file=sys.stderr)
     print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png", file=sys.stderr)
+
+
+def cmd_pack(args: argparse.Namespace) -> None:
+    if args.checkpoint_kb is not None and args.checkpoint_kb < 0:
+        raise UserError(f"--checkpoint-kb must be >= 0, got {args.checkpoint_kb}")
+    packed = pack(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
+                  checkpoint_bytes=None if args.checkpoint_kb is None
+                  else args.checkpoint_kb * 1024)
+    layout = packed.layout
+    counts = ", ".join(f"{layout.count(s):,} {s}" for s in IMAGE_SPLITS if layout.count(s))
+    order = ("the order of the data" if args.shuffle is None
+             else f"shuffled order (seed {args.shuffle})")
+    print(f"{args.output}: {counts} records of {layout.sectors_per_record} sector(s) "
+          f"({list(layout.input_shape)} {layout.dtype}, {layout.num_classes} classes); train "
+          f"in {order}")
+    area = layout.checkpoint_sectors * SECTOR_BYTES
+    print(f"{layout.image_sectors:,} sectors, {layout.image_bytes:,} B; checkpoint area "
+          f"{layout.checkpoint_sectors:,} sectors ({area:,} B) from LBA {layout.checkpoint_lba:,}")
+    if args.model is not None:
+        quant = ("input quantization unknown" if layout.input_scale is None else
+                 f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}")
+        print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
+    if packed.ignored:
+        print(f"ignored arrays: {', '.join(packed.ignored)}")
+    if packed.full_training_bytes is not None and area < packed.full_training_bytes:
+        print(f"zocodegen: warning: the checkpoint area ({area:,} B) is smaller than the "
+              f"{packed.full_training_bytes:,} B checkpoint of full training; the device can "
+              "only save a smaller (sparse) one there", file=sys.stderr)
+
+
+def _device(args: argparse.Namespace) -> Device:
+    if args.port:
+        return Device(args.port)
+    kind, project = ("native", args.native) if args.native else ("qemu", args.qemu)
+    if not (project / "Makefile").is_file():
+        raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
+    return LaunchedDevice(Firmware(kind, make(project, kind)))
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    for name in ("steps", "checkpoint_every"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if not args.image.is_file():
+        raise UserError(f"image not found: {args.image}")
+    trainer = Trainer(_device(args), args.image, args.output, steps=args.steps,
+                      checkpoint_every=args.checkpoint_every, timeout=args.timeout)
+    summary = trainer.run()
+    acc = ""
+    if summary.accuracy_after is not None:
+        before = ("" if summary.accuracy_before is None
+                  else f"{100 * summary.accuracy_before:.1f}% -> ")
+        acc = f", test accuracy {before}{100 * summary.accuracy_after:.1f}%"
+    resumed = f" (resumed at step {summary.first_step})" if summary.first_step else ""
+    print(f"{args.output}: step {summary.steps}{resumed}{acc}; {summary.seconds:.1f} s, "
+          f"{summary.resets} reset(s), {summary.retransmissions} retransmission(s), "
+          f"{summary.dropped_frames} bad frame(s)")
+
+
+def cmd_monitor(args: argparse.Namespace) -> None:
+    monitor(open_port(args.port), args.duration)
 
 
 def cmd_export(args: argparse.Namespace) -> None:

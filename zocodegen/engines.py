@@ -1,58 +1,38 @@
-"""Run generated firmware on inputs: the native executable as a child process, or the QEMU
-ELF under qemu-system-arm, both speaking the harness protocol of docs/firmware.md over
-stdin/stdout. (The host link of DESIGN.md section 6 will replace this simple channel.)"""
+"""Run generated firmware from Python: the native executable or the QEMU ELF, started by the
+host and driven over the host link (docs/link.md). ``infer --engine native|qemu``, the
+bit-exactness tests and the benchmarks use this; ``zocodegen train`` uses the same pieces
+(host/trainer.py)."""
 from __future__ import annotations
 
-import struct
-import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
+from .host.blocks import ImageBlocks
+from .host.devices import Firmware
+from .host.link import protocol as p
+from .host.link.server import DeviceSession, HostLink, LinkError
 from .ir import Graph
-
-BANNER = b"ZOCG"
 
 
 @dataclass(frozen=True)
 class EngineResult:
     outputs: dict[str, np.ndarray]  # one sample, shapes as in the graph
-    cycles: int  # platform_cycles() difference (QEMU: instructions; native: 0)
+    cycles: int  # platform_cycles() around model_run (QEMU: instructions; native: 0)
 
 
-class ProtocolError(RuntimeError):
-    """The firmware did not answer as the harness protocol says (a crash, most likely)."""
+class ProtocolError(LinkError):
+    """The firmware did not answer as the link protocol says (a crash, most likely)."""
 
 
-def _start(engine: str, artefact: Path, icount: bool, stderr: IO[bytes]) -> subprocess.Popen:
-    """The firmware's stderr (QEMU warnings, fault reports, sanitizer findings) goes to a
-    file, read back only to explain a failure: a pipe nobody drains could block the child."""
-    if engine == "qemu":
-        from .qemu.runner import start
-        return start(artefact, icount=icount, stderr=stderr)
-    return subprocess.Popen([str(artefact)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=stderr)
+class FirmwareError(RuntimeError):
+    """The firmware finished a command with an error code (zo_train.h, zo_image.h)."""
 
-
-def _stderr_text(stderr: IO[bytes]) -> str:
-    stderr.seek(0)
-    lines = stderr.read().decode(errors="replace").splitlines()
-    return " ".join(line for line in lines if "has no peer" not in line).strip()
-
-
-def _read_exact(proc: subprocess.Popen, n: int, stderr: IO[bytes]) -> bytes:
-    data = proc.stdout.read(n)
-    if len(data) != n:
-        proc.kill()
-        status = proc.wait()
-        detail = _stderr_text(stderr)
-        raise ProtocolError(f"firmware closed the link after {len(data)} of {n} bytes "
-                            f"(exit {status}){': ' + detail if detail else ''}")
-    return data
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 def _sample_bytes(graph: Graph, sample: dict[str, np.ndarray]) -> bytes:
@@ -76,28 +56,26 @@ def _split_outputs(graph: Graph, payload: bytes) -> dict[str, np.ndarray]:
     return outputs
 
 
-@dataclass(frozen=True)
-class StepTelemetry:
-    step: int  # completed steps
-    loss: float  # mean clean loss of the step's batch, nats
-    lr: float
-    cycles: int
-
-
 class FirmwareSession:
-    """One running firmware (native process or QEMU) spoken to with the harness protocol of
-    docs/firmware.md: inference, and for training builds the image / step / checkpoint
-    commands. Use as a context manager; ``close`` asks the firmware to exit cleanly."""
+    """One firmware (native process or QEMU) the host started, spoken to over the link:
+    inference, and for training builds the image / step / checkpoint commands. Use as a
+    context manager; ``close`` tells the firmware to quit and checks that it exited cleanly."""
 
-    def __init__(self, graph: Graph, engine: str, artefact: Path, icount: bool = True):
+    def __init__(self, graph: Graph, engine: str, artefact: Path, icount: bool = True,
+                 timeout: float = 120.0):
         self.graph = graph
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = _start(engine, artefact, icount, self._stderr)
-        header = self._read(12)
-        if header[:4] != BANNER:
-            self._kill()
-            raise ProtocolError(f"unexpected banner {header[:4]!r} from {artefact}")
-        self.input_bytes, self.output_bytes = struct.unpack("<II", header[4:])
+        self.firmware = Firmware(engine, artefact, icount)
+        self.telemetry: list[p.Telemetry] = []
+        try:
+            port = self.firmware.start()
+            self.link = HostLink(port, timeout, alive=self.firmware.alive)
+            self.session = DeviceSession(self.link, telemetry=self.telemetry.append)
+            self.identity = self.session.hello()
+        except BaseException:
+            self.firmware.close()
+            raise
+        self.input_bytes = self.identity.input_bytes
+        self.output_bytes = self.identity.output_bytes
 
     def __enter__(self) -> FirmwareSession:
         return self
@@ -106,95 +84,61 @@ class FirmwareSession:
         if exc[0] is None:
             self.close()
         else:
-            self._kill()
+            self.firmware.close()
 
-    def _read(self, n: int) -> bytes:
-        return _read_exact(self._proc, n, self._stderr)
-
-    def _send(self, data: bytes) -> None:
-        self._proc.stdin.write(data)
-        self._proc.stdin.flush()
-
-    def _kill(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        self._stderr.close()
-
-    def _answer(self, what: str) -> int:
-        """'A' + u32 value, or 'E' + i32 firmware error code (raised)."""
-        tag, value = struct.unpack("<cI", self._read(5))
-        if tag == b"E":
-            code = struct.unpack("<i", struct.pack("<I", value))[0]
-            raise FirmwareError(f"{what}: firmware error {code}", code)
-        if tag != b"A":
-            raise ProtocolError(f"{what}: firmware answered {tag!r}")
-        return value
+    def _run(self, what: str, command: bytes, input_bytes: bytes = b"") -> p.Done:
+        result = self.session.run(command, input_bytes)
+        if result.done.status != 0:
+            raise FirmwareError(f"{what}: firmware error {result.done.status}",
+                                result.done.status)
+        self._output = bytes(result.output)
+        return result.done
 
     def infer(self, sample: dict[str, np.ndarray]) -> EngineResult:
         payload = _sample_bytes(self.graph, sample)
         if len(payload) != self.input_bytes:
             raise ProtocolError(f"firmware expects {self.input_bytes} input bytes, the model "
                                 f"gives {len(payload)}: stale build?")
-        self._send(b"I" + payload)
-        tag = self._read(1)
-        if tag != b"O":
-            raise ProtocolError(f"firmware answered {tag!r} instead of 'O'")
-        body = self._read(self.output_bytes + 4)
-        return EngineResult(_split_outputs(self.graph, body[:self.output_bytes]),
-                            struct.unpack("<I", body[self.output_bytes:])[0])
+        done = self._run("inference", p.Command.INFER.value, payload)
+        if len(self._output) != self.output_bytes:
+            raise ProtocolError(f"firmware sent {len(self._output)} output bytes, "
+                                f"expected {self.output_bytes}")
+        return EngineResult(_split_outputs(self.graph, self._output), done.cycles)
 
-    def attach_image(self, path: Path) -> int:
-        """Open the data image (by host path: stdio or semihosting); returns its train count."""
-        raw = str(Path(path).resolve()).encode()
-        self._send(b"D" + struct.pack("<H", len(raw)) + raw)
-        return self._answer(f"opening image {path}")
+    def attach_image(self, path: Path, checkpoint: bytes = b"") -> int:
+        """Serve image ``path`` and open it on the device; returns its train record count."""
+        self.session.blocks = ImageBlocks(path, checkpoint)
+        return self._run(f"opening image {path}", p.Command.OPEN.value).value
 
-    def train(self, steps: int) -> Iterator[StepTelemetry]:
-        """Run ``steps`` optimisation steps, yielding each step's telemetry as it arrives."""
-        self._send(b"T" + struct.pack("<I", steps))
-        while True:
-            tag = self._read(1)
-            if tag == b"S":
-                step, loss, lr, cycles = struct.unpack("<IifI", self._read(16))
-                yield StepTelemetry(step, loss / 65536.0, lr, cycles)
-                continue
-            value = self._read(4)
-            if tag == b"A":
-                return
-            code = struct.unpack("<i", value)[0]
-            if tag == b"E":
-                raise FirmwareError(f"training stopped: firmware error {code}", code)
-            raise ProtocolError(f"training: firmware answered {tag!r}")
+    def train(self, steps: int) -> list[p.Telemetry]:
+        """Run ``steps`` optimisation steps; returns the end-of-step telemetry records."""
+        self.telemetry.clear()
+        self._run("training", p.train(steps))
+        return [t for t in self.telemetry if t.layer < 0]
 
-    def save_checkpoint(self) -> int:
-        """Write the checkpoint into the image's checkpoint area; returns its size."""
-        self._send(b"C")
-        return self._answer("saving the checkpoint")
+    def save_checkpoint(self) -> bytes:
+        """The device writes its checkpoint into the image's checkpoint area; its bytes."""
+        size = self._run("saving the checkpoint", p.Command.SAVE.value).value
+        return self.session.blocks.checkpoint(size)
 
-    def load_checkpoint(self) -> int:
-        """Load the checkpoint from the image (verified first); returns its step."""
-        self._send(b"L")
-        return self._answer("loading the checkpoint")
+    def load_checkpoint(self, blob: bytes) -> int:
+        """Put ``blob`` in the checkpoint area and have the device load it; returns its step."""
+        self.session.blocks.set_checkpoint(blob)
+        return self._run("loading the checkpoint", p.Command.LOAD.value).value
+
+    def accuracy(self, split: p.Split = p.Split.TEST) -> int:
+        """Correct predictions of the device on a split of the attached image."""
+        return self._run("measuring accuracy", p.accuracy(split)).value
 
     def close(self) -> None:
         try:
-            self._send(b"Q")
-            self._proc.stdin.close()
-            status = self._proc.wait(timeout=30)
+            self.session.run(p.Command.QUIT.value)
+            status = self.firmware.wait()
             if status != 0:
                 raise ProtocolError(f"firmware exited with status {status} "
-                                    f"{_stderr_text(self._stderr)}")
+                                    f"{self.firmware.stderr_text()}")
         finally:
-            self._kill()
-
-
-class FirmwareError(RuntimeError):
-    """The firmware answered a command with an error code (zo_train.h, zo_image.h)."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
+            self.firmware.close()
 
 
 def run_samples(graph: Graph, engine: str, artefact: Path,

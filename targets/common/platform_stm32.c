@@ -1,6 +1,7 @@
 /*
  * platform.h for both STM32 Cortex-M7 boards (zocodegen): the ST-LINK virtual COM port on a
- * polled USART (115200 8N1), the DWT cycle counter, the L1 caches. The USART, GPIO and core
+ * polled USART (115200 8N1), the DWT cycle counter (platform_cycles() and the timeouts of
+ * platform_read_byte()), the L1 caches. The USART, GPIO and core
  * registers are the same IP on the STM32F7 and STM32H7; what differs (clock tree, RCC enable
  * bits, pins, kernel clock frequency) comes from board.h, one per target, whose comment says
  * which manual sections it follows. Register offsets: RM0385 / RM0455 (USART and GPIO
@@ -165,16 +166,36 @@ void platform_init(void)
     vcp_usart_init();
 }
 
+int platform_read_byte(uint8_t *byte, uint32_t timeout_ms)
+{
+    /* The deadline is counted in whole milliseconds of DWT CYCCNT, one by one, so any
+     * timeout_ms works although the 32-bit counter wraps after 2^32 core cycles (67 s at
+     * 64 MHz). */
+    const uint32_t cycles_per_ms = ZO_CORE_HZ / 1000u;
+    uint32_t start = DWT_CYCCNT;
+    uint32_t waited_ms = 0u;
+    uint32_t isr;
+    while (((isr = USART_ISR) & USART_ISR_RXNE) == 0u) {
+        if ((isr & USART_ISR_ERRORS) != 0u) {
+            USART_ICR = USART_ICR_ERRORS; /* a stuck ORE/FE flag must not stall reception */
+        }
+        while (DWT_CYCCNT - start >= cycles_per_ms) {
+            start += cycles_per_ms;
+            waited_ms++;
+        }
+        if (waited_ms >= timeout_ms) {
+            return 0;
+        }
+    }
+    *byte = (uint8_t)USART_RDR;
+    return 1;
+}
+
 void platform_read(uint8_t *dst, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t isr;
-        while (((isr = USART_ISR) & USART_ISR_RXNE) == 0u) {
-            if ((isr & USART_ISR_ERRORS) != 0u) {
-                USART_ICR = USART_ICR_ERRORS; /* a stuck ORE/FE flag must not stall reception */
-            }
+        while (!platform_read_byte(&dst[i], 0xFFFFFFFFu)) {
         }
-        dst[i] = (uint8_t)USART_RDR;
     }
 }
 
@@ -190,6 +211,16 @@ void platform_write(const uint8_t *src, uint32_t n)
 uint32_t platform_cycles(void)
 {
     return DWT_CYCCNT;
+}
+
+uint32_t platform_cycles_per_second(void)
+{
+    return ZO_CORE_HZ;
+}
+
+const char *platform_name(void)
+{
+    return ZO_BOARD_NAME;
 }
 
 void platform_exit(int status)

@@ -32,7 +32,12 @@
 #define ZO_HSI_HZ     16000000u  /* RM0385 section 5.2.2 "HSI clock": 16 MHz RC */
 #define ZO_SYSCLK_HZ  ZO_HSI_HZ  /* what clock_init() leaves running */
 #define ZO_PCLK2_HZ   ZO_SYSCLK_HZ /* HPRE = PPRE2 = 1 at reset */
+/* The Cortex-M7 runs on HCLK = SYSCLK / HPRE (RM0385 section 5.2, figure 13), HPRE = 1 at
+ * reset: what DWT CYCCNT counts, and what HELLO reports as cycles per second. */
+#define ZO_CORE_HZ    ZO_SYSCLK_HZ
 #define ZO_BAUD       115200u
+
+#define ZO_BOARD_NAME "stm32f746" /* platform_name(): the target name of zocodegen build */
 
 /* ---- RCC: RM0385 section 5.3, base 0x40023800 (section 2.2.2, table 1) ------------------ */
 
@@ -64,7 +69,7 @@
  * Clock tree. CURRENTLY KEEPS THE RESET CLOCK: SYSCLK = HSI = 16 MHz, flash at 0 wait states
  * (valid up to 30 MHz, RM0385 section 3.3.2 table 5), every bus prescaler 1. Bringing up the
  * PLL to 216 MHz (HSE 25 MHz on the kit, over-drive, 7 wait states) is a later issue; when it
- * lands, ZO_PCLK2_HZ and the baud-rate divider below must follow.
+ * lands, ZO_PCLK2_HZ, ZO_CORE_HZ and the baud-rate divider below must follow.
  */
 static void clock_init(void)
 {

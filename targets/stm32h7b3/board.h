@@ -34,7 +34,12 @@
 #define ZO_HSI_HZ     64000000u  /* RM0455 RCC chapter, "HSI oscillator": 64 MHz RC, HSIDIV=1 */
 #define ZO_SYSCLK_HZ  ZO_HSI_HZ  /* what clock_init() leaves running */
 #define ZO_PCLK2_HZ   ZO_SYSCLK_HZ /* CDCPRE = HPRE = CDPPRE2 = 1 at reset */
+/* The Cortex-M7 runs on sys_ck / CDCPRE (RM0455 RCC chapter, "System and bus clocks"),
+ * CDCPRE = 1 at reset: what DWT CYCCNT counts, and what HELLO reports as cycles per second. */
+#define ZO_CORE_HZ    ZO_SYSCLK_HZ
 #define ZO_BAUD       115200u
+
+#define ZO_BOARD_NAME "stm32h7b3" /* platform_name(): the target name of zocodegen build */
 
 /* ---- RCC: RM0455 RCC chapter "RCC register description", base 0x58024400 (section 2.3) -- */
 
@@ -69,7 +74,7 @@
  * section; PWR_CR3 is write-once per power-on and a value that does not match the board's
  * wiring can leave the device unable to start until it is recovered through BOOT0, which is
  * why it is not written speculatively here), VOS0, flash wait states, HSE 24 MHz and PLL1.
- * When it lands, ZO_PCLK2_HZ and the baud-rate divider below must follow.
+ * When it lands, ZO_PCLK2_HZ, ZO_CORE_HZ and the baud-rate divider below must follow.
  */
 static void clock_init(void)
 {

@@ -3,6 +3,9 @@
  * the host, reached through Arm semihosting (the debug host does the file I/O while the core
  * is halted on BKPT 0xAB).
  *
+ * Used by the image reader's QEMU test driver (tests/test_image.py); generated firmware reads
+ * its image over the host link instead (blockdev_link.c), which needs no debugger.
+ *
  * Works under QEMU with `-semihosting-config enable=on,target=native` (the zocodegen QEMU
  * runner passes it; the path is relative to QEMU's working directory) and on a real board
  * whose debugger has semihosting enabled (OpenOCD: `arm semihosting enable`). On a board

@@ -1,6 +1,8 @@
 /*
- * blockdev_stdio.c - zo_blockdev.h backend for the native build (host gcc): the data image is
- * a file, accessed with stdio. Reading past the end of the file is ZO_BLOCKDEV_ERR_RANGE;
+ * blockdev_stdio.c - zo_blockdev.h backend for native programs (host gcc): the data image is
+ * a file, accessed with stdio. Used by the image reader's test driver (tests/test_image.py);
+ * generated firmware reads its image over the host link instead (blockdev_link.c).
+ * Reading past the end of the file is ZO_BLOCKDEV_ERR_RANGE;
  * writing past it extends the file (as a card would not: keep writes inside the image's
  * checkpoint area).
  */

@@ -6,14 +6,20 @@
  * same three functions, so the image reader (zo_image.c) and the training loop do not know
  * where the sectors come from:
  *
- *   blockdev_stdio.c        native build (host gcc): an image file, stdio fopen("r+b")
- *   blockdev_semihosting.c  Cortex-M under QEMU (-semihosting-config enable=on,target=native)
- *                           or on a board whose debugger has semihosting enabled: an image
- *                           file on the host, through Arm semihosting
- *   host over serial        (issue 5) the host tool serves the sectors of the image over the
- *                           framed serial link; attach ignores the path
+ *   blockdev_link.c         (templates/link/) what every generated firmware uses: the host
+ *                           tool serves the sectors of the image over the host link
+ *                           (docs/link.md); attach ignores the path
+ *   blockdev_stdio.c        native test programs (tests/test_image.py): an image file, stdio
+ *                           fopen("r+b")
+ *   blockdev_semihosting.c  Cortex-M test programs under QEMU (-semihosting-config
+ *                           enable=on,target=native), or a board whose debugger has
+ *                           semihosting enabled: an image file on the host, through Arm
+ *                           semihosting
  *   SD card                 (later) SPI/SDMMC driver; the card holds the image written raw
  *                           with dd, so LBA n of the image is block n of the card
+ *
+ * The stdio and semihosting backends stay next to this header for the image reader's tests;
+ * `zocodegen build` does not put them into projects.
  *
  * All functions return ZO_BLOCKDEV_OK (0) on success and a negative ZO_BLOCKDEV_ERR_* code
  * on failure. Transfers are whole sectors: count sectors of ZO_SECTOR_BYTES bytes each;

@@ -1,7 +1,8 @@
 """Render a complete firmware project from IR + plans (pure), then write it to disk.
 
-Every file comes from a template: ``templates/`` (model, kernels, harness, Makefile,
-PlatformIO), ``qemu/board/`` (mps2-an500 support) and ``targets/<name>/`` (STM32 support).
+Every file comes from a template: ``templates/`` (model, kernels, host link, command loop,
+Makefile, PlatformIO), ``qemu/board/`` (mps2-an500 support) and ``targets/<name>/`` (STM32
+support).
 """
 from __future__ import annotations
 
@@ -21,11 +22,18 @@ from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_d
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.config import TrainConfig
 from ..training.plan import training_plan
+from .layers.common import c_float
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
 
 BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
 STACK_BYTES = 8192
+#: Static buffers of templates/link/zo_link.c: the frame decoder's (ZO_LINK_MAX_ENCODED) and
+#: the pending request's body, kept for retransmission (ZO_LINK_MAX_BODY); docs/link.md.
+LINK_RX_BYTES = 2083
+LINK_TX_BYTES = 2074
+#: C types of output 0 that the accuracy command ('A') takes the argmax of.
+SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
 TRAINING_SUGGESTIONS = ("train fewer layers (--layers) or one block (--train sparse --block K)",
                         "lower --batch (saved activations grow with N)",
                         "a board with more SRAM (--target stm32h7b3)")
@@ -62,8 +70,13 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     board = load_target(options.board)
     arena = plan_arena(graph)
     stack_memory = target_data(board.name)["linker"]["stack_region"]
+    # The link buffers are ordinary .bss, which every linker script puts right after the
+    # stack: pinned to the stack's memory, they are placed (and reported) there too.
     items = [RamItem("arena", arena.arena_bytes, "inference activations"),
-             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory)]
+             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
+             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
+                     f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
+                     "(static)", memory=stack_memory)]
     training = None
     if options.train is not None:
         train_plan = training_plan(graph, options.train)
@@ -113,6 +126,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         model=dict(name=model_name, source=model_name,
                    sha256=hashlib.sha256(model_bytes).hexdigest(),
                    sha256_bytes=", ".join(str(b) for b in hashlib.sha256(model_bytes).digest())),
+        identity=_identity(graph, plan, model_name, options),
         training=plan.training,
         layers=plan.code.layers, arrays=plan.code.arrays, inputs=plan.code.inputs,
         outputs=plan.code.outputs, arena_bytes=plan.arena.arena_bytes,
@@ -138,6 +152,10 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
     for template in _listing(env, "templates/platform/native"):
         render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
+    for template in _listing(env, "templates/link"):
+        base = template.rsplit("/", 1)[1]
+        if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
+            render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
     if plan.training is not None:
         _render_training(env, render)
     for template in _listing(env, "qemu"):
@@ -154,22 +172,65 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     return files
 
 
-#: Block-device backends by build goal; the rest of templates/train is common C.
-BLOCKDEV_BACKENDS = {"blockdev_stdio.c": "src/platform/native/",
-                     "blockdev_semihosting.c": "src/platform/semihosting/"}
+#: The block device of every firmware: the host serves the image over the host link.
+LINK_BLOCKDEV = "blockdev_link.c"
+#: Block-device backends of templates/train that only the image reader's tests build
+#: (tests/test_image.py); generated projects use LINK_BLOCKDEV.
+TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
+ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2}  # HELLO's estimator field
 
 
 def _render_training(env: jinja2.Environment, render) -> None:
-    """The training engine (templates/train), the model's training tables and the
-    block-device backends (stdio for native, semihosting for Cortex-M)."""
+    """The training engine (templates/train, without the test-only block devices) and the
+    model's training tables."""
     render("templates/project/training.c.j2", "src/training.c")
     render("templates/project/training.h.j2", "include/training.h")
     for template in _listing(env, "templates/train"):
         base = template.rsplit("/", 1)[1]
-        if base in BLOCKDEV_BACKENDS:
-            render(template, BLOCKDEV_BACKENDS[base] + base)
-        else:
+        if base not in TEST_BLOCKDEVS:
             render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
+
+
+def _c_string(text: str) -> str:
+    """A C string literal of printable ASCII text (other characters become '_'; '?' is
+    escaped so that no trigraph can form)."""
+    out = []
+    for ch in text:
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("_")
+    return '"' + "".join(out) + '"'
+
+
+def _identity(graph: Graph, plan: ProjectPlan, model_name: str, options: BuildOptions) -> dict:
+    """What main.c reports about the model and the build: HELLO (docs/link.md) and the LOG
+    line after it."""
+    x = graph.tensor(graph.inputs[0])
+    y = graph.tensor(graph.outputs[0])
+    quantized = x.quant is not None and np.dtype(x.dtype).kind in "iu"
+    log = (f"zocodegen {__version__}: {model_name}, arena {plan.arena.arena_bytes} B, "
+           + (f"training {len(plan.training.layers)} layers" if plan.training else
+              "inference only"))
+    identity = dict(
+        classes=y.size,
+        input_scale=c_float(x.quant.scalar_scale if quantized else 0.0),
+        input_zero_point=x.quant.scalar_zero_point if quantized else 0,
+        score_ctype=SCORE_CTYPES.get(np.dtype(y.dtype).name),
+        log=_c_string(log))
+    if options.train is not None:
+        cfg = options.train
+        if cfg.estimator not in ESTIMATOR_CODES:
+            raise UserError(f"--estimator {cfg.estimator} has no firmware (simulator only)")
+        if identity["score_ctype"] is None:
+            raise UserError(f"output 0 is {np.dtype(y.dtype).name}: the firmware's accuracy "
+                            f"command needs int8, uint8 or float32 scores")
+        identity.update(estimator=ESTIMATOR_CODES[cfg.estimator], scaling=int(cfg.scaling),
+                        sparse=int(cfg.mode == "sparse"),
+                        block=cfg.block if cfg.mode == "sparse" else 0xFF, blocks=cfg.blocks)
+    return identity
 
 
 def _arena_region(data: dict, placement: Placement) -> str:

@@ -16,10 +16,12 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
 """
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -47,6 +49,13 @@ class Checkpoint:
 
 def _pad4(n: int) -> int:
     return (n + 3) & ~3
+
+
+def encoded_size(counts: Iterable[tuple[int, int]]) -> int:
+    """Bytes of a checkpoint whose layers have these (weight count, bias count): what the
+    checkpoint area of a data image must hold (C twin: ``zo_checkpoint_bytes``)."""
+    counts = list(counts)
+    return HEADER.size + 12 * len(counts) + sum(_pad4(w) + 4 * b for w, b in counts) + 4
 
 
 def encode(ckpt: Checkpoint) -> bytes:
@@ -93,10 +102,18 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
 
 
 def save(path: Path, ckpt: Checkpoint) -> None:
-    """Atomic: a crash leaves either the old file or the new one."""
+    save_bytes(path, encode(ckpt))
+
+
+def save_bytes(path: Path, blob: bytes) -> None:
+    """Atomic: a crash or power cut leaves either the old file or the new one (the data is
+    on disk before the rename makes it the checkpoint)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode(ckpt))
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
     tmp.replace(path)
 
 

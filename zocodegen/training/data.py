@@ -1,8 +1,11 @@
-"""DATA.npz (DESIGN.md section 8) checked against the model before any training starts:
-``x`` (N, *input shape) in the input dtype, ``y`` (N,) integer labels in [0, classes);
-optional ``x_val``/``y_val`` and ``x_test``/``y_test`` alike."""
+"""The training data (DESIGN.md section 8), checked against the model before any training
+starts: DATA.npz, or the data image packed from it (docs/image.md), which is what the device
+reads, so simulating on the image sees the device's samples in the device's order. Both hold
+``x`` (N, *input shape) in the input dtype and ``y`` (N,) integer labels in [0, classes);
+optional ``x_val``/``y_val`` and ``x_test``/``y_test`` alike. :func:`pack` writes the image."""
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +13,18 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..frontends import load_model
+from ..host.image import MAGIC, ImageLayout, pack_image, read_image
 from ..ir import Graph
+from . import checkpoint
+from .config import TrainConfig
+from .plan import loss_head, training_plan
 
 SPLITS = (("x", "y"), ("x_val", "y_val"), ("x_test", "y_test"))
+#: Checkpoint area of an image packed without a model. Trained parameters are a subset of the
+#: model's constants, which live in flash, so any model the boards can hold (2 MiB of flash
+#: on the STM32H7B3, 1 MiB on the F746) has a smaller checkpoint; twice that, for headroom.
+DEFAULT_CHECKPOINT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -25,16 +37,31 @@ class Dataset:
     y_val: np.ndarray | None = None
 
 
-def _check_split(graph: Graph, num_classes: int, source: str, xk: str, yk: str,
-                 x: np.ndarray, y: np.ndarray) -> None:
-    t = graph.tensor(graph.inputs[0])
-    want = tuple(t.shape[1:])
-    if x.dtype != np.dtype(t.dtype):
-        raise DataError(f"{source}: '{xk}' is {x.dtype}, the model's input is "
-                        f"{np.dtype(t.dtype).name}")
-    if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want:
+@dataclass(frozen=True)
+class Packed:
+    """What :func:`pack` wrote, for its summary."""
+
+    layout: ImageLayout
+    ignored: tuple[str, ...]  # arrays of DATA.npz that belong to no split
+    full_training_bytes: int | None  # checkpoint of the model's full training (with a model)
+
+
+def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
+                 graph: Graph | None, num_classes: int | None) -> None:
+    """The checks of one (x, y) pair; shape, dtype and labels against the model when given
+    (without one, :func:`pack_image` checks what the image format needs)."""
+    if graph is not None:
+        t = graph.tensor(graph.inputs[0])
+        want = tuple(t.shape[1:])
+        if x.dtype != np.dtype(t.dtype):
+            raise DataError(f"{source}: '{xk}' is {x.dtype}, the model's input is "
+                            f"{np.dtype(t.dtype).name}")
+        if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want:
+            raise DataError(f"{source}: '{xk}' has shape {list(x.shape)}, expected "
+                            f"[N, {', '.join(map(str, want))}]")
+    elif x.ndim < 2:
         raise DataError(f"{source}: '{xk}' has shape {list(x.shape)}, expected "
-                        f"[N, {', '.join(map(str, want))}]")
+                        "[N, *input shape]")
     if len(x) == 0:
         raise DataError(f"{source}: '{xk}' is empty")
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
@@ -42,23 +69,16 @@ def _check_split(graph: Graph, num_classes: int, source: str, xk: str, yk: str,
                         f"{list(y.shape)}")
     if len(y) != len(x):
         raise DataError(f"{source}: '{xk}' has {len(x)} samples but '{yk}' has {len(y)}")
-    bad = (y < 0) | (y >= num_classes)
-    if bad.any():
-        raise DataError(f"{source}: '{yk}' has label {int(y[bad][0])} outside "
-                        f"0..{num_classes - 1} (the model has {num_classes} classes)")
+    if num_classes is not None:
+        bad = (y < 0) | (y >= num_classes)
+        if bad.any():
+            raise DataError(f"{source}: '{yk}' has label {int(y[bad][0])} outside "
+                            f"0..{num_classes - 1} (the model has {num_classes} classes)")
 
 
-def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
-    if len(graph.inputs) != 1:
-        raise DataError("training needs a model with exactly one input")
-    source = str(path)
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except FileNotFoundError:
-        raise DataError(f"data file {source} does not exist") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{source} is not a readable .npz file ({exc})") from None
+def _checked(source: str, arrays: dict[str, np.ndarray], graph: Graph | None = None,
+             num_classes: int | None = None) -> dict[str, np.ndarray]:
+    """The split arrays of ``arrays``, checked, labels as int64; other arrays are dropped."""
     if "x" not in arrays or "y" not in arrays:
         raise DataError(f"{source} needs arrays 'x' and 'y' (has: "
                         f"{', '.join(sorted(arrays)) or 'none'})")
@@ -67,6 +87,98 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
         if (xk in arrays) != (yk in arrays):
             raise DataError(f"{source}: '{xk}' and '{yk}' must come together")
         if xk in arrays:
-            _check_split(graph, num_classes, source, xk, yk, arrays[xk], arrays[yk])
+            _check_split(source, xk, yk, arrays[xk], arrays[yk], graph, num_classes)
             found[xk], found[yk] = arrays[xk], arrays[yk].astype(np.int64)
-    return Dataset(**found)
+    return found
+
+
+def is_image(path: Path) -> bool:
+    """A data image starts with its magic; anything else is taken for DATA.npz."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False  # reading it as DATA.npz reports the problem
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    source = str(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array")
+        with loaded as npz:
+            return {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise DataError(f"data file {source} does not exist") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{source} is not a readable .npz file ({exc})") from None
+
+
+def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
+    """DATA.npz or a data image (told apart by the image's magic), checked against the model."""
+    if len(graph.inputs) != 1:
+        raise DataError("training needs a model with exactly one input")
+    source = str(path)
+    if is_image(path):
+        layout, arrays = read_image(path)
+        if layout.num_classes > num_classes:
+            raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
+                            f"model has {num_classes} classes")
+    else:
+        arrays = _read_npz(path)
+    return Dataset(**_checked(source, arrays, graph, num_classes))
+
+
+def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
+         shuffle: int | None = None, checkpoint_bytes: int | None = None) -> Packed:
+    """DATA.npz -> the data image the device trains from (docs/image.md).
+
+    With ``model_path`` the data is checked as :func:`load_dataset` checks it, and the header
+    records the model's sha256 (the checkpoint's), input quantization and class count; the
+    checkpoint area holds the checkpoint of the model's full training. Without one it has
+    :data:`DEFAULT_CHECKPOINT_BYTES`; ``checkpoint_bytes`` overrides both. ``shuffle``
+    permutes the train split with ``numpy.random.default_rng(shuffle)``; by default the device
+    trains in the order of DATA.npz. Nothing is written when anything is wrong.
+    """
+    source = str(data_path)
+    if Path(image_path).resolve() == Path(data_path).resolve():
+        raise DataError(f"-o {image_path} would overwrite the data it is packed from")
+    if is_image(data_path):
+        raise DataError(f"{source} is already a data image; pack reads DATA.npz")
+    arrays = _read_npz(data_path)
+    names = {k for pair in SPLITS for k in pair}
+    ignored = tuple(sorted(k for k in arrays if k not in names))
+    header: dict = {}
+    need = None
+    if model_path is None:
+        found = _checked(source, arrays)
+    else:
+        graph = load_model(model_path)
+        if len(graph.inputs) != 1:
+            raise DataError("training needs a model with exactly one input")
+        logits, _ = loss_head(graph)
+        classes = graph.tensor(logits).shape[-1]
+        found = _checked(source, arrays, graph, classes)
+        plan = training_plan(graph, TrainConfig())
+        need = checkpoint.encoded_size((l.weight_count, l.bias_count) for l in plan.layers)
+        header = dict(num_classes=classes,
+                      model_sha256=hashlib.sha256(Path(model_path).read_bytes()).digest())
+        quant = graph.tensor(graph.inputs[0]).quant
+        if quant is not None and not quant.per_channel:
+            header.update(input_scale=quant.scalar_scale,
+                          input_zero_point=quant.scalar_zero_point)
+    if shuffle is not None:
+        if shuffle < 0:
+            raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
+        order = np.random.default_rng(shuffle).permutation(len(found["x"]))
+        found["x"], found["y"] = found["x"][order], found["y"][order]
+    if checkpoint_bytes is None:
+        checkpoint_bytes = need if need is not None else DEFAULT_CHECKPOINT_BYTES
+    x, y = found.pop("x"), found.pop("y")
+    try:
+        layout = pack_image(image_path, x, y, **found, checkpoint_bytes=checkpoint_bytes,
+                            **header)
+    except DataError as exc:
+        raise DataError(f"{source}: {exc}") from None
+    return Packed(layout, ignored, need)

@@ -1,5 +1,6 @@
 /*
- * zo_crc32.h - CRC-32 (IEEE 802.3, the one of zlib, PNG and the zocodegen data image).
+ * zo_crc32.h - CRC-32 (IEEE 802.3, the one of zlib and PNG): the zocodegen data image, its
+ * checkpoints and the frames of the host link (docs/link.md) all use it.
  *
  * Reflected polynomial 0xEDB88320, initial value and final XOR 0xFFFFFFFF, computed bit by bit
  * (no table: 0 bytes of RAM or flash beyond the code). The chaining convention is zlib's

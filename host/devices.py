@@ -1,0 +1,136 @@
+"""Where the device is: a serial port given by URL, or firmware the host starts itself so that
+trying zocodegen needs no board (DESIGN.md section 6):
+
+* native: the executable's stdin/stdout are the master side of a pty, and the host opens the
+  slave side (``/dev/pts/N``) with pyserial, exactly as it opens a board's ``/dev/ttyACM0``;
+* QEMU: UART0 is a TCP server socket, and the host opens ``socket://127.0.0.1:PORT``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import tty
+from pathlib import Path
+
+import serial
+
+from ..errors import UserError
+from .link.server import LinkError, Port
+
+#: How long a read waits before the host checks that the firmware process still runs.
+POLL_SECONDS = 0.05
+BAUD = 115200
+
+
+def open_port(url: str) -> Port:
+    """A pyserial port for ``url`` (a device path, ``socket://host:port``, ...)."""
+    try:
+        return serial.serial_for_url(url, baudrate=BAUD, timeout=POLL_SECONDS,
+                                     write_timeout=10)
+    except (serial.SerialException, ValueError, OSError) as exc:
+        raise UserError(f"cannot open port {url}: {exc}") from None
+
+
+class DeviceExited(LinkError):
+    """The firmware process the host started has exited."""
+
+    def __init__(self, message: str, returncode: int | None):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class Firmware:
+    """A native or QEMU firmware process with its link port; ``start`` again after it exited
+    is a device reset."""
+
+    def __init__(self, kind: str, artefact: Path, icount: bool = True):
+        if kind not in ("native", "qemu"):
+            raise ValueError(kind)
+        self.kind, self.artefact, self.icount = kind, Path(artefact), icount
+        self.proc: subprocess.Popen | None = None
+        self.port: Port | None = None
+        self._stderr = None
+
+    def start(self) -> Port:
+        self.close()
+        self._stderr = tempfile.TemporaryFile()
+        self.port = self._start_native() if self.kind == "native" else self._start_qemu()
+        return self.port
+
+    def _start_native(self) -> Port:
+        master, slave = os.openpty()
+        tty.setraw(slave)  # no echo, no line editing, no CR/LF translation: a clean 8-bit line
+        try:
+            self.proc = subprocess.Popen([str(self.artefact)], stdin=master, stdout=master,
+                                         stderr=self._stderr)
+        finally:
+            os.close(master)
+        try:
+            return open_port(os.ttyname(slave))
+        finally:
+            os.close(slave)
+
+    def _start_qemu(self) -> Port:
+        from ..qemu.runner import qemu_command, require_qemu
+        require_qemu()
+        with socket.socket() as probe:  # a free port; QEMU binds it a moment later
+            probe.bind(("127.0.0.1", 0))
+            tcp_port = probe.getsockname()[1]
+        cmd = qemu_command(self.artefact, self.icount,
+                           serial=f"socket,host=127.0.0.1,port={tcp_port},server=on,wait=on")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self._stderr)
+        deadline = time.monotonic() + 20
+        while True:  # QEMU waits for us (wait=on) before it starts the CPU
+            self.alive()
+            try:
+                return serial.serial_for_url(f"socket://127.0.0.1:{tcp_port}", baudrate=BAUD,
+                                             timeout=POLL_SECONDS, write_timeout=10)
+            except serial.SerialException:
+                if time.monotonic() > deadline:
+                    raise LinkError("QEMU did not open its serial socket within 20 s: "
+                                    + self.stderr_text()) from None
+                time.sleep(0.05)
+
+    def stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").splitlines()
+        return " ".join(line for line in lines if "has no peer" not in line).strip()
+
+    def alive(self) -> None:
+        """Raise DeviceExited when the process is gone (with what it said on stderr)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            detail = self.stderr_text()
+            raise DeviceExited(f"the {self.kind} firmware exited with status "
+                               f"{self.proc.returncode}" + (f": {detail}" if detail else ""),
+                               self.proc.returncode)
+
+    def wait(self, timeout: float = 30) -> int:
+        """Exit status after the firmware was told to quit."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise LinkError(f"the {self.kind} firmware did not exit") from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        if self.port is not None:
+            try:
+                self.port.close()
+            except (serial.SerialException, OSError):
+                pass
+            self.port = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None

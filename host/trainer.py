@@ -1,0 +1,382 @@
+"""`zocodegen train`: the host side of a training run on a device (DESIGN.md section 6).
+
+The host serves the packed image, tells the device to train in chunks of
+``checkpoint_every`` steps, pulls a checkpoint and measures test accuracy after each chunk,
+and shows a live progress bar. ``RUN/`` gets ``checkpoint.bin`` (CRC-checked, written
+atomically), ``metrics.csv`` (flushed every row), ``curves.png`` and ``run.json``. When the
+device is reset, or the firmware the host started dies, the run goes on from the last
+checkpoint; so does ``zocodegen train`` started again on the same ``RUN/``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import DataError, UserError
+from ..training import checkpoint
+from .blocks import ImageBlocks
+from .devices import DeviceExited, Firmware, open_port
+from .image import ImageLayout
+from .link import protocol as p
+from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
+from .metrics import MetricsLog, MetricsRow, plot_curves
+
+#: Saving a checkpoint is retried this often when what arrived does not verify.
+SAVE_ATTEMPTS = 3
+
+
+class Device:
+    """A device at a serial URL: a reset shows up as a HELLO on the same port."""
+
+    restartable = False
+
+    def __init__(self, url: str):
+        self.url = url
+        self.port: Port | None = None
+
+    def connect(self) -> Port:
+        if self.port is None:
+            self.port = open_port(self.url)
+        return self.port
+
+    def alive(self) -> None:
+        pass
+
+    def finish(self, session: DeviceSession) -> None:
+        """Leave the board idle: it keeps asking for commands until a host answers."""
+
+    def close(self) -> None:
+        if self.port is not None:
+            self.port.close()
+            self.port = None
+
+    def describe(self) -> str:
+        return self.url
+
+
+class LaunchedDevice(Device):
+    """Firmware the host started (``--native`` / ``--qemu``): restarting it is a reset."""
+
+    restartable = True
+
+    def __init__(self, firmware: Firmware):
+        super().__init__("")
+        self.firmware = firmware
+
+    def connect(self) -> Port:
+        return self.firmware.start()
+
+    def alive(self) -> None:
+        self.firmware.alive()
+
+    def finish(self, session: DeviceSession) -> None:
+        session.run(p.Command.QUIT.value)
+        self.firmware.wait()
+
+    def close(self) -> None:
+        self.firmware.close()
+
+    def describe(self) -> str:
+        return f"{self.firmware.kind} firmware {self.firmware.artefact}"
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    first_step: int  # where this invocation started (0, or the resumed checkpoint's step)
+    steps: int  # completed steps at the end
+    accuracy_before: float | None  # before any training (from run.json when resumed)
+    accuracy_after: float | None
+    resets: int  # device resets / firmware restarts survived
+    retransmissions: int  # requests the device sent again (answered from the cache)
+    dropped_frames: int  # frames the host could not decode
+    seconds: float
+
+
+def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
+    """Refuse an image this firmware cannot train on, naming the field."""
+    if not identity.training or identity.checkpoint_bytes == 0:
+        raise UserError("the firmware was built without training: rebuild it with "
+                        "`zocodegen build MODEL --train full|sparse`")
+    if layout.input_bytes != identity.input_bytes:
+        raise UserError(f"{image}: records hold {layout.input_bytes} input bytes "
+                        f"({layout.dtype} {layout.input_shape}), the firmware's model takes "
+                        f"{identity.input_bytes}: pack the data for this model")
+    if layout.num_classes > identity.classes:
+        raise UserError(f"{image}: {layout.num_classes} classes, the firmware's model has "
+                        f"{identity.classes} outputs")
+    if layout.model_sha256 != bytes(32) and layout.model_sha256 != identity.model_sha256:
+        raise UserError(f"{image} was packed for another model (sha256 "
+                        f"{layout.model_sha256.hex()[:12]}..., the firmware's is "
+                        f"{identity.model_sha256.hex()[:12]}...)")
+    if layout.input_scale is not None and identity.input_scale != 0 and (
+            not math.isclose(layout.input_scale, identity.input_scale, rel_tol=1e-6)
+            or layout.input_zero_point != identity.input_zero_point):
+        raise UserError(f"{image}: inputs quantized with scale {layout.input_scale:g}, zero "
+                        f"point {layout.input_zero_point}; the firmware's model input has "
+                        f"scale {identity.input_scale:g}, zero point "
+                        f"{identity.input_zero_point}")
+    capacity = layout.checkpoint_sectors * 512
+    if capacity < identity.checkpoint_bytes:
+        raise UserError(f"{image}: checkpoint area of {capacity} bytes, the firmware's "
+                        f"checkpoint needs {identity.checkpoint_bytes}: pack again with "
+                        f"--model MODEL (or a larger --checkpoint-kb)")
+    if layout.count("train") == 0:
+        raise UserError(f"{image} has no train records")
+
+
+def _identity_record(identity: p.Identity) -> dict:
+    return {"model_sha256": identity.model_sha256.hex(), "target": identity.target,
+            "checkpoint_bytes": identity.checkpoint_bytes, **identity.training_options()}
+
+
+class Trainer:
+    """One `zocodegen train` invocation. ``on_step`` (tests, scripts) is called with each
+    end-of-step telemetry record after it was logged."""
+
+    def __init__(self, device: Device, image: Path, run_dir: Path, steps: int | None = None,
+                 checkpoint_every: int | None = None, timeout: float = 60.0,
+                 max_resets: int = 5, progress: bool | None = None,
+                 on_step: Callable[[p.Telemetry], None] | None = None,
+                 log: Callable[[str], None] = print):
+        self.device, self.image_path, self.run_dir = device, Path(image), Path(run_dir)
+        self.steps, self.checkpoint_every = steps, checkpoint_every
+        self.timeout, self.max_resets, self.progress = timeout, max_resets, progress
+        self.on_step = on_step or (lambda t: None)
+        self.log = log
+        self.blocks = ImageBlocks(self.image_path)
+        self.ckpt_path = self.run_dir / "checkpoint.bin"
+        self.metrics: MetricsLog | None = None
+        self.bar: tqdm | None = None
+        self.identity: p.Identity | None = None
+        self._losses: list[float] = []
+        self._accuracy: float | None = None
+        self._chunk_end = -1
+        self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
+
+    # ---- the run --------------------------------------------------------------------
+    def run(self) -> TrainSummary:
+        started = time.monotonic()
+        resets, retransmissions, dropped = 0, 0, 0
+        session = self._connect()
+        try:
+            self._check(session.identity)
+            total = self.steps or self.identity.steps
+            every = self.checkpoint_every or max(1, total // 10)
+            first_step = self._saved_step()
+            self._open_metrics(first_step)
+            self.bar = tqdm(total=total, initial=first_step, desc="train", unit="step",
+                            disable=None if self.progress is None else not self.progress,
+                            dynamic_ncols=True)
+            while True:
+                try:
+                    self._train(session, total, every)
+                    break
+                except (DeviceReset, DeviceExited, LinkError) as exc:
+                    retransmissions += session.link.retransmissions
+                    dropped += session.link.dropped
+                    resets += 1
+                    if resets > self.max_resets:
+                        raise
+                    session = self._recover(session, exc)
+            self.device.finish(session)
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+            if self.metrics is not None:
+                self.metrics.close()
+            self.device.close()
+            self.blocks.close()
+        self._plot()
+        return TrainSummary(first_step, self._saved_step(), self._record().get(
+            "accuracy_before"), self._accuracy, resets,
+            retransmissions + session.link.retransmissions, dropped + session.link.dropped,
+            time.monotonic() - started)
+
+    def _connect(self) -> DeviceSession:
+        port = self.device.connect()
+        link = HostLink(port, self.timeout, alive=self.device.alive)
+        session = DeviceSession(link, self.blocks, telemetry=self._telemetry,
+                                log=self._device_log)
+        session.hello()
+        return session
+
+    def _recover(self, session: DeviceSession, exc: Exception) -> DeviceSession:
+        """After a reset: a new HELLO (same firmware), then on from the last checkpoint."""
+        if isinstance(exc, DeviceReset):
+            self._say(f"device reset; resuming from step {self._saved_step()}")
+            identity = session.hello(exc.hello)
+        elif self.device.restartable:
+            self._say(f"{exc}; restarting it, resuming from step {self._saved_step()}")
+            session = self._connect()
+            identity = session.identity
+        else:
+            raise exc
+        if _identity_record(identity) != _identity_record(self.identity):
+            raise UserError("after the reset a different firmware answered; start a new run")
+        return session
+
+    def _train(self, session: DeviceSession, total: int, every: int) -> None:
+        step = self._restore(session)
+        self.metrics.keep_through(step)
+        self._losses = [r.loss for r in self.metrics.rows if not math.isnan(r.loss)]
+        self.bar.n = step
+        self.bar.refresh()
+        record = self._record()
+        if "accuracy_before" not in record:
+            record["accuracy_before"] = self._evaluate(session, step)
+            self._write_record(record)
+        while step < total:
+            chunk = min(every - step % every, total - step)
+            self._chunk_end = step + chunk
+            step = self._command(session, "training", p.train(chunk)).value
+            self._save(session, step)
+            self._evaluate(session, step)
+            self._plot()
+
+    def _restore(self, session: DeviceSession) -> int:
+        """Device state = RUN/checkpoint.bin (or the flash parameters); returns the step."""
+        self._command(session, f"opening {self.image_path}", p.Command.OPEN.value)
+        if self.ckpt_path.is_file():  # the image's header says where the checkpoint area is
+            self.blocks.set_checkpoint(self.ckpt_path.read_bytes())
+            return self._command(session, "loading the checkpoint", p.Command.LOAD.value).value
+        self._command(session, "resetting the parameters", p.Command.RESET.value)
+        return 0
+
+    def _save(self, session: DeviceSession, step: int) -> None:
+        for attempt in range(SAVE_ATTEMPTS):
+            size = self._command(session, "saving the checkpoint", p.Command.SAVE.value).value
+            blob = self.blocks.checkpoint(size)
+            try:
+                ckpt = checkpoint.decode(blob, "the device's checkpoint")
+            except DataError as exc:
+                self._say(f"{exc}; asking again")
+                continue
+            if ckpt.model_sha256 != self.identity.model_sha256 or ckpt.step != step:
+                raise LinkError(f"the device saved a checkpoint of step {ckpt.step} for "
+                                f"model {ckpt.model_sha256.hex()[:12]}..., expected step {step}")
+            checkpoint.save_bytes(self.ckpt_path, blob)
+            return
+        raise LinkError(f"the device's checkpoint did not verify {SAVE_ATTEMPTS} times")
+
+    def _evaluate(self, session: DeviceSession, step: int) -> float | None:
+        layout = self.blocks.layout
+        split, name = ((p.Split.TEST, "test") if layout.count("test")
+                       else (p.Split.VAL, "val") if layout.count("val") else (None, None))
+        row, self._pending = self._pending, None
+        if row is None or row.step != step:
+            row = MetricsRow(step, float("nan"), 0.0)  # before training: accuracy only
+        if split is not None:
+            correct = self._command(session, f"measuring {name} accuracy",
+                                    p.accuracy(split)).value
+            self._accuracy = correct / layout.count(name)
+            row = MetricsRow(row.step, row.loss, row.lr, self._accuracy)
+        if split is not None or not math.isnan(row.loss):
+            self.metrics.add(row)
+        self._postfix()
+        return self._accuracy if split is not None else None
+
+    def _command(self, session: DeviceSession, what: str, command: bytes) -> p.Done:
+        done = session.run(command).done
+        if done.status != 0:
+            raise UserError(f"{what} failed on the device: error {done.status} "
+                            f"({describe_status(done.status)})")
+        return done
+
+    # ---- RUN/ -----------------------------------------------------------------------
+    def _check(self, identity: p.Identity) -> None:
+        self.identity = identity
+        check_image(identity, self.blocks.layout, self.image_path)
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise UserError(f"{self.run_dir} exists and is not a directory; choose another "
+                            f"-o RUN")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        record = self._record()
+        mine = _identity_record(identity)
+        if record.get("firmware") and record["firmware"] != mine:
+            diff = [k for k in mine if record["firmware"].get(k) != mine[k]]
+            raise UserError(f"{self.run_dir} holds a run of other firmware ({', '.join(diff)} "
+                            f"differ); use another -o RUN to start a new run")
+        if self.ckpt_path.is_file():
+            try:
+                ckpt = checkpoint.load(self.ckpt_path)
+            except DataError as exc:
+                raise UserError(f"{exc}; delete it to start over, or use another -o RUN") \
+                    from None
+            if ckpt.model_sha256 != identity.model_sha256:
+                raise UserError(f"{self.ckpt_path} belongs to another model; use another "
+                                f"-o RUN")
+            if len(self.ckpt_path.read_bytes()) != identity.checkpoint_bytes:
+                raise UserError(f"{self.ckpt_path} has other trainable layers than the "
+                                f"firmware; use another -o RUN")
+        record.update({"image": str(self.image_path), "firmware": mine,
+                       "device": self.device.describe()})
+        self._write_record(record)
+
+    def _saved_step(self) -> int:
+        return checkpoint.load(self.ckpt_path).step if self.ckpt_path.is_file() else 0
+
+    def _record(self) -> dict:
+        path = self.run_dir / "run.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _write_record(self, record: dict) -> None:
+        (self.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    def _open_metrics(self, step: int) -> None:
+        self.metrics = MetricsLog(self.run_dir / "metrics.csv",
+                                  append=(self.run_dir / "metrics.csv").is_file())
+        self.metrics.keep_through(step)
+
+    def _plot(self) -> None:
+        rows = [r for r in self.metrics.rows if not math.isnan(r.loss)] if self.metrics else []
+        if rows:
+            plot_curves(rows, self.run_dir / "curves.png",
+                        f"{self.identity.target}: {self.identity.estimator}, "
+                        f"Q={self.identity.queries}, eta={self.identity.lr:g}")
+
+    # ---- live output ----------------------------------------------------------------
+    def _telemetry(self, t: p.Telemetry) -> None:
+        if t.layer >= 0:
+            return
+        row = MetricsRow(t.step, t.loss, t.lr)
+        if t.step == self._chunk_end:
+            self._pending = row
+        else:
+            self.metrics.add(row)
+        self._losses.append(t.loss)
+        self.bar.n = t.step
+        self._postfix()
+        self.on_step(t)
+
+    def _postfix(self) -> None:
+        post = {}
+        if self._losses:
+            recent = self._losses[-20:]
+            post["loss"] = f"{sum(recent) / len(recent):.3f}"
+        if self._accuracy is not None:
+            post["acc"] = f"{100 * self._accuracy:.1f}%"
+        self.bar.set_postfix(post, refresh=True)
+
+    def _device_log(self, text: str) -> None:
+        self._say(f"device: {text}")
+
+    def _say(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            self.log(text)
+
+
+_STATUS_NAMES = {-1: "block device not attached", -3: "link I/O failed",
+                 -4: "sector outside the image", -5: "image is read only"}
+
+
+def describe_status(code: int) -> str:
+    """A short meaning of a firmware status code (zo_train.h, zo_image.h, zo_blockdev.h)."""
+    return _STATUS_NAMES.get(code, "see docs/link.md and zo_train.h / zo_image.h")

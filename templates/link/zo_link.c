@@ -1,0 +1,455 @@
+/*
+ * zo_link.c - the device side of the host link, see zo_link.h and docs/link.md.
+ *
+ * Compiled with -DZO_LINK_DECODER_ONLY it is just the frame decoder, without platform.h:
+ * what a host-side test driver needs (tests/data/link_decoder_main.c).
+ */
+#include <string.h>
+
+#if !defined(ZO_LINK_DECODER_ONLY)
+#include "platform.h"
+#endif
+#include "zo_crc32.h"
+#include "zo_link.h"
+
+#define ZO_COBS_MAX_RUN 254u  /* data bytes one COBS code byte can stand for */
+#define ZO_COBS_FULL_RUN 0xFFu /* code of a run of 254 not followed by a zero */
+
+/* docs/link.md "Sequence numbers, timeouts, retries" */
+#define ZO_LINK_FIRST_TIMEOUT_MS 100u
+#define ZO_LINK_LAST_TIMEOUT_MS 1600u
+
+/* the i32 status that starts SECTORS / WRITTEN / BYTES / STORED */
+#define ZO_LINK_STATUS_BYTES 4u
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+/* ---- frame decoder ------------------------------------------------------------------- */
+
+void zo_link_decoder_init(zo_link_decoder *d)
+{
+    d->fill = 0u;
+    d->overflow = 0u;
+}
+
+/* Undoes COBS in place: each code byte c (1..255) is followed by c - 1 data bytes, and a zero
+ * follows them unless c is 255 or the group is the last one. Writing never overtakes reading
+ * (every group writes at most as many bytes as it read), so one buffer does. Returns the
+ * decoded size, or -1 when a code byte points past the end. */
+static int32_t cobs_decode(uint8_t *buf, uint32_t n)
+{
+    uint32_t r = 0u;
+    uint32_t w = 0u;
+    while (r < n) {
+        const uint32_t code = buf[r++]; /* never 0: zeros end frames */
+        const uint32_t run = code - 1u;
+        if (run > n - r) {
+            return -1;
+        }
+        memmove(buf + w, buf + r, run);
+        w += run;
+        r += run;
+        if (code != ZO_COBS_FULL_RUN && r < n) {
+            buf[w++] = 0u;
+        }
+    }
+    return (int32_t)w;
+}
+
+/* The checks of docs/link.md "Frames" on a decoded body. */
+static int frame_from_body(const uint8_t *body, uint32_t size, zo_link_frame *frame)
+{
+    uint32_t len;
+    if (size < ZO_LINK_HEADER_BYTES + ZO_LINK_CRC_BYTES) {
+        return ZO_LINK_BAD;
+    }
+    len = get_u16(body + 4);
+    if (len != size - ZO_LINK_HEADER_BYTES - ZO_LINK_CRC_BYTES || len > ZO_LINK_MAX_PAYLOAD) {
+        return ZO_LINK_BAD;
+    }
+    if (zo_crc32(0u, body, ZO_LINK_HEADER_BYTES + len) !=
+        get_u32(body + ZO_LINK_HEADER_BYTES + len)) {
+        return ZO_LINK_BAD;
+    }
+    if (body[1] != ZO_LINK_VERSION) {
+        return ZO_LINK_BAD;
+    }
+    frame->type = body[0];
+    frame->seq = get_u16(body + 2);
+    frame->len = (uint16_t)len;
+    frame->payload = body + ZO_LINK_HEADER_BYTES;
+    return ZO_LINK_FRAME;
+}
+
+int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
+{
+    uint32_t fill;
+    uint8_t overflow;
+    int32_t size;
+    if (byte != 0u) {
+        if (d->fill < ZO_LINK_MAX_ENCODED) {
+            d->buf[d->fill++] = byte;
+        } else {
+            d->overflow = 1u; /* keep nothing more: memory stays bounded on endless garbage */
+        }
+        return ZO_LINK_NONE;
+    }
+    fill = d->fill;
+    overflow = d->overflow;
+    zo_link_decoder_init(d); /* the next frame starts after this zero; buf keeps this one */
+    if (overflow) {
+        return ZO_LINK_BAD;
+    }
+    if (fill == 0u) {
+        return ZO_LINK_NONE; /* two zeros in a row, or the zero a device sends at boot */
+    }
+    size = cobs_decode(d->buf, fill);
+    if (size < 0) {
+        return ZO_LINK_BAD;
+    }
+    return frame_from_body(d->buf, (uint32_t)size, frame);
+}
+
+#if !defined(ZO_LINK_DECODER_ONLY)
+/* ---- the link ------------------------------------------------------------------------ */
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static void put_f32(uint8_t *p, float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits); /* IEEE 754 binary32 on every target */
+    put_u32(p, bits);
+}
+
+static struct {
+    zo_link_decoder rx;
+    uint8_t tx[ZO_LINK_MAX_BODY]; /* the pending request's body, kept for retransmissions */
+    uint32_t tx_bytes;
+    uint16_t next_seq;
+    uint8_t restart; /* RESTART received: every request fails until the next HELLO */
+} link_state;
+
+/* Writes body[0..n) as one frame, COBS-encoded on the fly: each run of non-zero bytes goes
+ * out straight from the body after its code byte, so no encoded copy is kept. The runs are
+ * cut exactly where Python's cobs.encode() cuts them. */
+static void send_frame(const uint8_t *body, uint32_t n)
+{
+    static const uint8_t delimiter = 0u;
+    uint32_t pos = 0u;
+    for (;;) {
+        uint32_t run = 0u;
+        uint8_t code;
+        while (pos + run < n && run < ZO_COBS_MAX_RUN && body[pos + run] != 0u) {
+            run++;
+        }
+        code = (uint8_t)(run + 1u);
+        platform_write(&code, 1u);
+        platform_write(body + pos, run);
+        pos += run;
+        if (pos == n) {
+            break;
+        }
+        if (run < ZO_COBS_MAX_RUN) {
+            pos++; /* the zero this group's code stands for */
+        }
+    }
+    platform_write(&delimiter, 1u);
+}
+
+void zo_link_init(void)
+{
+    static const uint8_t delimiter = 0u;
+    zo_link_decoder_init(&link_state.rx);
+    link_state.tx_bytes = 0u;
+    link_state.next_seq = 0u;
+    link_state.restart = 0u;
+    /* docs/link.md "Frames": whatever the host received before this reset ends here, so the
+     * first frame is decoded on its own. */
+    platform_write(&delimiter, 1u);
+}
+
+int zo_link_restarting(void)
+{
+    return link_state.restart;
+}
+
+int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
+                    const uint8_t *data, uint32_t data_bytes, zo_link_frame *response)
+{
+    const uint16_t seq = link_state.next_seq;
+    uint32_t timeout_ms = ZO_LINK_FIRST_TIMEOUT_MS;
+    uint32_t len;
+    if (link_state.restart) {
+        return ZO_LINK_ERR_RESTART;
+    }
+    if (head_bytes > ZO_LINK_MAX_PAYLOAD || data_bytes > ZO_LINK_MAX_PAYLOAD - head_bytes) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    len = head_bytes + data_bytes;
+    link_state.next_seq = (uint16_t)(seq + 1u);
+    link_state.tx[0] = type;
+    link_state.tx[1] = (uint8_t)ZO_LINK_VERSION;
+    put_u16(link_state.tx + 2, seq);
+    put_u16(link_state.tx + 4, (uint16_t)len);
+    if (head_bytes > 0u) {
+        memcpy(link_state.tx + ZO_LINK_HEADER_BYTES, head, head_bytes);
+    }
+    if (data_bytes > 0u) {
+        memcpy(link_state.tx + ZO_LINK_HEADER_BYTES + head_bytes, data, data_bytes);
+    }
+    put_u32(link_state.tx + ZO_LINK_HEADER_BYTES + len,
+            zo_crc32(0u, link_state.tx, ZO_LINK_HEADER_BYTES + len));
+    link_state.tx_bytes = ZO_LINK_HEADER_BYTES + len + ZO_LINK_CRC_BYTES;
+    send_frame(link_state.tx, link_state.tx_bytes);
+
+    for (;;) {
+        uint8_t byte;
+        zo_link_frame frame;
+        int event;
+        if (!platform_read_byte(&byte, timeout_ms)) {
+            /* Silence: the request or its response was lost. The host answers a repeated
+             * request from its cache, so retransmitting is always safe. */
+            if (timeout_ms < ZO_LINK_LAST_TIMEOUT_MS) {
+                timeout_ms *= 2u;
+            }
+            send_frame(link_state.tx, link_state.tx_bytes);
+            continue;
+        }
+        event = zo_link_decoder_feed(&link_state.rx, byte, &frame);
+        if (event == ZO_LINK_BAD || (event == ZO_LINK_FRAME && frame.type == ZO_LINK_NAK)) {
+            /* The dropped frame may have been the response, or the host could not read the
+             * request: no point waiting for the timeout. */
+            send_frame(link_state.tx, link_state.tx_bytes);
+        } else if (event == ZO_LINK_FRAME && frame.seq == seq) {
+            if (frame.type == (uint8_t)(type | ZO_LINK_RESPONSE)) {
+                *response = frame;
+                return ZO_LINK_OK;
+            }
+            if (frame.type == ZO_LINK_RESTART) {
+                link_state.restart = 1u;
+                return ZO_LINK_ERR_RESTART;
+            }
+        }
+        /* Anything else answers an earlier request (a duplicate, or a response to a
+         * retransmission): stale, ignored. */
+    }
+}
+
+/* A response that must be empty (WELCOME, ACK). */
+static int empty_response(int rc, const zo_link_frame *response)
+{
+    if (rc != ZO_LINK_OK) {
+        return rc;
+    }
+    return response->len == 0u ? ZO_LINK_OK : ZO_LINK_ERR_PROTOCOL;
+}
+
+/* A response that starts with an i32 status: 0 followed by exactly `bytes` bytes, or a
+ * negative status and nothing else. Returns the status. */
+static int status_response(int rc, const zo_link_frame *response, uint32_t bytes)
+{
+    int32_t status;
+    if (rc != ZO_LINK_OK) {
+        return rc;
+    }
+    if (response->len < ZO_LINK_STATUS_BYTES) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    status = (int32_t)get_u32(response->payload);
+    if (status > 0 || response->len != ZO_LINK_STATUS_BYTES + (status == 0 ? bytes : 0u)) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    return (int)status;
+}
+
+static uint32_t text_bytes(const char *text, uint32_t limit)
+{
+    uint32_t n = 0u;
+    while (n < limit && text[n] != '\0') {
+        n++;
+    }
+    return n;
+}
+
+int zo_link_hello(const zo_link_identity *id)
+{
+    uint8_t p[ZO_LINK_HELLO_BYTES];
+    zo_link_frame welcome;
+    memset(p, 0, sizeof p);
+    memcpy(p, "ZOLK", 4u);
+    put_u16(p + 4, (uint16_t)ZO_LINK_VERSION);
+    put_u16(p + 6, (uint16_t)ZO_LINK_MAX_PAYLOAD);
+    memcpy(p + 8, id->model_sha256, 32u);
+    put_u32(p + 40, id->input_bytes);
+    put_u32(p + 44, id->output_bytes);
+    put_u32(p + 48, id->classes);
+    put_f32(p + 52, id->input_scale);
+    put_u32(p + 56, (uint32_t)id->input_zero_point);
+    put_u32(p + 60, id->checkpoint_bytes);
+    put_u32(p + 64, id->flags);
+    p[68] = id->estimator;
+    p[69] = id->mode;
+    p[70] = id->block;
+    p[71] = id->blocks;
+    put_u32(p + 72, id->queries);
+    put_u32(p + 76, id->batch);
+    put_u32(p + 80, id->steps);
+    put_u32(p + 84, id->seed);
+    put_f32(p + 88, id->lr);
+    put_u32(p + 92, id->trainable_layers);
+    put_u32(p + 96, id->cycles_per_second);
+    memcpy(p + 100, id->target, text_bytes(id->target, ZO_LINK_TARGET_BYTES)); /* NUL padded */
+    /* docs/link.md: HELLO is request 0; a session the host restarted begins here too. */
+    link_state.next_seq = 0u;
+    link_state.restart = 0u;
+    return empty_response(zo_link_request(ZO_LINK_HELLO, p, sizeof p, 0, 0u, &welcome),
+                          &welcome);
+}
+
+int zo_link_next(zo_link_frame *command)
+{
+    const int rc = zo_link_request(ZO_LINK_NEXT, 0, 0u, 0, 0u, command);
+    if (rc != ZO_LINK_OK) {
+        return rc;
+    }
+    return command->len > 0u ? ZO_LINK_OK : ZO_LINK_ERR_PROTOCOL;
+}
+
+void zo_link_wait(uint32_t ms)
+{
+    uint8_t byte;
+    zo_link_frame frame;
+    while (platform_read_byte(&byte, ms)) {
+        (void)zo_link_decoder_feed(&link_state.rx, byte, &frame); /* no request is pending */
+    }
+}
+
+int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)
+{
+    uint8_t head[6];
+    zo_link_frame sectors;
+    int rc;
+    if (count < 1u || count > ZO_LINK_MAX_SECTORS) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    put_u32(head, lba);
+    put_u16(head + 4, (uint16_t)count);
+    rc = zo_link_request(ZO_LINK_READ, head, sizeof head, 0, 0u, &sectors);
+    rc = status_response(rc, &sectors, count * ZO_LINK_SECTOR_BYTES);
+    if (rc == ZO_LINK_OK) {
+        memcpy(dst, sectors.payload + ZO_LINK_STATUS_BYTES, count * ZO_LINK_SECTOR_BYTES);
+    }
+    return rc;
+}
+
+int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src)
+{
+    uint8_t head[6];
+    zo_link_frame written;
+    int rc;
+    if (count < 1u || count > ZO_LINK_MAX_SECTORS) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    put_u32(head, lba);
+    put_u16(head + 4, (uint16_t)count);
+    rc = zo_link_request(ZO_LINK_WRITE, head, sizeof head, src, count * ZO_LINK_SECTOR_BYTES,
+                         &written);
+    return status_response(rc, &written, 0u);
+}
+
+int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
+                      uint32_t cycles)
+{
+    uint8_t p[20];
+    zo_link_frame ack;
+    put_u32(p, step);
+    put_u32(p + 4, (uint32_t)layer);
+    put_u32(p + 8, (uint32_t)loss_q16);
+    put_f32(p + 12, lr);
+    put_u32(p + 16, cycles);
+    return empty_response(zo_link_request(ZO_LINK_TELEMETRY, p, sizeof p, 0, 0u, &ack), &ack);
+}
+
+int zo_link_log(const char *text)
+{
+    zo_link_frame ack;
+    const uint32_t n = text_bytes(text, ZO_LINK_MAX_PAYLOAD);
+    return empty_response(zo_link_request(ZO_LINK_LOG, 0, 0u, (const uint8_t *)text, n, &ack),
+                          &ack);
+}
+
+int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycles)
+{
+    uint8_t p[16];
+    zo_link_frame ack;
+    memset(p, 0, sizeof p);
+    p[0] = command; /* then 3 zero bytes */
+    put_u32(p + 4, (uint32_t)status);
+    put_u32(p + 8, value);
+    put_u32(p + 12, cycles);
+    return empty_response(zo_link_request(ZO_LINK_DONE, p, sizeof p, 0, 0u, &ack), &ack);
+}
+
+int zo_link_error(int32_t code, const char *text)
+{
+    uint8_t head[4];
+    zo_link_frame ack;
+    const uint32_t n = text_bytes(text, ZO_LINK_MAX_PAYLOAD - sizeof head);
+    put_u32(head, (uint32_t)code);
+    return empty_response(zo_link_request(ZO_LINK_ERROR, head, sizeof head,
+                                          (const uint8_t *)text, n, &ack),
+                          &ack);
+}
+
+int zo_link_fetch(uint32_t offset, uint8_t *dst, uint32_t length)
+{
+    uint8_t head[6];
+    zo_link_frame bytes;
+    int rc;
+    if (length < 1u || length > ZO_LINK_MAX_CHUNK) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    put_u32(head, offset);
+    put_u16(head + 4, (uint16_t)length);
+    rc = zo_link_request(ZO_LINK_FETCH, head, sizeof head, 0, 0u, &bytes);
+    rc = status_response(rc, &bytes, length);
+    if (rc == ZO_LINK_OK) {
+        memcpy(dst, bytes.payload + ZO_LINK_STATUS_BYTES, length);
+    }
+    return rc;
+}
+
+int zo_link_put(uint32_t offset, const uint8_t *src, uint32_t length)
+{
+    uint8_t head[4];
+    zo_link_frame stored;
+    if (length < 1u || length > ZO_LINK_MAX_CHUNK) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    put_u32(head, offset);
+    const int rc = zo_link_request(ZO_LINK_PUT, head, sizeof head, src, length, &stored);
+    return status_response(rc, &stored, 0u);
+}
+#endif /* !ZO_LINK_DECODER_ONLY */

@@ -1,0 +1,196 @@
+/*
+ * zo_link.h - the device side of the host link (docs/link.md): framed, checked, stop-and-wait
+ * requests from the firmware to the host over platform.h's byte stream.
+ *
+ * Two layers:
+ *
+ *   frame decoder    bytes in, frames out (COBS, CRC-32, the checks of docs/link.md "Frames").
+ *                    No I/O and no globals: the caller owns the zo_link_decoder, so a test
+ *                    driver can feed it anything (tests/data/link_decoder_main.c; zo_link.c
+ *                    compiled with -DZO_LINK_DECODER_ONLY is the decoder alone).
+ *   requests         one link per firmware (a static instance in zo_link.c, because
+ *                    zo_blockdev.h has no context argument). zo_link_request() sends a request
+ *                    and returns the host's response to it, retransmitting for as long as it
+ *                    takes; the zo_link_<message>() helpers build and check each message of
+ *                    docs/link.md "Requests".
+ *
+ *     platform_init();
+ *     zo_link_init();
+ *     for (;;) {
+ *         if (zo_link_hello(&identity) != ZO_LINK_OK) continue;
+ *         while (zo_link_next(&command) == ZO_LINK_OK) { ...do it, zo_link_done(...)... }
+ *     }
+ *
+ * Every function that talks to the host returns ZO_LINK_OK (0), a negative status the host
+ * sent (a ZO_BLOCKDEV_ERR_* code, READ / WRITE / FETCH / PUT) or a ZO_LINK_ERR_* code. After
+ * the host has answered RESTART (it was restarted while the device was busy) every request
+ * returns ZO_LINK_ERR_RESTART at once, without sending anything, until the next
+ * zo_link_hello(): whatever the firmware was doing runs to its end quickly and the command
+ * loop starts over with HELLO.
+ *
+ * C99, no heap. Memory: the decoder buffer (ZO_LINK_MAX_ENCODED bytes) and the body of the
+ * pending request, kept for retransmission (ZO_LINK_MAX_BODY bytes), plus a few bytes of
+ * state; the memory report lists them as "host link buffers".
+ */
+#ifndef ZO_LINK_H
+#define ZO_LINK_H
+
+#include <stdint.h>
+
+/* ---- frames (docs/link.md "Frames") ---------------------------------------------------- */
+
+#define ZO_LINK_VERSION 1u
+#define ZO_LINK_HEADER_BYTES 6u /* type u8, version u8, sequence u16, payload length u16 */
+#define ZO_LINK_CRC_BYTES 4u
+#define ZO_LINK_SECTOR_BYTES 512u
+#define ZO_LINK_MAX_SECTORS 4u   /* sectors per READ / WRITE */
+#define ZO_LINK_MAX_CHUNK 2048u  /* bytes per FETCH / PUT */
+#define ZO_LINK_MAX_PAYLOAD 2064u /* 4 sectors + 16 bytes */
+/* 6 + 2064 + 4 = 2074 */
+#define ZO_LINK_MAX_BODY (ZO_LINK_HEADER_BYTES + ZO_LINK_MAX_PAYLOAD + ZO_LINK_CRC_BYTES)
+/* COBS adds one code byte per started run of 254 body bytes. */
+#define ZO_LINK_MAX_ENCODED (ZO_LINK_MAX_BODY + ZO_LINK_MAX_BODY / 254u + 1u) /* 2083 */
+
+/* Requests; the response to request type t has type t | ZO_LINK_RESPONSE. */
+#define ZO_LINK_HELLO 0x01u
+#define ZO_LINK_NEXT 0x02u
+#define ZO_LINK_READ 0x03u
+#define ZO_LINK_WRITE 0x04u
+#define ZO_LINK_TELEMETRY 0x05u
+#define ZO_LINK_LOG 0x06u
+#define ZO_LINK_DONE 0x07u
+#define ZO_LINK_ERROR 0x08u
+#define ZO_LINK_FETCH 0x09u
+#define ZO_LINK_PUT 0x0Au
+#define ZO_LINK_RESPONSE 0x80u
+#define ZO_LINK_RESTART 0xFEu /* the host knows no session for this request: start over */
+#define ZO_LINK_NAK 0xFFu     /* the host could not decode a frame: retransmit */
+
+/* Commands: the first byte of a COMMAND payload (docs/link.md "COMMAND"). */
+#define ZO_LINK_CMD_WAIT 'W'     /* u32 milliseconds; no DONE */
+#define ZO_LINK_CMD_INFER 'I'
+#define ZO_LINK_CMD_OPEN 'O'
+#define ZO_LINK_CMD_TRAIN 'T'    /* u32 steps */
+#define ZO_LINK_CMD_SAVE 'S'
+#define ZO_LINK_CMD_LOAD 'L'
+#define ZO_LINK_CMD_ACCURACY 'A' /* u8 split */
+#define ZO_LINK_CMD_RESET 'R'
+#define ZO_LINK_CMD_QUIT 'Q'     /* no DONE */
+
+/* Results of zo_link_decoder_feed(). */
+#define ZO_LINK_NONE 0  /* no frame ended with this byte (an empty frame ends with nothing) */
+#define ZO_LINK_FRAME 1 /* *frame is a valid frame */
+#define ZO_LINK_BAD (-1) /* a frame ended here and was dropped */
+
+/* Results of the request layer, besides 0 and the host's statuses (ZO_BLOCKDEV_ERR_*, -1..-6).
+ * They also end up in DONE's status, next to ZO_IMAGE_ERR_* (-1..-13) and ZO_TRAIN_ERR_*
+ * (-20..-25), hence the distinct range. */
+#define ZO_LINK_OK 0
+#define ZO_LINK_ERR_RESTART (-40)     /* the host answered RESTART: back to HELLO */
+#define ZO_LINK_ERR_PROTOCOL (-41)    /* a message of the wrong size or content */
+#define ZO_LINK_ERR_UNSUPPORTED (-42) /* a command this firmware does not have */
+
+typedef struct {
+    uint8_t type;
+    uint16_t seq;
+    uint16_t len;            /* payload bytes */
+    const uint8_t *payload;  /* inside the decoder's buffer: valid until its next byte */
+} zo_link_frame;
+
+typedef struct {
+    uint8_t buf[ZO_LINK_MAX_ENCODED]; /* the frame so far; decoded in place at its end */
+    uint16_t fill;
+    uint8_t overflow; /* more than ZO_LINK_MAX_ENCODED bytes: drop it at its delimiter */
+} zo_link_decoder;
+
+void zo_link_decoder_init(zo_link_decoder *d);
+
+/* One received byte. Non-zero bytes are collected; a zero ends the frame: ZO_LINK_NONE when
+ * it was empty, ZO_LINK_BAD when it is dropped (longer than ZO_LINK_MAX_ENCODED, COBS
+ * error, shorter than header + CRC, length field != payload size, length above
+ * ZO_LINK_MAX_PAYLOAD, CRC mismatch, version != 1), otherwise ZO_LINK_FRAME with *frame set.
+ * host/link/framing.py drops exactly the same frames. */
+int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame);
+
+/* ---- requests (docs/link.md "Sequence numbers, timeouts, retries", "Requests") ---------- */
+
+/* HELLO's identity of the firmware (docs/link.md "HELLO"). */
+#define ZO_LINK_HELLO_BYTES 124u
+#define ZO_LINK_TARGET_BYTES 24u
+#define ZO_LINK_FLAG_TRAINING 0x1u
+#define ZO_LINK_FLAG_SCALING 0x2u
+#define ZO_LINK_FLAG_COSINE 0x4u
+#define ZO_LINK_NO_BLOCK 0xFFu /* sparse block field of a firmware that does not train sparse */
+
+typedef struct {
+    const uint8_t *model_sha256; /* 32 bytes */
+    uint32_t input_bytes;
+    uint32_t output_bytes;
+    uint32_t classes;         /* elements of output 0 */
+    float input_scale;        /* 0 for float inputs */
+    int32_t input_zero_point;
+    uint32_t checkpoint_bytes; /* 0 without training */
+    uint32_t flags;            /* ZO_LINK_FLAG_* */
+    uint8_t estimator;         /* 0 adaptive, 1 wp, 2 np */
+    uint8_t mode;              /* 0 full, 1 sparse */
+    uint8_t block;             /* ZO_LINK_NO_BLOCK unless sparse */
+    uint8_t blocks;
+    uint32_t queries, batch, steps, seed;
+    float lr;
+    uint32_t trainable_layers;
+    uint32_t cycles_per_second; /* of platform_cycles(); 0 when unknown */
+    const char *target;         /* up to ZO_LINK_TARGET_BYTES characters are sent */
+} zo_link_identity;
+
+/* After platform_init(): resets the link and sends the one zero byte that puts the host's
+ * decoder in sync before the first frame. */
+void zo_link_init(void);
+
+/* Sends a request of type `type` whose payload is head[0..head_bytes) followed by
+ * data[0..data_bytes) (either may be empty), and waits for the response: a frame with the
+ * request's sequence number and type | ZO_LINK_RESPONSE, which *response then describes
+ * (valid until the next request). Retransmits after 100 ms without a byte from the host,
+ * doubling up to 1600 ms, forever; at once on a NAK or a dropped frame. Returns ZO_LINK_OK,
+ * ZO_LINK_ERR_RESTART, or ZO_LINK_ERR_PROTOCOL for a payload above ZO_LINK_MAX_PAYLOAD. */
+int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
+                    const uint8_t *data, uint32_t data_bytes, zo_link_frame *response);
+
+/* Nonzero from a RESTART answer until the next zo_link_hello(). */
+int zo_link_restarting(void);
+
+/* HELLO -> WELCOME. Starts the session: sequence number 0, RESTART forgotten. */
+int zo_link_hello(const zo_link_identity *id);
+
+/* NEXT -> COMMAND; *command's payload is the command byte and its arguments. */
+int zo_link_next(zo_link_frame *command);
+
+/* Command 'W': lets `ms` milliseconds pass without a byte from the host (whatever arrives
+ * meanwhile is stale and dropped). */
+void zo_link_wait(uint32_t ms);
+
+/* READ -> SECTORS: count (1..ZO_LINK_MAX_SECTORS) sectors of the host's image into dst. */
+int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst);
+
+/* WRITE -> WRITTEN: count (1..ZO_LINK_MAX_SECTORS) sectors from src. */
+int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src);
+
+/* TELEMETRY -> ACK (zo_train_telemetry's fields). */
+int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
+                      uint32_t cycles);
+
+/* LOG -> ACK: a line of text for the host's log (cut at ZO_LINK_MAX_PAYLOAD bytes). */
+int zo_link_log(const char *text);
+
+/* DONE -> ACK: the end of command `command`. */
+int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycles);
+
+/* ERROR -> ACK: why a command was refused, for a person to read. */
+int zo_link_error(int32_t code, const char *text);
+
+/* FETCH -> BYTES: length (1..ZO_LINK_MAX_CHUNK) bytes of the host's input from offset. */
+int zo_link_fetch(uint32_t offset, uint8_t *dst, uint32_t length);
+
+/* PUT -> STORED: length (1..ZO_LINK_MAX_CHUNK) bytes of output at offset. */
+int zo_link_put(uint32_t offset, const uint8_t *src, uint32_t length);
+
+#endif /* ZO_LINK_H */
