@@ -247,3 +247,31 @@ def test_monitor_shows_identity(graph):
         firmware.close()
     assert seen >= 2  # HELLO, then NEXT answered with "wait"
     assert lines and "training full" in lines[0] and "Q=4" in lines[0]
+
+
+def test_board_reset_on_the_same_port_resumes(tmp_path, graph, image, simulated):
+    """`--port` mode: the "board" (native firmware behind a pty proxy) is reset after step 3:
+    a new firmware answers on the same line with HELLO; the host loads the step-2 checkpoint
+    and the run ends byte-identical."""
+    artefact = cached_build(MODEL, "native", graph=graph, train=CONFIG)
+    boards = [Firmware("native", artefact, icount=False)]
+    proxy = FaultyProxy(boards[0].start(), FaultRates(), seed=0)
+
+    def reset_once(t):
+        if t.step == 3 and len(boards) == 1:
+            boards[0].kill()
+            boards.append(Firmware("native", artefact, icount=False))
+            proxy.device = boards[1].start()
+
+    try:
+        trainer = Trainer(Device(proxy.url), image, tmp_path / "run", checkpoint_every=2,
+                          timeout=30, progress=False, on_step=reset_once)
+        proxy.host_connected()
+        summary = trainer.run()
+    finally:
+        proxy.close()
+        for board in boards:
+            board.close()
+    assert len(boards) == 2 and summary.resets == 1
+    assert (tmp_path / "run/checkpoint.bin").read_bytes() == \
+        (simulated / "checkpoint.bin").read_bytes()
