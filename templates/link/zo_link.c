@@ -346,22 +346,31 @@ void zo_link_wait(uint32_t ms)
     }
 }
 
-int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)
+/* READ and FETCH: a request of (u32 where, u16 how many) answered by a status and `bytes`
+ * bytes, copied to dst. */
+static int ask_for_bytes(uint8_t type, uint32_t where, uint16_t count, uint8_t *dst,
+                         uint32_t bytes)
 {
     uint8_t head[6];
-    zo_link_frame sectors;
+    zo_link_frame answer;
     int rc;
+    put_u32(head, where);
+    put_u16(head + 4, count);
+    rc = zo_link_request(type, head, sizeof head, 0, 0u, &answer);
+    rc = status_response(rc, &answer, bytes);
+    if (rc == ZO_LINK_OK) {
+        memcpy(dst, answer.payload + ZO_LINK_STATUS_BYTES, bytes);
+    }
+    return rc;
+}
+
+int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)
+{
     if (count < 1u || count > ZO_LINK_MAX_SECTORS) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    put_u32(head, lba);
-    put_u16(head + 4, (uint16_t)count);
-    rc = zo_link_request(ZO_LINK_READ, head, sizeof head, 0, 0u, &sectors);
-    rc = status_response(rc, &sectors, count * ZO_LINK_SECTOR_BYTES);
-    if (rc == ZO_LINK_OK) {
-        memcpy(dst, sectors.payload + ZO_LINK_STATUS_BYTES, count * ZO_LINK_SECTOR_BYTES);
-    }
-    return rc;
+    return ask_for_bytes(ZO_LINK_READ, lba, (uint16_t)count, dst,
+                         count * ZO_LINK_SECTOR_BYTES);
 }
 
 int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src)
@@ -425,20 +434,10 @@ int zo_link_error(int32_t code, const char *text)
 
 int zo_link_fetch(uint32_t offset, uint8_t *dst, uint32_t length)
 {
-    uint8_t head[6];
-    zo_link_frame bytes;
-    int rc;
     if (length < 1u || length > ZO_LINK_MAX_CHUNK) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    put_u32(head, offset);
-    put_u16(head + 4, (uint16_t)length);
-    rc = zo_link_request(ZO_LINK_FETCH, head, sizeof head, 0, 0u, &bytes);
-    rc = status_response(rc, &bytes, length);
-    if (rc == ZO_LINK_OK) {
-        memcpy(dst, bytes.payload + ZO_LINK_STATUS_BYTES, length);
-    }
-    return rc;
+    return ask_for_bytes(ZO_LINK_FETCH, offset, (uint16_t)length, dst, length);
 }
 
 int zo_link_put(uint32_t offset, const uint8_t *src, uint32_t length)
