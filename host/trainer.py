@@ -246,6 +246,13 @@ class Trainer:
             self.blocks.set_checkpoint(self.ckpt_path.read_bytes())
             return self._command(session, "loading the checkpoint", p.Command.LOAD.value).value
         self._command(session, "resetting the parameters", p.Command.RESET.value)
+        if self.identity.selects_block:
+            self._say(f"selecting the block to train: a trial of each of "
+                      f"{self.identity.blocks} blocks")
+            block = self._command(session, "selecting the block",
+                                  p.Command.SELECT.value).value
+            self._say(f"training block {block}")
+            self._write_record({**self._record(), "block": block})
         return 0
 
     def _save(self, session: DeviceSession, step: int) -> None:
@@ -311,7 +318,9 @@ class Trainer:
             if ckpt.model_sha256 != identity.model_sha256:
                 raise UserError(f"{self.ckpt_path} belongs to another model; use another "
                                 f"-o RUN")
-            if len(self.ckpt_path.read_bytes()) != identity.checkpoint_bytes:
+            size = len(self.ckpt_path.read_bytes())
+            if (size > identity.checkpoint_bytes if identity.selects_block
+                    else size != identity.checkpoint_bytes):
                 raise UserError(f"{self.ckpt_path} has other trainable layers than the "
                                 f"firmware; use another -o RUN")
         record.update({"image": str(self.image_path), "firmware": mine,
@@ -374,7 +383,8 @@ class Trainer:
 
 
 _STATUS_NAMES = {-1: "block device not attached", -3: "link I/O failed",
-                 -4: "sector outside the image", -5: "image is read only"}
+                 -4: "sector outside the image", -5: "image is read only",
+                 -25: "no block selected yet (command B)"}
 
 
 def describe_status(code: int) -> str:

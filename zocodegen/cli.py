@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
     p.add_argument("--mode", choices=("full", "sparse"), default="full",
-                   help="train all selected layers, or one block of them (--block K)")
+                   help="train all selected layers, or one block of them (--block)")
     _add_train_options(p, default_queries=100)
     p.add_argument("--eval-every", type=int, metavar="K",
                    help="test accuracy every K steps (default: 20 times per run)")
@@ -172,23 +172,27 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--layers", metavar="LIST",
                    help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
     g.add_argument("--blocks", type=int, default=4, help="sparse mode: number of blocks")
-    g.add_argument("--block", metavar="K", help="sparse mode: the block to train")
+    g.add_argument("--block", metavar="K|auto", default="auto",
+                   help="sparse mode: the block to train, or auto (default): a one-epoch "
+                        "trial of each block, then the one with the best held-out gain")
+    g.add_argument("--trial-samples", type=int, default=64, metavar="S",
+                   help="sparse --block auto: train each trial on the first S training "
+                        "samples, score it on the last S (default 64)")
 
 
 def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
     block = None
-    if args.block is not None:
-        if args.block == "auto":
-            raise UserError("--block auto (on-device block selection) arrives with the STM32 "
-                            "targets work (issue 6); choose a block with --block K")
+    if args.block != "auto":
         try:
             block = int(args.block)
         except ValueError:
-            raise UserError(f"--block expects a block index, got '{args.block}'") from None
+            raise UserError(f"--block expects a block index or auto, got '{args.block}'"
+                            ) from None
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=args.lr,
                        schedule=args.schedule, seed=args.seed, estimator=args.estimator,
                        scaling=not args.no_scaling, layers=parse_layer_list(args.layers),
-                       mode=mode, blocks=args.blocks, block=block)
+                       mode=mode, blocks=args.blocks, block=block,
+                       trial_samples=args.trial_samples)
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:

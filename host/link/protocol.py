@@ -34,6 +34,7 @@ class Command(bytes, enum.Enum):
     WAIT = b"W"
     INFER = b"I"
     OPEN = b"O"
+    SELECT = b"B"  # sparse --block auto: the block trials; DONE value = the block
     TRAIN = b"T"
     SAVE = b"S"
     LOAD = b"L"
@@ -91,6 +92,11 @@ class Identity:
     trainable_layers: int
     cycles_per_second: int
     target: str
+
+    @property
+    def selects_block(self) -> bool:
+        """Sparse training whose block the device chooses by trials (command B)."""
+        return self.training and self.mode == "sparse" and self.block is None
 
     def training_options(self) -> dict:
         """The options a resumed run must share with the run it continues (run.json)."""

@@ -70,6 +70,7 @@
 #define ZO_LINK_CMD_WAIT 'W'     /* u32 milliseconds; no DONE */
 #define ZO_LINK_CMD_INFER 'I'
 #define ZO_LINK_CMD_OPEN 'O'
+#define ZO_LINK_CMD_SELECT 'B'   /* sparse --block auto: block trials; value = the block */
 #define ZO_LINK_CMD_TRAIN 'T'    /* u32 steps */
 #define ZO_LINK_CMD_SAVE 'S'
 #define ZO_LINK_CMD_LOAD 'L'

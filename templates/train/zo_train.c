@@ -82,13 +82,13 @@ static float sin_poly(float y)
     return y * (1.0f + y2 * acc);
 }
 
-float zo_train_learning_rate(const zo_train_model *m, uint32_t step)
+float zo_train_learning_rate(const zo_train_model *m, uint32_t step, uint32_t steps)
 {
     if (!m->cosine) {
         return m->lr;
     }
     /* eta (1 + cos(pi t / T)) / 2 = eta (1 - sin((t / T - 1/2) pi)) / 2 */
-    const float u = (float)step / (float)m->steps;
+    const float u = (float)step / (float)steps;
     const float y = (u - 0.5f) * 0x1.921fb6p+1f;
     return m->lr * (0.5f * (1.0f - sin_poly(y)));
 }
@@ -325,30 +325,67 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
             memcpy(L->bias, L->bias_flash, L->bias_count * sizeof L->bias[0]);
         }
     }
+    zo_train_attach(m);
     s->step = 0;
+    s->schedule_steps = m->steps;
 }
 
-static void report(const zo_train_state *s, uint32_t step, int32_t layer, int32_t loss,
-                   float lr, uint32_t cycles)
+void zo_train_attach(const zo_train_model *m)
 {
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        if (L->weights_active) {
+            *L->weights_active = L->weights;
+        }
+        if (L->bias_active) {
+            *L->bias_active = L->bias;
+        }
+    }
+}
+
+void zo_train_detach(const zo_train_model *m)
+{
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        if (L->weights_active) {
+            *L->weights_active = L->weights_flash;
+        }
+        if (L->bias_active) {
+            *L->bias_active = L->bias_flash;
+        }
+    }
+}
+
+/* Sends a telemetry record; returns the cycles that took, which the step's count leaves
+ * out (on a board it is UART time, under QEMU it is host time). */
+static uint32_t report(const zo_train_state *s, uint32_t step, int32_t layer, int32_t loss,
+                       float lr, uint32_t cycles)
+{
+    const uint32_t start = platform_cycles();
     if (s->telemetry) {
         const zo_train_telemetry record = {step, layer, loss, lr, cycles};
         s->telemetry(s->telemetry_context, &record);
     }
+    return platform_cycles() - start;
 }
 
 int zo_train_step(const zo_train_model *m, zo_train_state *s)
 {
     uint8_t *arena = model_arena();
     const uint32_t t = s->step;
-    const float eta = zo_train_learning_rate(m, t);
+    const float eta = zo_train_learning_rate(m, t, s->schedule_steps);
     const zo_train_layer *first = &m->layers[0];
     const uint32_t step_start = platform_cycles();
+    uint32_t io_cycles = 0u; /* reading samples, sending telemetry: not the step's work */
     int64_t loss_sum = 0;
     for (uint32_t n = 0; n < m->batch; ++n) {
         const uint32_t index = (uint32_t)(((uint64_t)t * m->batch + n) % s->sample_count);
         int32_t label = 0;
-        if (s->read_sample(s->sample_context, index, arena + m->input_offset, &label) != 0) {
+        const uint32_t read_start = platform_cycles();
+        const int read = s->read_sample(s->sample_context, index, arena + m->input_offset,
+                                        &label);
+        io_cycles += platform_cycles() - read_start;
+        if (read != 0) {
             return ZO_TRAIN_ERR_SAMPLE;
         }
         if (label < 0 || label >= m->classes) {
@@ -372,10 +409,10 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         } else {
             estimate_np(m, L, seed, coef);
         }
-        report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
+        io_cycles += report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
     }
     s->step = t + 1;
-    report(s, t + 1, -1, mean_loss, eta, platform_cycles() - step_start);
+    (void)report(s, t + 1, -1, mean_loss, eta, platform_cycles() - step_start - io_cycles);
     return ZO_TRAIN_OK;
 }
 

@@ -24,6 +24,7 @@
 #define ZO_TRAIN_ERR_CHECKPOINT (-22) /* checkpoint bytes do not belong to this model/run */
 #define ZO_TRAIN_ERR_CRC (-23)        /* checkpoint CRC-32 mismatch */
 #define ZO_TRAIN_ERR_IO (-24)         /* the block device failed */
+#define ZO_TRAIN_ERR_NO_BLOCK (-25)   /* --block auto: no block selected (command B) yet */
 
 /* A byte range of the arena that a partial forward needs from before its first layer, and
  * where the engine keeps a copy of it (offset inside one sample's saved-activation slot). */
@@ -45,6 +46,10 @@ typedef struct {
     int32_t *bias;    /* NULL when the layer has none */
     const int32_t *bias_flash;
     uint32_t bias_count;
+    /* --block auto: the pointers model.c reads this layer's parameters through (flash or
+     * the SRAM copy); NULL when model.c always reads the SRAM copy. */
+    const int8_t **weights_active;
+    const int32_t **bias_active;
     uint32_t channels, channel_inner; /* weight j belongs to channel (j / inner) % channels */
     float gscale;                     /* N Q / (N Q + d - 1), or 1 without scaling */
     const float *weight_inv_s2;       /* per channel */
@@ -67,7 +72,8 @@ typedef struct {
     int32_t layer;      /* trainable layer index, -1 for the end-of-step record */
     int32_t loss_q16;   /* mean clean loss of the step's batch, 2^-16 nats */
     float lr;           /* eta_t */
-    uint32_t cycles;    /* platform_cycles() spent on this layer / step */
+    uint32_t cycles;    /* platform_cycles() spent computing this layer / step: reading
+                           samples and sending telemetry are not counted */
 } zo_train_telemetry;
 
 typedef void (*zo_telemetry_hook)(void *context, const zo_train_telemetry *record);
@@ -96,6 +102,7 @@ typedef struct {
 
 typedef struct {
     uint32_t step; /* completed optimisation steps */
+    uint32_t schedule_steps; /* T of the learning-rate schedule (a block trial: its epoch) */
     zo_sample_reader read_sample;
     void *sample_context;
     uint32_t sample_count;
@@ -103,14 +110,21 @@ typedef struct {
     void *telemetry_context;
 } zo_train_state;
 
-/* Copies the flash parameters to their SRAM copies; step = 0. */
+/* Copies the flash parameters to their SRAM copies and attaches them; step = 0,
+ * schedule_steps = m->steps. */
 void zo_train_init(const zo_train_model *m, zo_train_state *s);
+
+/* --block auto: model.c computes m's layers with their SRAM copies (attach) or with the
+ * flash originals (detach). No-ops for layers without *_active pointers. */
+void zo_train_attach(const zo_train_model *m);
+void zo_train_detach(const zo_train_model *m);
 
 /* One optimisation step on samples (step * N + n) mod sample_count. */
 int zo_train_step(const zo_train_model *m, zo_train_state *s);
 
-/* eta_t of the schedule (float32 polynomial cosine, identical on every target). */
-float zo_train_learning_rate(const zo_train_model *m, uint32_t step);
+/* eta_t of a schedule over `steps` steps (float32 polynomial cosine, identical on every
+ * target). */
+float zo_train_learning_rate(const zo_train_model *m, uint32_t step, uint32_t steps);
 
 /* Checkpoint (format: zocodegen/training/checkpoint.py) through a byte sink / source. */
 typedef int (*zo_byte_sink)(void *context, const uint8_t *bytes, uint32_t n);

@@ -69,16 +69,21 @@ def _io(graph: Graph, plan: ArenaPlan, name: str) -> IoTensor:
                     np.dtype(t.dtype).name, plan.offsets[name], size)
 
 
-def _train_copies(calls: tuple[Call, ...], symbol: str) -> tuple[Call, ...]:
+def _train_copies(calls: tuple[Call, ...], symbol: str, suffix: str) -> tuple[Call, ...]:
     """A trainable layer reads its weights and biases from the SRAM copies training.c owns
-    (``<symbol>_weights_train``); the flash arrays stay the pristine originals."""
-    names = {f"{symbol}_weights": f"{symbol}_weights_train", f"{symbol}_bias": f"{symbol}_bias_train"}
+    (``<symbol>_weights_train``), or with --block auto through pointers training.c aims at
+    flash or at the block in SRAM (``<symbol>_weights_active``); the flash arrays stay the
+    pristine originals."""
+    names = {f"{symbol}_weights": f"{symbol}_weights{suffix}",
+             f"{symbol}_bias": f"{symbol}_bias{suffix}"}
     return tuple(Call(c.function, c.params_type, c.params,
                       tuple(names.get(a, a) for a in c.args)) for c in calls)
 
 
-def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = frozenset()
-               ) -> ModelCode:
+def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = frozenset(),
+               switched: bool = False) -> ModelCode:
+    """``switched``: the trainable layers' parameters are reached through pointers
+    (sparse --block auto) rather than fixed SRAM copies."""
     layers, arrays, symbols = [], [], set()
     for index, op in enumerate(graph.ops):
         symbol = c_identifier(op.name)
@@ -88,7 +93,8 @@ def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = fr
         code = LAYERS[op.type](op, LayerContext(graph, plan, symbol))
         tensors = ([_tensor_line(graph, plan, "in", n) for n in op.inputs if n]
                    + [_tensor_line(graph, plan, "out", n) for n in op.outputs])
-        calls = _train_copies(code.calls, symbol) if index in trainable_ops else code.calls
+        calls = (_train_copies(code.calls, symbol, "_active" if switched else "_train")
+                 if index in trainable_ops else code.calls)
         layers.append(Layer(index, c_comment(op.name), op.type,
                             f"layer_{index:02d}_{symbol}", c_comment(code.summary),
                             tuple(tensors), calls, code.note))

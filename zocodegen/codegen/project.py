@@ -21,7 +21,7 @@ from ..ir import Graph
 from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_dict, report_text
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.config import TrainConfig
-from ..training.plan import training_plan
+from ..training.plan import training_plans
 from .layers.common import c_float
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
@@ -79,9 +79,11 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                      "(static)", memory=stack_memory)]
     training = None
     if options.train is not None:
-        train_plan = training_plan(graph, options.train)
-        code = model_code(graph, arena, frozenset(l.op_index for l in train_plan.layers))
-        training = training_code(graph, arena, code, train_plan)
+        plans = training_plans(graph, options.train)
+        code = model_code(graph, arena,
+                          frozenset(l.op_index for p in plans for l in p.layers),
+                          switched=options.train.selects_block)
+        training = training_code(graph, arena, code, plans)
         items[1:1] = training.ram_items()
     else:
         code = model_code(graph, arena)
@@ -168,7 +170,9 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
                                              flash=_flash(plan)) + "\n"
     files["memory_report.json"] = json.dumps(
         report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
-    files["manifest.json"] = json.dumps(_manifest(context, plan, options), indent=2) + "\n"
+    manifest = _manifest(context, plan, options)
+    manifest["files"] = sorted([*files, "manifest.json"])
+    files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
     return files
 
 
@@ -229,7 +233,8 @@ def _identity(graph: Graph, plan: ProjectPlan, model_name: str, options: BuildOp
                             f"command needs int8, uint8 or float32 scores")
         identity.update(estimator=ESTIMATOR_CODES[cfg.estimator], scaling=int(cfg.scaling),
                         sparse=int(cfg.mode == "sparse"),
-                        block=cfg.block if cfg.mode == "sparse" else 0xFF, blocks=cfg.blocks)
+                        block=0xFF if plan.training.block is None else plan.training.block,
+                        blocks=len(plan.training.models) if cfg.selects_block else cfg.blocks)
     return identity
 
 
@@ -279,6 +284,8 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         "training": None if options.train is None else {
             **options.train.as_dict(),
             "trainable_layers": [l.op for l in plan.training.layers],
+            "blocks": [[l.op for l in plan.training.block_layers(k)]
+                       for k in range(len(plan.training.models))],
             "modes": [l.mode.removeprefix("ZO_TRAIN_") for l in plan.training.layers],
             "buffers": {i.name: i.bytes for i in plan.training.ram_items()},
         },
@@ -289,11 +296,15 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
 
 def write_project(files: dict[str, str], out_dir: Path) -> None:
     """Write the rendered files; only files whose content changed are touched, so `make`
-    rebuilds nothing after an identical regeneration. Other files in ``out_dir`` are left
-    alone."""
+    rebuilds nothing after an identical regeneration. Files an earlier build generated
+    (its manifest's list) and this one does not are removed: the Makefile compiles
+    directories by wildcard, so a stale source would be linked in. Other files in
+    ``out_dir`` are left alone."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another -o DIR")
     try:
+        for rel in sorted(_previously_generated(out_dir) - set(files)):
+            (out_dir / rel).unlink(missing_ok=True)
         for rel, text in files.items():
             path = out_dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -301,3 +312,14 @@ def write_project(files: dict[str, str], out_dir: Path) -> None:
                 path.write_text(text)
     except OSError as exc:
         raise UserError(f"cannot write the project into {out_dir}: {exc.strerror or exc}") from None
+
+
+def _previously_generated(out_dir: Path) -> set[str]:
+    """The files the manifest of an earlier build in ``out_dir`` lists (none when there is
+    no readable manifest); only relative paths inside the project are trusted."""
+    try:
+        listed = json.loads((out_dir / "manifest.json").read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {rel for rel in listed if isinstance(rel, str) and not Path(rel).is_absolute()
+            and ".." not in Path(rel).parts}

@@ -33,6 +33,7 @@ class TrainLayerCode:
     kind: str
     mode: str
     seed_index: int
+    block: int  # which of the build's zo_train_models (one per block with --block auto)
     op: int
     next_op: int
     weight_count: int
@@ -50,10 +51,18 @@ class TrainLayerCode:
     geometry_type: str  # zo_conv_params / zo_fc_params
     geometry: tuple[tuple[str, str], ...]
 
+    @property
+    def parameter_bytes(self) -> int:
+        return _align(self.weight_count) + _align(4 * self.bias_count)
+
 
 @dataclass(frozen=True)
 class TrainingCode:
-    layers: tuple[TrainLayerCode, ...]
+    layers: tuple[TrainLayerCode, ...]  # every layer any block trains, in forward order
+    models: tuple[tuple[int, int], ...]  # (first layer, layer count) per zo_train_model
+    selects_block: bool  # sparse --block auto: models are the blocks, selected by trials
+    block: int | None  # sparse with a fixed block (or auto on a model of one block)
+    trial_samples: int
     saved_stride: int
     gradient_words: int
     queries: int
@@ -72,10 +81,11 @@ class TrainingCode:
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
-        params = sum(_align(layer.weight_count) + _align(4 * layer.bias_count)
-                     for layer in self.layers)
         return [
-            RamItem("trainable parameters", params, "int8 weights + int32 biases, SRAM copies"),
+            RamItem("trainable parameters", self.parameter_bytes,
+                    "int8 weights + int32 biases, SRAM copies"
+                    + (f" of the largest of {len(self.models)} blocks (one in SRAM at a time)"
+                       if self.selects_block else "")),
             RamItem("gradient buffer", 4 * self.gradient_words,
                     "largest per-layer need: NP node gradient / WP gradient + weight backup"),
             RamItem("saved activations", self.batch * self.saved_stride,
@@ -83,6 +93,18 @@ class TrainingCode:
             RamItem("training state", _align(4 * self.queries) + 2 * _align(4 * self.batch),
                     "Q query loss sums, N clean losses and labels"),
         ]
+
+
+    @property
+    def parameter_bytes(self) -> int:
+        """SRAM of the trainable copies: every layer's, or (--block auto) the largest
+        block's, since the blocks share one region."""
+        return max(sum(layer.parameter_bytes for layer in self.layers[first:first + count])
+                   for first, count in self.models)
+
+    def block_layers(self, block: int) -> tuple[TrainLayerCode, ...]:
+        first, count = self.models[block]
+        return self.layers[first:first + count]
 
 
 def _align(n: int, a: int = BUFFER_ALIGN) -> int:
@@ -111,32 +133,38 @@ def _spans(graph: Graph, arena: ArenaPlan, names: tuple[str, ...]
     return intervals, where
 
 
-def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPlan
-                  ) -> TrainingCode:
-    layers, stride, grad_words = [], 0, 0
-    cfg = plan.config
-    for k, layer in enumerate(plan.layers):
-        intervals, where = _spans(graph, arena, layer.crossing)
-        stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
-        next_op = plan.layers[k + 1].op_index if k + 1 < len(plan.layers) else layer.op_index
-        if layer.mode == "WP":
-            words = layer.weight_count + (layer.weight_count + 3) // 4
-        else:
-            words = layer.output_count + (layer.d_w if cfg.batch > 1 else 0)
-        grad_words = max(grad_words, words)
-        call = code.layers[layer.op_index].calls[0]
-        symbol = call.args[1].removesuffix("_weights_train").removesuffix("_weights")
-        layers.append(TrainLayerCode(
-            symbol, code.layers[layer.op_index].function, code.layers[layer.op_index].op_name,
-            KINDS[layer.op.type], "ZO_TRAIN_" + layer.mode, layer.index, layer.op_index,
-            next_op, layer.weight_count, layer.bias_count, layer.bias is not None,
-            layer.channels, layer.channel_inner, c_float(layer.gscale),
-            tuple(c_float(v) for v in layer.weight_inv_s2),
-            tuple(c_float(v) for v in layer.bias_inv_s2),
-            arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
-            tuple(Span(*iv) for iv in intervals), call.params_type, call.params))
-    # what plan.gradient_bytes() counts, in words of the int32 region
-    assert 4 * grad_words >= plan.gradient_bytes()
+def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
+                  plans: tuple[TrainingPlan, ...]) -> TrainingCode:
+    """One zo_train_model per plan (several only for --block auto, one per block)."""
+    layers, models, stride, grad_words = [], [], 0, 0
+    cfg = plans[0].config
+    for block, plan in enumerate(plans):
+        models.append((len(layers), len(plan.layers)))
+        for k, layer in enumerate(plan.layers):
+            intervals, where = _spans(graph, arena, layer.crossing)
+            stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
+            next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
+                       else layer.op_index)
+            if layer.mode == "WP":
+                words = layer.weight_count + (layer.weight_count + 3) // 4
+            else:
+                words = layer.output_count + (layer.d_w if cfg.batch > 1 else 0)
+            grad_words = max(grad_words, words)
+            call = code.layers[layer.op_index].calls[0]
+            symbol = call.args[1].rsplit("_weights", 1)[0]
+            layers.append(TrainLayerCode(
+                symbol, code.layers[layer.op_index].function,
+                code.layers[layer.op_index].op_name, KINDS[layer.op.type],
+                "ZO_TRAIN_" + layer.mode, layer.index, block, layer.op_index, next_op,
+                layer.weight_count, layer.bias_count, layer.bias is not None,
+                layer.channels, layer.channel_inner, c_float(layer.gscale),
+                tuple(c_float(v) for v in layer.weight_inv_s2),
+                tuple(c_float(v) for v in layer.bias_inv_s2),
+                arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
+                tuple(Span(*iv) for iv in intervals), call.params_type, call.params))
+        # what plan.gradient_bytes() counts, in words of the int32 region
+        assert 4 * grad_words >= plan.gradient_bytes()
+    plan = plans[0]
     lp = plan.loss_params
     loss = (("rows", "1"), ("depth", str(plan.num_classes)),
             ("input_multiplier", str(lp.input_multiplier)),
@@ -144,7 +172,9 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: Trainin
             ("reverse_scaling_divisor", str(lp.reverse_scaling_divisor)),
             ("reverse_scaling_right_shift", str(lp.reverse_scaling_right_shift)))
     x = graph.tensor(graph.inputs[0])
-    return TrainingCode(tuple(layers), _align(stride), grad_words, cfg.queries, cfg.batch,
+    fixed = cfg.block if cfg.mode == "sparse" and len(plans) == 1 else None
+    return TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed, cfg.trial_samples,
+                        _align(stride), grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
                         cfg.schedule == "cosine", c_float(plan.inv_nq), plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,

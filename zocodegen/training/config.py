@@ -30,7 +30,8 @@ class TrainConfig:
     layers: tuple[int, ...] = ()
     mode: str = "full"
     blocks: int = 4
-    block: int | None = None
+    block: int | None = None  # sparse: the block to train; None = select it on the device
+    trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -54,12 +55,15 @@ class TrainConfig:
         if self.mode == "sparse":
             if self.blocks < 1:
                 raise UserError("--blocks must be at least 1")
-            if self.block is None:
-                raise UserError("sparse training needs --block K (0-based); on-device "
-                                "selection with --block auto arrives with the STM32 targets "
-                                "work (issue 6)")
-            if not 0 <= self.block < self.blocks:
-                raise UserError(f"--block must be in 0..{self.blocks - 1}")
+            if self.block is not None and not 0 <= self.block < self.blocks:
+                raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
+            if self.trial_samples < 1:
+                raise UserError("--trial-samples must be at least 1")
+
+    @property
+    def selects_block(self) -> bool:
+        """Sparse training whose block is chosen by trials (docs/training.md)."""
+        return self.mode == "sparse" and self.block is None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -4,7 +4,7 @@ head. The simulator and the C generator both read this one plan, so they cannot 
 any of these choices. The rules are in docs/training.md."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -156,13 +156,34 @@ def _selected(config: TrainConfig, count: int) -> list[int]:
     if bad:
         raise UserError(f"--layers {bad[0]} is out of range: the model has {count} trainable "
                         f"layers (0..{count - 1})")
-    if config.mode == "sparse":
-        blocks = [list(b) for b in np.array_split(np.array(chosen), config.blocks) if b.size]
-        if config.block >= len(blocks):
-            raise UserError(f"--block {config.block}: only {len(blocks)} blocks of trainable "
-                            "layers exist")
-        chosen = [int(i) for i in blocks[config.block]]
     return chosen
+
+
+def partition_blocks(sizes: list[int], blocks: int) -> list[tuple[int, int]]:
+    """Split a sequence into at most ``blocks`` consecutive non-empty runs whose largest sum
+    is as small as possible: [start, stop) per block. The sizes are parameter bytes, so the
+    largest block sets the SRAM sparse training needs. Ties go to the earliest split."""
+    n = len(sizes)
+    k_max = min(blocks, n)
+    prefix = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    inf = np.iinfo(np.int64).max
+    # best[k][j]: smallest largest-block sum of sizes[:j] in k blocks; cut[k][j] its last start
+    best = np.full((k_max + 1, n + 1), inf, dtype=np.int64)
+    cut = np.zeros((k_max + 1, n + 1), dtype=np.int64)
+    best[0][0] = 0
+    for k in range(1, k_max + 1):
+        for j in range(k, n + 1):
+            for i in range(k - 1, j):
+                if best[k - 1][i] == inf:
+                    continue
+                worst = max(best[k - 1][i], prefix[j] - prefix[i])
+                if worst < best[k][j]:
+                    best[k][j], cut[k][j] = worst, i
+    bounds, j = [], n
+    for k in range(k_max, 0, -1):
+        bounds.append((int(cut[k][j]), j))
+        j = int(cut[k][j])
+    return bounds[::-1]
 
 
 def _check_batch_one(graph: Graph) -> None:
@@ -172,14 +193,54 @@ def _check_batch_one(graph: Graph) -> None:
                             f"{list(t.shape)}")
 
 
-def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
+def _layer_bytes(graph: Graph, op: Op) -> int:
+    bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
+    return graph.tensor(op.inputs[1]).size + (4 * graph.tensor(bias).size if bias else 0)
+
+
+def _candidates(graph: Graph, config: TrainConfig) -> tuple[list[int], int]:
+    """Trainable-layer indices the run may train (before sparse blocks), and the loss op."""
     _check_batch_one(graph)
-    logits, logits_op = loss_head(graph)
+    _, logits_op = loss_head(graph)
     all_ops = trainable_ops(graph)
     if not all_ops:
         raise UserError("the model has no CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED "
                         "layer to train")
-    chosen = [i for i in _selected(config, len(all_ops)) if all_ops[i] <= logits_op]
+    return [i for i in _selected(config, len(all_ops)) if all_ops[i] <= logits_op], logits_op
+
+
+def sparse_blocks(graph: Graph, config: TrainConfig) -> list[list[int]]:
+    """Sparse mode's blocks: the selected trainable layers (indices into the model's
+    trainable-layer list) in ``config.blocks`` consecutive groups of nearly equal
+    parameter bytes (docs/training.md)."""
+    chosen, _ = _candidates(graph, config)
+    all_ops = trainable_ops(graph)
+    sizes = [_layer_bytes(graph, graph.ops[all_ops[i]]) for i in chosen]
+    return [chosen[a:b] for a, b in partition_blocks(sizes, config.blocks)]
+
+
+def training_plans(graph: Graph, config: TrainConfig) -> tuple[TrainingPlan, ...]:
+    """The plans a build holds: one, or one per block when the device selects the block
+    (sparse --block auto)."""
+    if config.selects_block:
+        count = len(sparse_blocks(graph, config))
+        return tuple(training_plan(graph, replace(config, block=k)) for k in range(count))
+    return (training_plan(graph, config),)
+
+
+def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
+    """The plan of a run that trains a known set of layers (full, or sparse with a block)."""
+    if config.selects_block:
+        raise ValueError("sparse --block auto has one plan per block: use training_plans()")
+    chosen, logits_op = _candidates(graph, config)
+    logits, _ = loss_head(graph)
+    all_ops = trainable_ops(graph)
+    if config.mode == "sparse":
+        blocks = sparse_blocks(graph, config)
+        if config.block >= len(blocks):
+            raise UserError(f"--block {config.block}: only {len(blocks)} blocks of trainable "
+                            "layers exist")
+        chosen = blocks[config.block]
     n = config.batch
     q = config.queries * (len(chosen) if config.estimator == "mezo" else 1)
     total_d = 0

@@ -16,7 +16,7 @@ from ..host.metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
 from .config import TrainConfig
 from .data import load_dataset
-from .plan import loss_head, training_plan
+from .plan import TrainingPlan, loss_head, training_plans
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,32 @@ def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainCon
     return TrainConfig(**{**config.as_dict(), "steps": steps})
 
 
+def _plan_of(plans: tuple[TrainingPlan, ...], ckpt: checkpoint.Checkpoint) -> TrainingPlan:
+    """The plan whose layers a checkpoint holds (with --block auto: the block it chose)."""
+    ops = [lp.op_index for lp in ckpt.layers]
+    for plan in plans:
+        if [layer.op_index for layer in plan.layers] == ops:
+            return plan
+    return plans[0]  # from_checkpoint() names the mismatch
+
+
+def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray,
+            progress: bool | None) -> simulator.BlockSelection:
+    """Sparse --block auto: the block trials, with a progress bar and one line per block."""
+    size = simulator.trial_size(len(x), plans[0].config.trial_samples)
+    steps = -(-size // plans[0].config.batch)
+    bar = tqdm(total=steps * len(plans), desc="block trials", unit="step",
+               disable=None if progress is None else not progress, dynamic_ncols=True)
+    try:
+        selection = simulator.select_block(graph, plans, x, y, lambda: bar.update(1))
+    finally:
+        bar.close()
+    for k, (correct, gain) in enumerate(zip(selection.correct, selection.gains)):
+        print(f"block {k}: held-out {selection.baseline} -> {correct} of {size} correct "
+              f"({gain:+d}){'  <- selected' if k == selection.block else ''}")
+    return selection
+
+
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
              progress: bool | None = None) -> RunSummary:
@@ -46,15 +72,23 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = steps_for(config, epochs, len(data.x))
-    plan = training_plan(graph, config)
+    plans = training_plans(graph, config)
     sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another -o RUN")
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / "checkpoint.bin"
+    ckpt = checkpoint.load(ckpt_path) if resume and ckpt_path.is_file() else None
+    selection = None
+    if ckpt is not None:
+        plan = _plan_of(plans, ckpt)
+    elif len(plans) > 1:
+        selection = _select(graph, plans, data.x, data.y, progress)
+        plan = plans[selection.block]
+    else:
+        plan = plans[0]
     params, first = simulator.initial_params(graph, plan), 0
-    if resume and ckpt_path.is_file():
-        ckpt = checkpoint.load(ckpt_path)
+    if ckpt is not None:
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
     every = eval_every if eval_every is not None else max(1, config.steps // 20)
@@ -64,7 +98,10 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     (out_dir / "run.json").write_text(json.dumps({
         "model": str(model_path), "model_sha256": sha.hex(), "data": str(data_path),
         "config": config.as_dict(), "modes": [l.mode for l in plan.layers],
-        "trainable_ops": [l.op_index for l in plan.layers],
+        "trainable_ops": [l.op_index for l in plan.layers], "block": plan.config.block,
+        "selection": None if selection is None else {
+            "samples": selection.samples, "baseline_correct": selection.baseline,
+            "correct": list(selection.correct), "block": selection.block},
         "accuracy_before": before}, indent=2) + "\n")
     log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
     if not log.rows and has_test:

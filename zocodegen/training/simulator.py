@@ -9,8 +9,8 @@ construction here; the C engine gets the same effect by re-running from saved ac
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -206,6 +206,56 @@ def predict(graph: Graph, params: Params, x: np.ndarray, chunk: int = 256) -> np
         y = forward(graph, env, 0, len(graph.ops) - 1)[graph.outputs[0]]
         out.append(y.reshape(y.shape[0], -1).argmax(axis=1))
     return np.concatenate(out)
+
+
+def trial_size(train_count: int, trial_samples: int) -> int:
+    """S of the block trials: the first S training samples train, the last S score."""
+    size = min(trial_samples, train_count // 2)
+    if size < 1:
+        raise DataError("sparse --block auto needs at least 2 training samples (a trial "
+                        "subset and a held-out subset)")
+    return size
+
+
+@dataclass(frozen=True)
+class BlockSelection:
+    """Sparse --block auto (docs/training.md): held-out correct predictions before any
+    training and after each block's one-epoch trial; the first block with the largest gain
+    wins."""
+
+    samples: int  # S
+    baseline: int
+    correct: tuple[int, ...]
+
+    @property
+    def block(self) -> int:
+        return int(np.argmax(self.correct))
+
+    @property
+    def gains(self) -> tuple[int, ...]:
+        return tuple(c - self.baseline for c in self.correct)
+
+
+def select_block(graph: Graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray,
+                 on_trial_step: Callable[[], None] | None = None) -> BlockSelection:
+    """Each block trains for one epoch of the trial subset from the original parameters
+    (a cosine schedule over the trial's steps), then scores the held-out subset."""
+    cfg = plans[0].config
+    size = trial_size(len(x), cfg.trial_samples)
+    steps = -(-size // cfg.batch)
+    held_x, held_y = x[len(x) - size:], y[len(y) - size:]
+    baseline = int((predict(graph, {}, held_x) == held_y).sum())
+    correct = []
+    for plan in plans:
+        trial = replace(plan, config=replace(plan.config, steps=steps))
+        params = initial_params(graph, plan)
+        for t in range(steps):
+            idx = batch_indices(t, cfg.batch, size)
+            params, _ = train_step(graph, trial, params, t, x[idx], y[idx])
+            if on_trial_step is not None:
+                on_trial_step()
+        correct.append(int((predict(graph, params, held_x) == held_y).sum()))
+    return BlockSelection(size, baseline, tuple(correct))
 
 
 @dataclass(frozen=True)
