@@ -22,6 +22,7 @@ from .frontends import load_model
 from .ir import Graph
 from .build import cached_build, generate, make
 from .engines import run_samples
+from .flash import flash_project
 from .host.devices import Firmware, open_port
 from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .host.monitor import monitor
@@ -149,6 +150,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("flash", help="upload a stm32f746/stm32h7b3 project to its board "
+                                     "through the ST-LINK (PlatformIO's pio run -t upload)")
+    p.add_argument("project", type=Path, metavar="DIR",
+                   help="the project directory `build --target stm32f746|stm32h7b3` wrote")
+    p.add_argument("--port", "--upload-port", dest="port", metavar="PORT",
+                   help="PlatformIO's --upload-port (default: PlatformIO finds the probe)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="pio run -v: show every command PlatformIO runs")
+    p.set_defaults(func=cmd_flash)
     return parser
 
 
@@ -397,6 +408,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
     print(f"{args.output}: {written} trained tensors written (step "
           f"{checkpoint.load(args.checkpoint).step})", file=sys.stderr)
+
+
+def cmd_flash(args: argparse.Namespace) -> None:
+    project = flash_project(args.project, port=args.port, verbose=args.verbose)
+    print(f"{args.project}: flashed to the {project.target} board; next: zocodegen monitor "
+          "--port PORT (its ST-LINK virtual COM port, /dev/ttyACM0 on Linux)")
 
 
 def main(argv: list[str] | None = None) -> int:
