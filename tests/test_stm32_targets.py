@@ -4,7 +4,9 @@ platform.mk's flags, and the ELF has the layout docs/firmware.md promises (vecto
 flash origin, reset vector in flash, stack in DTCM, .zo_arena in the region asked for, every
 RAM section inside its region). The generated platformio.ini is checked with PlatformIO's own
 config parser (PlatformIO cannot download its platform here), and the H7B3 board JSON is
-checked as JSON."""
+checked as JSON. The clock trees (board.h clock_init()) are checked twice: the nominal plan's
+arithmetic against the manuals' limits, and clock_init() itself, compiled for the host, against
+a register model of each chip (sequence, ranges, maxima, flash latency, fallbacks)."""
 from __future__ import annotations
 
 import json
@@ -437,3 +439,518 @@ def test_f746_uses_platformio_board_id():
     assert info["platformio_board"] == info["platformio_board_id"] == "disco_f746ng"
     ini = render("templates/project/platformio.ini.j2", target="stm32f746", target_info=info)
     assert "boards/" not in ini
+
+
+# ---- clock tree (board.h clock_init / clock_measure) ----------------------------------------
+#
+# The boards cannot run here (QEMU has no model of them), so the clock code is held to the
+# manuals twice: the nominal plan in board.h's #defines is recomputed from the limits below,
+# and clock_init() itself runs on the host against a small register model of each chip that
+# states the same facts independently (raw addresses and bit numbers, ready flags that follow
+# their enable bits, the constraints the reference manuals put on each step) and records a
+# violation whenever the code breaks one.
+
+# Limits, from the manuals (section numbers as cited in board.h and the READMEs).
+F746_LIMITS = dict(
+    hsi=16_000_000, hse=25_000_000,                      # RM0385 5.2.2; UM1907 (25 MHz crystal)
+    pll_m=(2, 63), vco_in=(1_000_000, 2_000_000),        # RM0385 5.3.2 RCC_PLLCFGR
+    pll_n=(50, 432), vco=(100_000_000, 432_000_000), pll_p=(2, 4, 6, 8), pll_q=(2, 15),
+    pll48_max=48_000_000,
+    sysclk_max=216_000_000, pclk1_max=54_000_000, pclk2_max=108_000_000,  # DS10916
+    # RM0385 3.3.2 table 5, 2.7-3.6 V: HCLK upper bound of 0, 1, ... 7 wait states
+    flash_bands=(30, 60, 90, 120, 150, 180, 210, 216),
+)
+H7B3_LIMITS = dict(
+    hsi=64_000_000, hse=24_000_000,                      # RM0455 RCC; UM2569 (24 MHz crystal)
+    pll_m=(1, 63), ref_ranges={0: (1_000_000, 2_000_000), 1: (2_000_000, 4_000_000),
+                               2: (4_000_000, 8_000_000), 3: (8_000_000, 16_000_000)},
+    pll_n=(8, 420), vco_wide=(128_000_000, 560_000_000), pll_p=(1, 128),
+    cpu_max=280_000_000, hclk_max=280_000_000, pclk_max=140_000_000,  # DS13139, VOS0
+    # RM0455 table "FLASH recommended number of wait states and programming delay" (table 16
+    # in rev 10), VOS0: AXI clock upper bound of 0..6 wait states, and WRHIGHFREQ for each
+    flash_bands=(42, 84, 126, 168, 210, 252, 280), wrhighfreq=(0, 0, 1, 1, 2, 2, 3),
+)
+BAUD = 115200
+
+
+def board_defines(target: str) -> dict[str, int]:
+    """The integer #defines of targets/<target>/board.h, evaluated (C unsigned integer
+    arithmetic: literals lose their u suffix, / truncates)."""
+    text = (REPO / "targets" / target / "board.h").read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    values: dict[str, int] = {}
+    for name, expr in re.findall(r"^[ \t]*#define[ \t]+(ZO_\w+)[ \t]+([^\n]+?)[ \t]*$", text, re.M):
+        expr = re.sub(r"\b(0x[0-9A-Fa-f]+|\d+)[uU][lL]*\b", r"\1", expr)
+        if not re.fullmatch(r"[\w\s()+\-*/%]+", expr):
+            continue  # strings, function-like macros
+        expr = re.sub(r"(?<![/])/(?![/])", "//", expr)
+        try:
+            values[name] = int(eval(expr, {"__builtins__": {}}, dict(values)))  # noqa: S307
+        except (NameError, SyntaxError, TypeError):
+            continue
+    return values
+
+
+def wait_states(hclk: int, bands_mhz) -> int:
+    return next(ws for ws, top in enumerate(bands_mhz) if hclk <= top * 1_000_000)
+
+
+def brr_error(kernel_hz: int) -> tuple[int, float]:
+    brr = (kernel_hz + BAUD // 2) // BAUD
+    return brr, abs(kernel_hz / brr - BAUD) / BAUD
+
+
+def test_f746_clock_plan_arithmetic():
+    d, lim, info = board_defines("stm32f746"), F746_LIMITS, target_info("stm32f746")
+    assert d["ZO_HSI_HZ"] == lim["hsi"] == info["reset_clock_hz"]
+    assert d["ZO_HSE_HZ"] == lim["hse"]
+    m, n, p, q = d["ZO_PLL_M"], d["ZO_PLL_N"], d["ZO_PLL_P"], d["ZO_PLL_Q"]
+    assert lim["pll_m"][0] <= m <= lim["pll_m"][1] and d["ZO_HSE_HZ"] % m == 0
+    vco_in = d["ZO_HSE_HZ"] // m
+    assert lim["vco_in"][0] <= vco_in <= lim["vco_in"][1]
+    assert lim["pll_n"][0] <= n <= lim["pll_n"][1]
+    vco = vco_in * n
+    assert lim["vco"][0] <= vco <= lim["vco"][1]
+    assert p in lim["pll_p"] and lim["pll_q"][0] <= q <= lim["pll_q"][1]
+    assert vco // q <= lim["pll48_max"] and vco % q == 0 and vco // q == 48_000_000
+    sysclk = vco // p
+    assert sysclk == d["ZO_SYSCLK_HZ"] == 216_000_000 == info["clock_hz"]
+    core = sysclk // d["ZO_AHB_DIV"]
+    assert core == d["ZO_CORE_HZ"] == info["clock_hz"] <= lim["sysclk_max"]
+    assert core // d["ZO_APB1_DIV"] == d["ZO_PCLK1_HZ"] <= lim["pclk1_max"]
+    assert core // d["ZO_APB2_DIV"] == d["ZO_PCLK2_HZ"] == 108_000_000 <= lim["pclk2_max"]
+    assert d["ZO_FLASH_WS"] == wait_states(core, lim["flash_bands"]) == 7
+    brr, error = brr_error(d["ZO_PCLK2_HZ"])
+    assert brr == d["ZO_VCP_BRR"] == 938 and error < 0.02
+    assert brr_error(lim["hsi"])[0] == 139  # the fallback clock
+    clock = info["clock"]
+    assert (clock["hse_hz"], clock["pll"]["m"], clock["pll"]["n"], clock["pll"]["p"],
+            clock["pll"]["q"]) == (lim["hse"], m, n, p, q)
+    assert (clock["ahb_div"], clock["apb1_div"], clock["apb2_div"], clock["flash_wait_states"]) \
+        == (d["ZO_AHB_DIV"], d["ZO_APB1_DIV"], d["ZO_APB2_DIV"], d["ZO_FLASH_WS"])
+    assert clock["usart1_kernel_hz"] == d["ZO_PCLK2_HZ"] and clock["usart1_brr"] == brr
+    assert "938" in info["vcp"]["notes"] and "PCLK2" in info["vcp"]["notes"]
+
+
+def test_h7b3_clock_plan_arithmetic():
+    d, lim, info = board_defines("stm32h7b3"), H7B3_LIMITS, target_info("stm32h7b3")
+    assert d["ZO_HSI_HZ"] == lim["hsi"] == info["reset_clock_hz"]
+    assert d["ZO_HSE_HZ"] == lim["hse"]
+    m, n, p = d["ZO_PLL1_M"], d["ZO_PLL1_N"], d["ZO_PLL1_P"]
+    assert lim["pll_m"][0] <= m <= lim["pll_m"][1] and d["ZO_HSE_HZ"] % m == 0
+    ref = d["ZO_HSE_HZ"] // m
+    low, high = lim["ref_ranges"][d["ZO_PLL1_RGE"]]
+    assert low <= ref <= high
+    assert d["ZO_PLL1_VCOSEL"] == 0 and d["ZO_PLL1_RGE"] != 0  # wide VCO needs ref >= 2 MHz
+    assert lim["pll_n"][0] <= n <= lim["pll_n"][1]
+    vco = ref * n
+    assert lim["vco_wide"][0] <= vco <= lim["vco_wide"][1]
+    assert lim["pll_p"][0] <= p <= lim["pll_p"][1] and vco % p == 0
+    sysclk = vco // p
+    assert sysclk == d["ZO_SYSCLK_HZ"] == 280_000_000 == info["clock_hz"]
+    cpu = sysclk // d["ZO_CDCPRE_DIV"]
+    hclk = cpu // d["ZO_HPRE_DIV"]
+    assert cpu == d["ZO_CORE_HZ"] == info["clock_hz"] <= lim["cpu_max"]
+    assert hclk == d["ZO_HCLK_HZ"] <= lim["hclk_max"]
+    assert hclk // d["ZO_APB_DIV"] == d["ZO_PCLK2_HZ"] == 140_000_000 <= lim["pclk_max"]
+    ws = wait_states(hclk, lim["flash_bands"])
+    assert d["ZO_FLASH_WS"] == ws == 6
+    assert d["ZO_FLASH_WRHIGHFREQ"] == lim["wrhighfreq"][ws] == 3
+    brr, error = brr_error(d["ZO_PCLK2_HZ"])
+    assert brr == d["ZO_VCP_BRR"] == 1215 and error < 0.02
+    assert brr_error(lim["hsi"])[0] == 556  # the fallback clock
+    clock = info["clock"]
+    assert (clock["hse_hz"], clock["pll1"]["m"], clock["pll1"]["n"], clock["pll1"]["p"]) \
+        == (lim["hse"], m, n, p)
+    assert clock["supply"] == "direct SMPS" and clock["voltage_scale"] == "VOS0"
+    assert (clock["flash_wait_states"], clock["flash_wrhighfreq"]) == (ws, 3)
+    assert clock["usart1_kernel_hz"] == d["ZO_PCLK2_HZ"] and clock["usart1_brr"] == brr
+    assert "1215" in info["vcp"]["notes"] and "pclk2" in info["vcp"]["notes"]
+
+
+HARNESS_COMMON = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Register file: one word per address the code touches. */
+#define MAXREG 64
+static uint32_t reg_addr[MAXREG];
+static volatile uint32_t reg_val[MAXREG];
+static int nreg;
+static volatile uint32_t *zo_reg(uint32_t addr)
+{
+    for (int i = 0; i < nreg; i++) {
+        if (reg_addr[i] == addr) {
+            return &reg_val[i];
+        }
+    }
+    if (nreg == MAXREG) {
+        abort();
+    }
+    reg_addr[nreg] = addr;
+    reg_val[nreg] = 0u;
+    return &reg_val[nreg++];
+}
+#define R(addr) (*zo_reg(addr))
+#define BIT(v, n) ((int)(((v) >> (n)) & 1u))
+#define FIELD(v, pos, width) (((v) >> (pos)) & ((1u << (width)) - 1u))
+#define SETBIT(addr, n, on) (R(addr) = (on) ? (R(addr) | (1u << (n))) : (R(addr) & ~(1u << (n))))
+
+static int violations;
+static void violation(const char *what)
+{
+    violations++;
+    printf("VIOLATION %s\n", what);
+}
+static const char *scenario;
+static int is(const char *name) { return strcmp(scenario, name) == 0; }
+
+static uint32_t ahb_div(uint32_t f) /* independent of the code under test */
+{
+    static const uint32_t d[8] = {2, 4, 8, 16, 64, 128, 256, 512};
+    return (f & 8u) ? d[f & 7u] : 1u;
+}
+static uint32_t apb_div(uint32_t f) { return (f & 4u) ? (2u << (f & 3u)) : 1u; }
+
+static uint32_t now;
+static void hw_step(void);
+static uint32_t hw_tick(void)
+{
+    now++;
+    hw_step();
+    return now;
+}
+
+#define ZO_REG32(addr) (*zo_reg((uint32_t)(addr)))
+#define DWT_CYCCNT (hw_tick())
+static inline void zo_dsb_isb(void) {}
+"""
+
+HARNESS_MAIN = r"""
+int main(int argc, char **argv)
+{
+    scenario = argc > 1 ? argv[1] : "ok";
+    hw_reset();
+    hw_step();
+    zo_clocks.status = clock_init();
+    hw_step();
+    clock_measure(&zo_clocks);
+    board_serial_clocks();
+    printf("status=%d sysclk=%lu core=%lu usart=%lu brr=%lu violations=%d\n",
+           (int)zo_clocks.status, (unsigned long)zo_clocks.sysclk_hz,
+           (unsigned long)zo_clocks.core_hz, (unsigned long)zo_clocks.usart_hz,
+           (unsigned long)((zo_clocks.usart_hz + 57600u) / 115200u), violations);
+    for (int i = 0; i < nreg; i++) {
+        printf("reg %08lx=%08lx\n", (unsigned long)reg_addr[i], (unsigned long)reg_val[i]);
+    }
+    return 0;
+}
+"""
+
+# RM0385: RCC 0x40023800 (CR +0, PLLCFGR +4, CFGR +8, APB1ENR +0x40), PWR 0x40007000
+# (CR1 +0, CSR1 +4), FLASH_ACR 0x40023C00; reset values from the register descriptions.
+F746_MODEL = r"""
+#define M_CR 0x40023800u
+#define M_PLLCFGR 0x40023804u
+#define M_CFGR 0x40023808u
+#define M_APB1ENR 0x40023840u
+#define M_PWR_CR1 0x40007000u
+#define M_PWR_CSR1 0x40007004u
+#define M_ACR 0x40023C00u
+
+static void hw_reset(void)
+{
+    R(M_CR) = 0x00000083u;       /* HSION, HSIRDY, HSITRIM 16 */
+    R(M_PLLCFGR) = 0x24003010u;
+    R(M_CFGR) = 0u;
+    R(M_APB1ENR) = 0u;
+    R(M_PWR_CR1) = 0x0000C000u;  /* VOS = scale 1 */
+    R(M_PWR_CSR1) = 0u;
+    R(M_ACR) = 0u;
+}
+
+static int pll_was_on;
+static uint32_t pll_snapshot;
+
+static uint32_t pll_out(uint32_t cfg, int check)
+{
+    uint32_t src = BIT(cfg, 22) ? 25000000u : 16000000u;
+    uint32_t m = FIELD(cfg, 0, 6), n = FIELD(cfg, 6, 9), p = 2u * (FIELD(cfg, 16, 2) + 1u);
+    uint32_t q = FIELD(cfg, 24, 4);
+    if (m < 2u || n < 50u || n > 432u) {
+        if (check) violation("PLLM 2..63 / PLLN 50..432");
+        return 0u;
+    }
+    uint32_t in = src / m, vco = in * n;
+    if (check) {
+        if (src % m != 0u || in < 1000000u || in > 2000000u) violation("VCO input 1..2 MHz");
+        if (vco < 100000000u || vco > 432000000u) violation("VCO output 100..432 MHz");
+        if (q < 2u || vco / q > 48000000u) violation("PLLQ 2..15, 48 MHz clock <= 48 MHz");
+        if (FIELD(cfg, 28, 4) != 2u) violation("PLLCFGR reserved bits changed");
+    }
+    return vco / p;
+}
+
+static void hw_step(void)
+{
+    uint32_t cr = R(M_CR), cfgr = R(M_CFGR);
+    int pwr_clock = BIT(R(M_APB1ENR), 28);
+    int hse_ready = BIT(cr, 16) && !BIT(cr, 18) && !is("no_hse"); /* a crystal: no bypass */
+    SETBIT(M_CR, 17, hse_ready);
+    int pll_on = BIT(cr, 24);
+    uint32_t cfg = R(M_PLLCFGR);
+    if (pll_on && !pll_was_on) {
+        pll_snapshot = cfg;
+        (void)pll_out(cfg, 1);
+        if (FIELD(R(M_PWR_CR1), 14, 2) != 3u) violation("VOS scale 1 set before the PLL starts");
+    } else if (pll_on && cfg != pll_snapshot) {
+        violation("PLLCFGR written while the PLL runs");
+    }
+    pll_was_on = pll_on;
+    int src_ready = BIT(cfg, 22) ? hse_ready : 1;
+    SETBIT(M_CR, 25, pll_on && src_ready && !is("no_pll_lock"));
+
+    uint32_t cr1 = R(M_PWR_CR1);
+    if ((BIT(cr1, 16) || BIT(cr1, 17)) && !pwr_clock) violation("PWR written without its clock");
+    if (BIT(cr1, 16) && !BIT(R(M_PWR_CSR1), 16) && FIELD(cfgr, 2, 2) == 2u)
+        violation("over-drive entered with SYSCLK on the PLL");
+    int odrdy = BIT(cr1, 16) && pwr_clock && !is("no_overdrive");
+    SETBIT(M_PWR_CSR1, 16, odrdy);
+    SETBIT(M_PWR_CSR1, 17, BIT(cr1, 17) && odrdy);
+
+    uint32_t sw = FIELD(cfgr, 0, 2), sws = FIELD(cfgr, 2, 2);
+    int ready = sw == 0u ? 1 : sw == 1u ? hse_ready : sw == 2u ? BIT(R(M_CR), 25) : 0;
+    if (sw != sws && ready && !is("no_switch")) {
+        R(M_CFGR) = (cfgr & ~(3u << 2)) | (sw << 2);
+        sws = sw;
+    }
+    uint32_t sysclk = sws == 0u ? 16000000u : sws == 1u ? 25000000u : pll_out(cfg, 0);
+    uint32_t hclk = sysclk / ahb_div(FIELD(cfgr, 4, 4));
+    if (hclk > 216000000u) violation("HCLK <= 216 MHz");
+    if (hclk > 180000000u && !BIT(R(M_PWR_CSR1), 17)) violation("over-drive above 180 MHz");
+    if (hclk / apb_div(FIELD(cfgr, 10, 3)) > 54000000u) violation("PCLK1 <= 54 MHz");
+    if (hclk / apb_div(FIELD(cfgr, 13, 3)) > 108000000u) violation("PCLK2 <= 108 MHz");
+    static const uint32_t band[8] = {30, 60, 90, 120, 150, 180, 210, 216};
+    uint32_t ws = 0u;
+    while (ws < 7u && hclk > band[ws] * 1000000u) ws++;
+    if (FIELD(R(M_ACR), 0, 4) < ws) violation("flash wait states for HCLK (table 5)");
+}
+"""
+
+# RM0455: RCC 0x58024400 (M_CR +0, M_CFGR +0x10, M_CDCFGR1 +0x18, M_CDCFGR2 +0x1C, M_SRDCFGR +0x20,
+# M_PLLCKSELR +0x28, M_PLLCFGR +0x2C, M_PLL1DIVR +0x30, M_PLL1FRACR +0x34), PWR 0x58024800 (M_CSR1 +4,
+# M_CR3 +0xC, M_SRDCR +0x18), FLASH_ACR 0x52002000; reset values from the register descriptions.
+H7B3_MODEL = r"""
+#define M_CR 0x58024400u
+#define M_CFGR 0x58024410u
+#define M_CDCFGR1 0x58024418u
+#define M_CDCFGR2 0x5802441Cu
+#define M_SRDCFGR 0x58024420u
+#define M_PLLCKSELR 0x58024428u
+#define M_PLLCFGR 0x5802442Cu
+#define M_PLL1DIVR 0x58024430u
+#define M_PLL1FRACR 0x58024434u
+#define M_CSR1 0x58024804u
+#define M_CR3 0x5802480Cu
+#define M_SRDCR 0x58024818u
+#define M_ACR 0x52002000u
+#define M_SUPPLY_MASK 0x3Fu   /* SMPSLEVEL, SMPSEXTHP, SMPSEN, LDOEN, BYPASS */
+#define M_SUPPLY_RESET 0x06u  /* SMPSEN | LDOEN */
+#define M_DIRECT_SMPS 0x04u   /* SMPSEN: how the kit is wired */
+
+static int cr3_locked;
+static uint32_t cr3_value, vos_reset;
+
+static void hw_reset(void)
+{
+    R(M_CR) = 0x00000025u;       /* HSION, HSIRDY, HSIDIVF; HSIDIV /1 */
+    R(M_CFGR) = 0u;
+    R(M_CDCFGR1) = 0u;
+    R(M_CDCFGR2) = 0u;
+    R(M_SRDCFGR) = 0u;
+    R(M_PLLCKSELR) = 0x02020200u;
+    R(M_PLLCFGR) = 0x01FF0000u;
+    R(M_PLL1DIVR) = 0x01010280u;
+    R(M_PLL1FRACR) = 0u;
+    R(M_CSR1) = 0u;
+    R(M_CR3) = M_SUPPLY_RESET;
+    R(M_SRDCR) = 0x00004000u;
+    R(M_ACR) = 0x00000013u;
+    vos_reset = 1u;
+    if (is("cr3_locked_ldo")) { R(M_CR3) = 0x02u; cr3_locked = 1; cr3_value = 0x02u; }
+    if (is("cr3_locked_smps")) { R(M_CR3) = M_DIRECT_SMPS; cr3_locked = 1; cr3_value = M_DIRECT_SMPS; }
+}
+
+static int pll_was_on;
+static uint32_t snap_cksel, snap_cfg, snap_divr;
+
+static uint32_t hsi(void) { return 64000000u >> FIELD(R(M_CR), 3, 2); }
+
+static uint32_t pll1_out(int check)
+{
+    uint32_t cksel = R(M_PLLCKSELR), cfg = R(M_PLLCFGR), divr = R(M_PLL1DIVR);
+    uint32_t srcsel = FIELD(cksel, 0, 2);
+    uint32_t src = srcsel == 0u ? hsi() : srcsel == 1u ? 4000000u : srcsel == 2u ? 24000000u : 0u;
+    uint32_t m = FIELD(cksel, 4, 6), n = FIELD(divr, 0, 9) + 1u, p = FIELD(divr, 9, 7) + 1u;
+    if (m == 0u || src == 0u) {
+        if (check) violation("PLL1 has an input");
+        return 0u;
+    }
+    uint32_t ref = src / m, rge = FIELD(cfg, 2, 2);
+    uint64_t vco = (uint64_t)ref * n;
+    if (check) {
+        static const uint32_t lo[4] = {1000000u, 2000000u, 4000000u, 8000000u};
+        if (src % m != 0u || ref < lo[rge] || ref > 2u * lo[rge]) violation("PLL1RGE range");
+        if (BIT(cfg, 1) == 0 && (rge == 0u || vco < 128000000u || vco > 560000000u))
+            violation("wide VCO 128..560 MHz, input >= 2 MHz");
+        if (BIT(cfg, 1) == 1 && (vco < 150000000u || vco > 420000000u))
+            violation("medium VCO 150..420 MHz");
+        if (n < 8u || n > 420u) violation("DIVN1 8..420");
+        if (BIT(cfg, 0)) violation("integer mode (PLL1FRACEN = 0)");
+        if (!BIT(cfg, 16)) violation("DIVP1EN");
+    }
+    return (uint32_t)(vco / p);
+}
+
+static void hw_step(void)
+{
+    uint32_t supply = R(M_CR3) & M_SUPPLY_MASK;
+    if (!cr3_locked && supply != M_SUPPLY_RESET) {
+        cr3_locked = 1;
+        cr3_value = supply;
+        if (supply != M_DIRECT_SMPS) violation("supply configuration the kit is not wired for");
+    } else if (cr3_locked && supply != cr3_value) {
+        violation("PWR_CR3 supply configuration written after it locked");
+        R(M_CR3) = (R(M_CR3) & ~M_SUPPLY_MASK) | cr3_value;
+    }
+    int supply_ok = cr3_locked ? cr3_value == M_DIRECT_SMPS : 1;
+    SETBIT(M_CSR1, 13, supply_ok);  /* ACTVOSRDY */
+    uint32_t vos = FIELD(R(M_SRDCR), 14, 2);
+    if (vos != vos_reset && !cr3_locked) violation("VOS changed before the supply configuration");
+    SETBIT(M_SRDCR, 13, supply_ok && !is("no_vos"));  /* VOSRDY */
+
+    uint32_t cr = R(M_CR), cfgr = R(M_CFGR);
+    int hse_ready = BIT(cr, 16) && !BIT(cr, 18) && !is("no_hse"); /* a crystal: no bypass */
+    SETBIT(M_CR, 17, hse_ready);
+    int pll_on = BIT(cr, 24);
+    uint32_t cksel = R(M_PLLCKSELR), cfg = R(M_PLLCFGR) & 0x0001000Fu, divr = R(M_PLL1DIVR);
+    if (pll_on && !pll_was_on) {
+        snap_cksel = cksel; snap_cfg = cfg; snap_divr = divr;
+        (void)pll1_out(1);
+    } else if (pll_on && (cksel != snap_cksel || cfg != snap_cfg || divr != snap_divr)) {
+        violation("PLL1 configuration written while PLL1 runs");
+    }
+    pll_was_on = pll_on;
+    uint32_t srcsel = FIELD(cksel, 0, 2);
+    int src_ready = srcsel == 2u ? hse_ready : srcsel != 3u;
+    SETBIT(M_CR, 25, pll_on && src_ready && !is("no_pll_lock"));
+
+    uint32_t sw = FIELD(cfgr, 0, 3), sws = FIELD(cfgr, 3, 3);
+    int ready = sw == 0u ? 1 : sw == 2u ? hse_ready : sw == 3u ? BIT(R(M_CR), 25) : 0;
+    if (sw != sws && ready && !is("no_switch")) {
+        R(M_CFGR) = (cfgr & ~(7u << 3)) | (sw << 3);
+        sws = sw;
+    }
+    uint32_t sys = sws == 0u ? hsi() : sws == 1u ? 4000000u : sws == 2u ? 24000000u : pll1_out(0);
+    uint32_t cd1 = R(M_CDCFGR1), cd2 = R(M_CDCFGR2);
+    uint32_t cpu = sys / ahb_div(FIELD(cd1, 8, 4));
+    uint32_t hclk = cpu / ahb_div(FIELD(cd1, 0, 4));
+    if (cpu > 280000000u || hclk > 280000000u) violation("CPU, AXI/AHB <= 280 MHz");
+    if (cpu > 225000000u && !(vos == 3u && BIT(R(M_SRDCR), 13))) violation("VOS0 above 225 MHz");
+    if (hclk / apb_div(FIELD(cd1, 4, 3)) > 140000000u || hclk / apb_div(FIELD(cd2, 4, 3)) > 140000000u
+        || hclk / apb_div(FIELD(cd2, 8, 3)) > 140000000u
+        || hclk / apb_div(FIELD(R(M_SRDCFGR), 4, 3)) > 140000000u)
+        violation("APB clocks <= 140 MHz");
+    static const uint32_t band[7] = {42, 84, 126, 168, 210, 252, 280};
+    static const uint32_t wrhf[7] = {0, 0, 1, 1, 2, 2, 3};
+    uint32_t ws = 0u;
+    while (ws < 6u && hclk > band[ws] * 1000000u) ws++;
+    if (sws == 3u && (FIELD(R(M_ACR), 0, 4) < ws || FIELD(R(M_ACR), 4, 2) != wrhf[ws]))
+        violation("flash LATENCY and WRHIGHFREQ for the AXI clock at VOS0");
+}
+"""
+
+CLOCK_STATUS = re.findall(r"^\s*(ZO_CLOCK_\w+)", (REPO / "targets" / "common" /
+                                                   "platform_stm32.c").read_text(), re.M)
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a host C compiler")
+
+
+@pytest.fixture(scope="module")
+def clock_model(tmp_path_factory):
+    """Builds, per target, board.h + the clock section of platform_stm32.c + the register
+    model into a host program; returns run(target, scenario) -> (status name, values, regs)."""
+    common = (REPO / "targets" / "common" / "platform_stm32.c").read_text()
+    shared = common[common.index("/* ---- clock state shared with board.h"):
+                    common.index('#include "board.h"')]
+    built = {}
+
+    def run(target: str, scenario: str):
+        if target not in built:
+            src = tmp_path_factory.mktemp(target) / "model.c"
+            model = F746_MODEL if target == "stm32f746" else H7B3_MODEL
+            src.write_text(HARNESS_COMMON + shared
+                           + (REPO / "targets" / target / "board.h").read_text()
+                           + model + HARNESS_MAIN)
+            exe = src.with_suffix("")
+            result = subprocess.run(["cc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror",
+                                     "-I", str(REPO / "targets" / target), str(src), "-o",
+                                     str(exe)], capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            built[target] = exe
+        out = subprocess.run([str(built[target]), scenario], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        summary = dict(kv.split("=") for kv in
+                       next(line for line in out.splitlines() if line.startswith("status=")
+                            ).split())
+        regs = {int(a, 16): int(v, 16) for a, v in re.findall(r"^reg (\w+)=(\w+)$", out, re.M)}
+        violations = re.findall(r"^VIOLATION (.*)$", out, re.M)
+        return CLOCK_STATUS[int(summary.pop("status"))], \
+            {k: int(v) for k, v in summary.items()}, regs, violations
+
+    return run
+
+
+@needs_cc
+@pytest.mark.parametrize("target,scenario,status,core,usart,brr", [
+    ("stm32f746", "ok", "ZO_CLOCK_OK", 216_000_000, 108_000_000, 938),
+    ("stm32f746", "no_hse", "ZO_CLOCK_FAIL_HSE", 16_000_000, 16_000_000, 139),
+    ("stm32f746", "no_overdrive", "ZO_CLOCK_FAIL_OVERDRIVE", 16_000_000, 16_000_000, 139),
+    ("stm32f746", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 16_000_000, 16_000_000, 139),
+    ("stm32f746", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 16_000_000, 16_000_000, 139),
+    ("stm32h7b3", "ok", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 1215),
+    ("stm32h7b3", "cr3_locked_smps", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 1215),
+    ("stm32h7b3", "cr3_locked_ldo", "ZO_CLOCK_FAIL_SUPPLY", 64_000_000, 64_000_000, 556),
+    ("stm32h7b3", "no_vos", "ZO_CLOCK_FAIL_VOLTAGE", 64_000_000, 64_000_000, 556),
+    ("stm32h7b3", "no_hse", "ZO_CLOCK_FAIL_HSE", 64_000_000, 64_000_000, 556),
+    ("stm32h7b3", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 64_000_000, 64_000_000, 556),
+    ("stm32h7b3", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 64_000_000, 64_000_000, 556),
+])
+def test_clock_init_on_register_model(clock_model, target, scenario, status, core, usart, brr):
+    """clock_init() follows the manuals' sequence on a register model of the chip (no
+    violation), reaches full speed when every oscillator comes up, and otherwise stops at the
+    step that failed with a clock that is measured, not assumed: the baud-rate divider
+    follows the USART kernel clock actually running."""
+    got, values, regs, violations = clock_model(target, scenario)
+    assert violations == [], violations
+    assert got == status
+    assert (values["core"], values["usart"], values["brr"]) == (core, usart, brr)
+    if target == "stm32f746":
+        hse_on, pll_on = regs[0x40023800] >> 16 & 1, regs[0x40023800] >> 24 & 1
+        assert regs[0x40023C00] & 0xF == (7 if status == "ZO_CLOCK_OK" else 0)
+    else:
+        hse_on, pll_on = regs[0x58024400] >> 16 & 1, regs[0x58024400] >> 24 & 1
+        flash = regs[0x52002000] & 0x3F
+        assert flash == (0x36 if status == "ZO_CLOCK_OK" else 0x13)  # LATENCY 6 + WRHIGHFREQ 3
+        supply = regs[0x5802480C] & 0x3F
+        assert supply == (0x02 if scenario == "cr3_locked_ldo" else 0x04)  # never rewritten
+    # On any failure the PLL and the HSE are off again and the bus prescalers are back to
+    # their reset values: the reset clock runs, as after reset.
+    assert (hse_on, pll_on) == ((1, 1) if status == "ZO_CLOCK_OK" else (0, 0))
+    if status != "ZO_CLOCK_OK":
+        prescaler_regs = (0x40023808,) if target == "stm32f746" else \
+            (0x58024418, 0x5802441C, 0x58024420)
+        for addr in prescaler_regs:
+            assert regs[addr] & 0xFFF0 == 0, hex(addr)

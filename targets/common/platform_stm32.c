@@ -6,6 +6,14 @@
  * bits, pins, kernel clock frequency) comes from board.h, one per target, whose comment says
  * which manual sections it follows. Register offsets: RM0385 / RM0455 (USART and GPIO
  * chapters) and the ARMv7-M Architecture Reference Manual (DDI 0403E).
+ *
+ * Clocks: board.h's clock_init() brings the board up to full speed (F746 216 MHz, H7B3
+ * 280 MHz) and gives up, leaving a slower but valid clock, at the first step that does not
+ * complete in time; clock_measure() then decodes the RCC registers into zo_clocks. Every
+ * frequency used at run time (the USART baud-rate divider, the DWT timeouts,
+ * platform_cycles_per_second()) comes from zo_clocks, never from the nominal ZO_CORE_HZ, so
+ * a board whose crystal does not start still talks at 115200 baud. In a debugger:
+ * `print zo_clocks` (core_hz, usart_hz, and status = the step where clock_init() stopped).
  */
 #include <stdint.h>
 
@@ -20,6 +28,95 @@
 static inline void zo_dsb_isb(void)
 {
     __asm volatile("dsb\n\tisb" ::: "memory");
+}
+
+/* ---- Cortex-M7 core: ARMv7-M ARM (DDI 0403E) -------------------------------------------- */
+
+#define SCB_CCR       ZO_REG32(0xE000ED14u) /* B3.2.8 CCR */
+#define SCB_CCR_DC    (1u << 16)
+#define SCB_CCR_IC    (1u << 17)
+#define SCB_CCSIDR    ZO_REG32(0xE000ED80u) /* B4.8 cache size ID (CCSIDR) */
+#define SCB_CSSELR    ZO_REG32(0xE000ED84u) /* B4.8 cache size selection (CSSELR) */
+#define SCB_ICIALLU   ZO_REG32(0xE000EF50u) /* B2.2 cache maintenance: ICIALLU */
+#define SCB_DCISW     ZO_REG32(0xE000EF60u) /* B2.2 cache maintenance: DCISW */
+
+#define DHCSR         ZO_REG32(0xE000EDF0u) /* C1.6 DHCSR */
+#define DHCSR_C_DEBUGEN (1u << 0)
+#define DEMCR         ZO_REG32(0xE000EDFCu) /* C1.6 DEMCR */
+#define DEMCR_TRCENA  (1u << 24)
+#define DWT_CTRL      ZO_REG32(0xE0001000u) /* C1.8 DWT control */
+#define DWT_CTRL_CYCCNTENA (1u << 0)
+#define DWT_CYCCNT    ZO_REG32(0xE0001004u) /* C1.8 DWT cycle count */
+/* Lock access register (CoreSight, offset 0xFB0; Cortex-M7 TRM DDI 0489 DWT register
+ * summary): writes to the DWT are ignored until 0xC5ACCE55 is written here. */
+#define DWT_LAR       ZO_REG32(0xE0001FB0u)
+#define DWT_LAR_KEY   0xC5ACCE55u
+
+/* ---- clock state shared with board.h ----------------------------------------------------- */
+
+/* Where clock_init() stopped. ZO_CLOCK_OK: the full-speed configuration runs. Any other
+ * value: that step did not complete (ready flag not set within its timeout, or a read-back
+ * mismatch), what it had started was undone where that is safe, and SYSCLK stayed on the
+ * reset oscillator (HSI). Which steps exist depends on the board (board.h). */
+enum zo_clock_status {
+    ZO_CLOCK_OK = 0,
+    ZO_CLOCK_NOT_FROM_RESET,   /* SYSCLK was not the reset HSI on entry: left as it was */
+    ZO_CLOCK_FAIL_SUPPLY,      /* H7: PWR_CR3 already locked to another supply, or ACTVOSRDY */
+    ZO_CLOCK_FAIL_VOLTAGE,     /* H7: VOS0 not ready (VOSRDY) */
+    ZO_CLOCK_FAIL_HSE,         /* HSERDY: no crystal, or it does not start */
+    ZO_CLOCK_FAIL_OVERDRIVE,   /* F7: ODRDY or ODSWRDY */
+    ZO_CLOCK_FAIL_FLASH,       /* FLASH_ACR latency read back different */
+    ZO_CLOCK_FAIL_PLL,         /* PLL(1)RDY: no lock */
+    ZO_CLOCK_FAIL_SWITCH       /* SWS did not follow SW */
+};
+
+/* The clocks running after platform_init(), decoded from the RCC registers (board.h
+ * clock_measure()). All zero before platform_init(): platform_cycles_per_second() then says
+ * 0, "unknown", as platform.h allows. Not static, so a debugger finds it by name. */
+struct zo_clocks {
+    uint32_t sysclk_hz;            /* SYSCLK (F7) / sys_ck (H7) */
+    uint32_t core_hz;              /* Cortex-M7 clock: the DWT CYCCNT rate */
+    uint32_t usart_hz;             /* the VCP USART's kernel clock (PCLK2 on both boards) */
+    enum zo_clock_status status;   /* where clock_init() stopped */
+};
+struct zo_clocks zo_clocks;
+
+/* CYCCNT ticks in `ms` milliseconds at `hz`; the waits of clock_init() run before the clock
+ * changes, so `hz` is the reset oscillator's frequency. */
+#define ZO_MS_TO_CYCLES(ms, hz) ((uint32_t)(ms) * ((hz) / 1000u))
+
+/* Polls *reg until (*reg & mask) == want. Gives up after timeout_cycles of DWT CYCCNT
+ * (cycle_counter_init() runs before clock_init()); each poll takes at least one cycle, so
+ * the poll count also bounds the loop should the counter not run. 1: the bits matched. */
+static int zo_wait_bits(volatile uint32_t *reg, uint32_t mask, uint32_t want,
+                        uint32_t timeout_cycles)
+{
+    uint32_t start = DWT_CYCCNT;
+    for (uint32_t polls = 0u; polls < timeout_cycles; polls++) {
+        if ((*reg & mask) == want) {
+            return 1;
+        }
+        if (DWT_CYCCNT - start >= timeout_cycles) {
+            break;
+        }
+    }
+    return (*reg & mask) == want;
+}
+
+/* Bus prescaler fields, the same encodings on both families (RM0385 5.3.3 RCC_CFGR
+ * HPRE/PPRE1/PPRE2; RM0455 RCC_CDCFGR1 CDCPRE/HPRE/CDPPRE, RCC_CDCFGR2 CDPPRE1/CDPPRE2,
+ * RCC_SRDCFGR SRDPPRE). AHB-style, 4 bits: 0xxx = /1, 1000 = /2, 1001 = /4, 1010 = /8,
+ * 1011 = /16, 1100 = /64, 1101 = /128, 1110 = /256, 1111 = /512 (no /32). */
+static uint32_t zo_ahb_divider(uint32_t field)
+{
+    static const uint16_t div[8] = {2u, 4u, 8u, 16u, 64u, 128u, 256u, 512u};
+    return (field & 0x8u) != 0u ? div[field & 0x7u] : 1u;
+}
+
+/* APB-style, 3 bits: 0xx = /1, 100 = /2, 101 = /4, 110 = /8, 111 = /16. */
+static uint32_t zo_apb_divider(uint32_t field)
+{
+    return (field & 0x4u) != 0u ? 2u << (field & 0x3u) : 1u;
 }
 
 #include "board.h"
@@ -59,28 +156,6 @@ static inline void zo_dsb_isb(void)
 /* ICR clear bits sit at the same positions as the ISR flags they clear (PECF, FECF, NCF,
  * ORECF = bits 0..3). */
 #define USART_ICR_ERRORS (0xFu)
-
-/* ---- Cortex-M7 core: ARMv7-M ARM (DDI 0403E) -------------------------------------------- */
-
-#define SCB_CCR       ZO_REG32(0xE000ED14u) /* B3.2.8 CCR */
-#define SCB_CCR_DC    (1u << 16)
-#define SCB_CCR_IC    (1u << 17)
-#define SCB_CCSIDR    ZO_REG32(0xE000ED80u) /* B4.8 cache size ID (CCSIDR) */
-#define SCB_CSSELR    ZO_REG32(0xE000ED84u) /* B4.8 cache size selection (CSSELR) */
-#define SCB_ICIALLU   ZO_REG32(0xE000EF50u) /* B2.2 cache maintenance: ICIALLU */
-#define SCB_DCISW     ZO_REG32(0xE000EF60u) /* B2.2 cache maintenance: DCISW */
-
-#define DHCSR         ZO_REG32(0xE000EDF0u) /* C1.6 DHCSR */
-#define DHCSR_C_DEBUGEN (1u << 0)
-#define DEMCR         ZO_REG32(0xE000EDFCu) /* C1.6 DEMCR */
-#define DEMCR_TRCENA  (1u << 24)
-#define DWT_CTRL      ZO_REG32(0xE0001000u) /* C1.8 DWT control */
-#define DWT_CTRL_CYCCNTENA (1u << 0)
-#define DWT_CYCCNT    ZO_REG32(0xE0001004u) /* C1.8 DWT cycle count */
-/* Lock access register (CoreSight, offset 0xFB0; Cortex-M7 TRM DDI 0489 DWT register
- * summary): writes to the DWT are ignored until 0xC5ACCE55 is written here. */
-#define DWT_LAR       ZO_REG32(0xE0001FB0u)
-#define DWT_LAR_KEY   0xC5ACCE55u
 
 /* Exit status of platform_exit(), for a debugger to read. */
 volatile int zo_exit_status;
@@ -140,15 +215,17 @@ static void vcp_usart_init(void)
 {
     board_serial_clocks();
 
-    /* 8N1, oversampling by 16 (FIFO off on the H7): BRR = f_ck / baud, rounded
-     * (F7: 16 MHz / 115200 -> 139, +0.08 %; H7: 64 MHz -> 556, -0.08 %). */
+    /* 8N1, oversampling by 16 (FIFO off on the H7): BRR = f_ck / baud, rounded, from the
+     * kernel clock actually running (zo_clocks.usart_hz, set by clock_measure()). At full
+     * speed: F7 PCLK2 108 MHz -> 938 (-0.05 %); H7 rcc_pclk2 140 MHz -> 1215 (+0.02 %). On
+     * the reset clock: F7 16 MHz -> 139 (+0.08 %); H7 64 MHz -> 556 (-0.08 %). */
     USART_CR1 = 0u;
     USART_CR2 = 0u;
     USART_CR3 = 0u;
 #if defined(ZO_USART_HAS_PRESC)
     USART_PRESC = 0u;
 #endif
-    USART_BRR = (ZO_PCLK2_HZ + ZO_BAUD / 2u) / ZO_BAUD;
+    USART_BRR = (zo_clocks.usart_hz + ZO_BAUD / 2u) / ZO_BAUD;
     USART_CR1 = USART_CR1_TE | USART_CR1_RE | USART_CR1_UE;
     while ((USART_ISR & USART_ISR_TEACK) == 0u) {
     }
@@ -160,18 +237,19 @@ static void vcp_usart_init(void)
 
 void platform_init(void)
 {
-    clock_init();
+    cycle_counter_init();            /* first: clock_init() times its waits with CYCCNT */
+    zo_clocks.status = clock_init(); /* board.h */
+    clock_measure(&zo_clocks);       /* board.h: what runs now, read back from the RCC */
     cache_enable();
-    cycle_counter_init();
-    vcp_usart_init();
+    vcp_usart_init();                /* after the clock switch: its divider needs usart_hz */
 }
 
 int platform_read_byte(uint8_t *byte, uint32_t timeout_ms)
 {
     /* The deadline is counted in whole milliseconds of DWT CYCCNT, one by one, so any
-     * timeout_ms works although the 32-bit counter wraps after 2^32 core cycles (67 s at
-     * 64 MHz). */
-    const uint32_t cycles_per_ms = ZO_CORE_HZ / 1000u;
+     * timeout_ms works although the 32-bit counter wraps after 2^32 core cycles (19.9 s at
+     * 216 MHz, 15.3 s at 280 MHz). The rate is the core clock measured by platform_init(). */
+    const uint32_t cycles_per_ms = zo_clocks.core_hz / 1000u;
     uint32_t start = DWT_CYCCNT;
     uint32_t waited_ms = 0u;
     uint32_t isr;
@@ -215,7 +293,7 @@ uint32_t platform_cycles(void)
 
 uint32_t platform_cycles_per_second(void)
 {
-    return ZO_CORE_HZ;
+    return zo_clocks.core_hz; /* 0 before platform_init() */
 }
 
 const char *platform_name(void)
