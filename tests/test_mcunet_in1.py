@@ -107,6 +107,13 @@ def test_arena_and_training_memory_budgets(graph, tmp_path, capsys):
     code, captured = build("stm32f746", "full")
     assert code == 2, captured.out
     assert "256.0 KB" in captured.err and "trainable parameters" in captured.err, captured.err
+    # the refusal names the mode that fits, with what it needs
+    assert "sparse training fits: --train sparse (the device picks one of 4 blocks; " \
+        in captured.err, captured.err
+    code = main(["build", str(MODEL), "--target", "stm32f746", "--train", "sparse",
+                 "--blocks", "2", "-o", str(tmp_path / "halves")])
+    err = capsys.readouterr().err
+    assert code == 2 and "smaller blocks fit: --train sparse --blocks 3 (" in err, err
 
     code, captured = build("stm32f746", "sparse")
     assert code == 0, captured.err

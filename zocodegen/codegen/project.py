@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -18,10 +18,11 @@ import numpy as np
 from .. import __version__
 from ..errors import UserError
 from ..ir import Graph
-from ..planner import ArenaPlan, Placement, RamItem, place, plan_arena, report_dict, report_text
+from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message, kb, place,
+                       plan_arena, report_dict, report_text)
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.config import TrainConfig
-from ..training.plan import training_plans
+from ..training.plan import sparse_blocks, training_plans
 from .layers.common import c_float
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
@@ -34,10 +35,11 @@ LINK_RX_BYTES = 2083
 LINK_TX_BYTES = 2074
 #: C types of output 0 that the accuracy command ('A') takes the argmax of.
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
-TRAINING_SUGGESTIONS = ("train fewer layers (--layers) or one block (--train sparse --block K)",
+TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
                         "lower --batch (saved activations grow with N)",
-                        "a board with more SRAM (--target stm32h7b3)")
+                        "a board with more SRAM (--target stm32h7b3)"]
 VALUES_PER_LINE = 16
+MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,25 @@ class ProjectPlan:
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     """Plan memory and generate the layer code; refuses (BudgetError) when the board's SRAM
-    budget is exceeded, except for native builds, which only report it."""
+    budget is exceeded, except for native builds, which only report it. A refused training
+    build names the training modes and blocks that would fit."""
     if options.target not in BUILD_TARGETS:
         raise UserError(f"unknown target '{options.target}'; choose one of "
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
     arena = plan_arena(graph)
+    code, training, items = _layout(graph, arena, board, options.train)
+    placement = place(items, board.name, board.sram_budget_bytes, strict=False)
+    if not placement.fits and options.target != "native":
+        tips = (_fitting_alternatives(graph, arena, board, options.train) + TRAINING_SUGGESTIONS
+                if training else None)
+        raise BudgetError(budget_message(placement, tips))
+    return ProjectPlan(arena, placement, code, board, training)
+
+
+def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None
+            ) -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
+    """Layer code, training tables and the SRAM items of one build configuration."""
     stack_memory = target_data(board.name)["linker"]["stack_region"]
     # The link buffers are ordinary .bss, which every linker script puts right after the
     # stack: pinned to the stack's memory, they are placed (and reported) there too.
@@ -77,20 +92,41 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
              RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
                      f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
                      "(static)", memory=stack_memory)]
-    training = None
-    if options.train is not None:
-        plans = training_plans(graph, options.train)
-        code = model_code(graph, arena,
-                          frozenset(l.op_index for p in plans for l in p.layers),
-                          switched=options.train.selects_block)
-        training = training_code(graph, arena, code, plans)
-        items[1:1] = training.ram_items()
+    if train is None:
+        return model_code(graph, arena), None, items
+    plans = training_plans(graph, train)
+    code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
+                      switched=len(plans) > 1)
+    training = training_code(graph, arena, code, plans)
+    items[1:1] = training.ram_items()
+    return code, training, items
+
+
+def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
+                          train: TrainConfig) -> list[str]:
+    """Sparse configurations of the same run that fit the board, for the refusal."""
+    def total(config: TrainConfig) -> int | None:
+        _, _, items = _layout(graph, arena, board, config)
+        placement = place(items, board.name, board.sram_budget_bytes, strict=False)
+        return placement.total if placement.fits else None
+
+    tips = []
+    auto = replace(train, mode="sparse", block=None)
+    if train.mode == "full" and total(auto) is not None:
+        tips.append(f"sparse training fits: --train sparse (the device picks one of "
+                    f"{train.blocks} blocks; {kb(total(auto))})")
     else:
-        code = model_code(graph, arena)
-    placement = place(items, board.name, board.sram_budget_bytes,
-                      suggestions=TRAINING_SUGGESTIONS if training else None,
-                      strict=options.target != "native")
-    return ProjectPlan(arena, placement, code, board, training)
+        count = len(sparse_blocks(graph, auto))
+        fitting = [(k, total(replace(auto, block=k))) for k in range(count)]
+        fitting = [(k, t) for k, t in fitting if t is not None and k != train.block]
+        if fitting:
+            tips.append("these sparse blocks fit: " + ", ".join(
+                f"--train sparse --block {k} ({kb(t)})" for k, t in fitting))
+        more = next(((n, t) for n in range(count + 1, MAX_SUGGESTED_BLOCKS + 1)
+                     if (t := total(replace(auto, blocks=n))) is not None), None)
+        if more:
+            tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])})")
+    return tips
 
 
 def _environment() -> jinja2.Environment:

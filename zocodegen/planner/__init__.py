@@ -14,7 +14,7 @@ from .arena import ArenaPlan, Buffer, greedy_by_size, live_peak, plan_arena
 from .lifetimes import (ALIAS_MODES, IN_PLACE_OP_TYPES, activation_names, alias_groups,
                         allows_in_place, tensor_lifetimes)
 from .placement import (BudgetError, Memory, PlacedItem, Placement, RamItem, Region,
-                        budget_message, default_suggestions, place, planner_regions,
+                        budget_message, default_suggestions, kb, place, planner_regions,
                         target_memories)
 from .report import report_dict, report_text
 from .verify import PlanError, plan_problems, verify
@@ -22,7 +22,7 @@ from .verify import PlanError, plan_problems, verify
 __all__ = [
     "ALIAS_MODES", "IN_PLACE_OP_TYPES", "ArenaPlan", "Buffer", "BudgetError", "Memory",
     "PlacedItem", "Placement", "PlanError", "RamItem", "Region", "activation_names",
-    "alias_groups", "allows_in_place", "budget_message", "default_suggestions",
+    "alias_groups", "allows_in_place", "budget_message", "default_suggestions", "kb",
     "greedy_by_size", "live_peak", "place", "plan_arena", "plan_problems", "planner_regions",
     "report_dict", "report_text", "target_memories", "tensor_lifetimes", "verify",
 ]
