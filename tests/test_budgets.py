@@ -69,3 +69,27 @@ def test_full_training_on_the_1024kb_budget_under_qemu(tmp_path):
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(sim), "--steps", "1",
                  "--queries", "1", "--lr", "0.01"]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()
+
+
+@needs_qemu
+def test_step_instructions_are_repeatable(tmp_path):
+    """Under -icount the end-of-step telemetry counts the step's own instructions: the
+    sample reads and telemetry round trips over the link (host time) are left out, so two
+    runs give the same counts to the instruction (benchmarks/training.py relies on it)."""
+    digits = FIXTURES / "digits_cnn.tflite"
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, size=(4, 8, 8, 1)).astype(np.int8)
+    image = tmp_path / "data.img"
+    pack_image(image, x, np.arange(4) % 10, num_classes=10, checkpoint_bytes=1 << 16)
+    elf = cached_build(digits, "qemu", train=TrainConfig(steps=3, queries=3))
+    counts = []
+    for attempt in range(2):
+        records = []
+        Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image,
+                tmp_path / f"run{attempt}", checkpoint_every=3, progress=False,
+                on_step=records.append).run()
+        counts.append([r.cycles for r in records])
+    assert len(counts[0]) == 3 and min(counts[0]) > 0
+    layers = 4
+    for a, b in zip(*counts):
+        assert abs(a - b) <= 40 * (layers + 2), counts
