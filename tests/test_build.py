@@ -215,3 +215,21 @@ def test_output_path_problems_are_clear_errors(tmp_path, capsys):
     (out / "NOTES.txt").write_text("keep me")
     assert main(["build", model, "--target", "native", "-o", str(out)]) == 0
     assert (out / "NOTES.txt").read_text() == "keep me"
+
+
+def test_rebuild_removes_files_it_no_longer_generates(tmp_path):
+    """The Makefile compiles src/train/*.c by wildcard: a training build regenerated as
+    inference-only must not leave the engine behind (nor anything an older zocodegen wrote
+    and listed in its manifest); files the user added stay."""
+    out = tmp_path / "proj"
+    model = str(FIXTURES / "digits_cnn.tflite")
+    assert main(["build", model, "--target", "native", "--train", "full", "-o", str(out)]) == 0
+    assert (out / "src/train/zo_train.c").is_file()
+    (out / "notes.txt").write_text("mine")
+    assert main(["build", model, "--target", "native", "-o", str(out)]) == 0
+    assert not (out / "src/train/zo_train.c").exists()
+    assert not (out / "src/training.c").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    files = json.loads((out / "manifest.json").read_text())["files"]
+    assert all((out / rel).is_file() for rel in files)
+    _make(out, "native")
