@@ -98,9 +98,10 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
                          block=0 if mode == "sparse" else None)
     elf = cached_build(model, "qemu", emulate=target, train=config)
     records = []
-    Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image,
-            tmp / f"run_{model.stem}_{mode}_{queries}", checkpoint_every=1, timeout=600,
-            progress=False, on_step=records.append, log=lambda s: None).run()
+    run = tmp / f"run_{target}_{model.stem}_{mode}_{queries}"  # a new run: nothing to resume
+    Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image, run,
+            checkpoint_every=1, timeout=600, progress=False, on_step=records.append,
+            log=lambda s: None).run()
     return records[-1].cycles
 
 

@@ -18,7 +18,9 @@ def describe_identity(identity: p.Identity) -> str:
     line = (f"device: {identity.target}, model sha256 {identity.model_sha256.hex()[:12]}..., "
             f"input {identity.input_bytes} B, output {identity.output_bytes} B")
     if identity.training:
-        block = "" if identity.block is None else f" block {identity.block}/{identity.blocks}"
+        block = (f" block {identity.block} of {identity.blocks}" if identity.block is not None
+                 else f", block chosen on the device of {identity.blocks}"
+                 if identity.selects_block else "")
         line += (f"; training {identity.mode}{block}, {identity.estimator}, "
                  f"{identity.trainable_layers} layers, Q={identity.queries}, "
                  f"N={identity.batch}, lr={identity.lr:g}, T={identity.steps}, "
