@@ -128,6 +128,10 @@ def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
                         f"--model MODEL (or a larger --checkpoint-kb)")
     if layout.count("train") == 0:
         raise UserError(f"{image} has no train records")
+    if identity.selects_block and layout.count("train") < 2:
+        raise UserError(f"{image} has 1 train record: the firmware selects its sparse block "
+                        "by trials, which need a trial and a held-out record (pack at least 2, "
+                        "or build with --block K)")
 
 
 def _identity_record(identity: p.Identity) -> dict:

@@ -195,3 +195,21 @@ def test_training_before_selection_is_refused(tmp_path, image, capsys):
     finally:
         device.close()
         blocks.close()
+
+
+def test_one_training_record_is_refused_before_the_trials(tmp_path, capsys):
+    """Block trials need a trial and a held-out record: one line, exit 2, on the host."""
+    graph = load_model(MODEL)
+    x = np.zeros((1,) + tuple(graph.tensor(graph.inputs[0]).shape[1:]), np.int8)
+    np.savez(tmp_path / "one.npz", x=x, y=np.zeros(1, np.int64))
+    assert main(["pack", str(tmp_path / "one.npz"), "-o", str(tmp_path / "one.img"),
+                 "--model", str(MODEL)]) == 0
+    project = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse",
+                 "-o", str(project)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--native", str(project), "--image", str(tmp_path / "one.img"),
+                 "-o", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "1 train record" in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "checkpoint.bin").exists()

@@ -112,9 +112,10 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
 
     tips = []
     auto = replace(train, mode="sparse", block=None)
-    if train.mode == "full" and total(auto) is not None:
+    auto_total = total(auto) if train.mode == "full" else None
+    if auto_total is not None:
         tips.append(f"sparse training fits: --train sparse (the device picks one of "
-                    f"{train.blocks} blocks; {kb(total(auto))})")
+                    f"{train.blocks} blocks; {kb(auto_total)})")
     else:
         count = len(sparse_blocks(graph, auto))
         fitting = [(k, total(replace(auto, block=k))) for k in range(count)]

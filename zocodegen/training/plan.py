@@ -223,8 +223,8 @@ def training_plans(graph: Graph, config: TrainConfig) -> tuple[TrainingPlan, ...
     """The plans a build holds: one, or one per block when the device selects the block
     (sparse --block auto)."""
     if config.selects_block:
-        count = len(sparse_blocks(graph, config))
-        return tuple(training_plan(graph, replace(config, block=k)) for k in range(count))
+        return tuple(_plan(graph, replace(config, block=k), chosen)
+                     for k, chosen in enumerate(sparse_blocks(graph, config)))
     return (training_plan(graph, config),)
 
 
@@ -232,15 +232,19 @@ def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
     """The plan of a run that trains a known set of layers (full, or sparse with a block)."""
     if config.selects_block:
         raise ValueError("sparse --block auto has one plan per block: use training_plans()")
-    chosen, logits_op = _candidates(graph, config)
-    logits, _ = loss_head(graph)
+    if config.mode != "sparse":
+        return _plan(graph, config, _candidates(graph, config)[0])
+    blocks = sparse_blocks(graph, config)
+    if config.block >= len(blocks):
+        raise UserError(f"--block {config.block}: only {len(blocks)} blocks of trainable "
+                        "layers exist")
+    return _plan(graph, config, blocks[config.block])
+
+
+def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
+    """The plan that trains trainable layers ``chosen`` (indices, forward order)."""
+    logits, logits_op = loss_head(graph)
     all_ops = trainable_ops(graph)
-    if config.mode == "sparse":
-        blocks = sparse_blocks(graph, config)
-        if config.block >= len(blocks):
-            raise UserError(f"--block {config.block}: only {len(blocks)} blocks of trainable "
-                            "layers exist")
-        chosen = blocks[config.block]
     n = config.batch
     q = config.queries * (len(chosen) if config.estimator == "mezo" else 1)
     total_d = 0
