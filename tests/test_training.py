@@ -118,7 +118,7 @@ def test_training_options_bit_exact_native(options, tmp_path):
     kw = dict(steps=8, queries=4, lr=0.01)
     kw.update({k: v for k, v in options.items() if k not in ("no_scaling", "sparse_block")})
     if options.get("no_scaling"):
-        kw.update(scaling=False, lr=1e-6)
+        kw.update(gnorm_scaling=False, quant_scaling=False, lr=1e-6)
     if "sparse_block" in options:
         kw.update(mode="sparse", blocks=2, block=options["sparse_block"])
     config = TrainConfig(**kw)
@@ -290,7 +290,7 @@ def test_simulate_refuses_bad_data(change, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--queries", "600", "--batch", "2"], "exceeds"),
+    (["--queries", "1000", "--batch", "100"], "exceeds"),
     (["--mode", "sparse", "--block", "first"], "--block expects a block index or auto"),
     (["--mode", "sparse", "--block", "4"], "--block must be in 0..3 or auto"),
     (["--mode", "sparse", "--trial-samples", "0"], "--trial-samples must be at least 1"),

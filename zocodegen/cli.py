@@ -32,7 +32,7 @@ from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
 from .training.config import TrainConfig, parse_layer_list
-from .training.data import DEFAULT_CHECKPOINT_BYTES, pack
+from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
 from .training.runner import simulate
 
@@ -89,8 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, metavar="MODEL")
     p.add_argument("--data", type=Path, required=True, metavar="DATA.npz|IMAGE",
                    help="x (N, *input shape) in the input dtype, y (N,) labels; optional "
-                        "x_test/y_test for accuracy; or the image `pack` made of them (the "
-                        "device's sample order)")
+                        "x_test/y_test for accuracy; without x_val/y_val, the val split "
+                        "`pack` sets aside by default is taken out of x; or the image `pack` "
+                        "made of them (the device's samples in the device's order)")
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
     p.add_argument("--mode", choices=("full", "sparse"), default="full",
@@ -115,6 +116,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-kb", type=int, metavar="K",
                    help="checkpoint area of K KiB (default: full training of MODEL, without "
                         f"--model {DEFAULT_CHECKPOINT_BYTES // 1024} KiB)")
+    p.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, metavar="F",
+                   help="without x_val in DATA.npz: set aside this share of each class's "
+                        "train records as the val split, chosen with a fixed seed as "
+                        f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
@@ -177,9 +182,14 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--seed", type=int, default=1, metavar="S")
     g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo"), default="adaptive",
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
-                        "mezo: model-wise baseline with Q x layers queries (simulator only)")
+                        "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
+                        "of two forwards each (simulator only)")
     g.add_argument("--no-scaling", action="store_true",
-                   help="no gradient-norm / quantization-aware learning-rate scaling")
+                   help="neither learning-rate scaling (both switches below)")
+    g.add_argument("--no-gnorm-scaling", action="store_true",
+                   help="no gradient-norm scaling NQ/(NQ+d-1) (paper Eq. 8, Fig. 7 ablation)")
+    g.add_argument("--no-quant-scaling", action="store_true",
+                   help="no quantization-aware scaling 1/s^2 (paper Eq. 8, Fig. 7 ablation)")
     g.add_argument("--layers", metavar="LIST",
                    help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
     g.add_argument("--blocks", type=int, default=4, help="sparse mode: number of blocks")
@@ -201,7 +211,9 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                             ) from None
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=args.lr,
                        schedule=args.schedule, seed=args.seed, estimator=args.estimator,
-                       scaling=not args.no_scaling, layers=parse_layer_list(args.layers),
+                       gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
+                       quant_scaling=not (args.no_scaling or args.no_quant_scaling),
+                       layers=parse_layer_list(args.layers),
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 
@@ -346,7 +358,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
         raise UserError(f"--checkpoint-kb must be >= 0, got {args.checkpoint_kb}")
     packed = pack(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
                   checkpoint_bytes=None if args.checkpoint_kb is None
-                  else args.checkpoint_kb * 1024)
+                  else args.checkpoint_kb * 1024, val_fraction=args.val_fraction)
     layout = packed.layout
     counts = ", ".join(f"{layout.count(s):,} {s}" for s in IMAGE_SPLITS if layout.count(s))
     order = ("the order of the data" if args.shuffle is None
@@ -361,6 +373,9 @@ def cmd_pack(args: argparse.Namespace) -> None:
         quant = ("input quantization unknown" if layout.input_scale is None else
                  f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}")
         print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
+    if packed.val_derived:
+        print(f"val: {layout.count('val'):,} records set aside from x (--val-fraction "
+              f"{args.val_fraction:g} per class, as simulate does on {args.data.name})")
     if packed.ignored:
         print(f"ignored arrays: {', '.join(packed.ignored)}")
     if packed.full_training_bytes is not None and area < packed.full_training_bytes:

@@ -62,7 +62,8 @@ MAX_FETCH = 2048
 HELLO_MAGIC = b"ZOLK"
 _HELLO = struct.Struct("<4sHH32sIIIfiIIBBBBIIIIfII24s")
 _MODES = ("full", "sparse")
-_FLAG_TRAINING, _FLAG_SCALING, _FLAG_COSINE = 1, 2, 4
+_FLAG_TRAINING, _FLAG_GNORM_SCALING, _FLAG_COSINE, _FLAG_QUANT_SCALING = 1, 2, 4, 8
+_FLAG_GUARD, _FLAG_LR_AUTO = 16, 32
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Identity:
     input_zero_point: int
     checkpoint_bytes: int
     training: bool
-    scaling: bool
+    gnorm_scaling: bool
     cosine: bool
     estimator: str
     mode: str
@@ -92,6 +93,9 @@ class Identity:
     trainable_layers: int
     cycles_per_second: int
     target: str
+    quant_scaling: bool = True
+    guard: bool = False
+    lr_auto: bool = False
 
     @property
     def selects_block(self) -> bool:
@@ -104,7 +108,9 @@ class Identity:
                 "blocks": self.blocks, "queries": self.queries, "batch": self.batch,
                 "steps": self.steps, "seed": self.seed, "lr": self.lr,
                 "schedule": "cosine" if self.cosine else "constant",
-                "scaling": self.scaling, "trainable_layers": self.trainable_layers}
+                "gnorm_scaling": self.gnorm_scaling, "quant_scaling": self.quant_scaling,
+                "guard": self.guard, "lr_auto": self.lr_auto,
+                "trainable_layers": self.trainable_layers}
 
 
 def parse_hello(payload: bytes) -> Identity:
@@ -116,18 +122,21 @@ def parse_hello(payload: bytes) -> Identity:
     if magic != HELLO_MAGIC:
         raise ValueError(f"HELLO magic {magic!r}, expected {HELLO_MAGIC!r}")
     return Identity(version, max_payload, sha, in_bytes, out_bytes, classes, scale, zp, ckpt,
-                    bool(flags & _FLAG_TRAINING), bool(flags & _FLAG_SCALING),
+                    bool(flags & _FLAG_TRAINING), bool(flags & _FLAG_GNORM_SCALING),
                     bool(flags & _FLAG_COSINE),
                     ESTIMATORS[estimator] if estimator < len(ESTIMATORS) else f"#{estimator}",
                     _MODES[mode] if mode < len(_MODES) else f"#{mode}",
                     None if block == 0xFF else block, blocks, queries, batch, steps, seed,
-                    lr, layers, cps, target.rstrip(b"\0").decode(errors="replace"))
+                    lr, layers, cps, target.rstrip(b"\0").decode(errors="replace"),
+                    bool(flags & _FLAG_QUANT_SCALING), bool(flags & _FLAG_GUARD),
+                    bool(flags & _FLAG_LR_AUTO))
 
 
 def pack_hello(identity: Identity) -> bytes:
     """The device's HELLO payload (for tests and simulated devices)."""
-    flags = (_FLAG_TRAINING * identity.training | _FLAG_SCALING * identity.scaling
-             | _FLAG_COSINE * identity.cosine)
+    flags = (_FLAG_TRAINING * identity.training | _FLAG_GNORM_SCALING * identity.gnorm_scaling
+             | _FLAG_COSINE * identity.cosine | _FLAG_QUANT_SCALING * identity.quant_scaling
+             | _FLAG_GUARD * identity.guard | _FLAG_LR_AUTO * identity.lr_auto)
     return _HELLO.pack(HELLO_MAGIC, identity.version, identity.max_payload,
                        identity.model_sha256, identity.input_bytes, identity.output_bytes,
                        identity.classes, identity.input_scale, identity.input_zero_point,

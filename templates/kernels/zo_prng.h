@@ -42,4 +42,15 @@ static inline uint32_t zo_step_seed(uint32_t base_seed, uint32_t step, uint32_t 
     return h ? h : 0x6D2B79F5u;
 }
 
+/* Sample n's stream inside a layer's stream S (node perturbation, one xi per sample):
+ * S for n = 0, else fmix32(S ^ n * 0x27D4EB2F), never 0. */
+static inline uint32_t zo_sample_seed(uint32_t seed, uint32_t sample)
+{
+    if (sample == 0u) {
+        return seed;
+    }
+    uint32_t h = zo_fmix32(seed ^ (sample * 0x27D4EB2Fu));
+    return h ? h : 0x6D2B79F5u;
+}
+
 #endif /* ZO_PRNG_H */

@@ -119,8 +119,11 @@ int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
 #define ZO_LINK_HELLO_BYTES 124u
 #define ZO_LINK_TARGET_BYTES 24u
 #define ZO_LINK_FLAG_TRAINING 0x1u
-#define ZO_LINK_FLAG_SCALING 0x2u
+#define ZO_LINK_FLAG_GNORM_SCALING 0x2u /* g_i = NQ / (NQ + d - 1) */
 #define ZO_LINK_FLAG_COSINE 0x4u
+#define ZO_LINK_FLAG_QUANT_SCALING 0x8u /* 1 / s_c^2 */
+#define ZO_LINK_FLAG_GUARD 0x10u        /* training guard (validation checks, rollback) */
+#define ZO_LINK_FLAG_LR_AUTO 0x20u      /* --lr auto: trials pick eta */
 #define ZO_LINK_NO_BLOCK 0xFFu /* sparse block field of a firmware that does not train sparse */
 
 typedef struct {

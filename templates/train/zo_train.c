@@ -60,6 +60,13 @@ static int32_t loss_q16(const zo_train_model *m, int32_t label)
     return zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
 }
 
+/* Delta l = l_q - l, clamped so that N Q of them sum exactly in int32 (docs/training.md). */
+static int32_t loss_difference(const zo_train_model *m, int32_t loss, int32_t clean)
+{
+    const int32_t d = loss - clean; /* both in [0, 2^21): no overflow */
+    return d > m->diff_limit ? m->diff_limit : (d < -m->diff_limit ? -m->diff_limit : d);
+}
+
 static void run_layers(int32_t first, int32_t last)
 {
     if (first <= last) {
@@ -144,7 +151,7 @@ static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const
 {
     int64_t acc = 0;
     if (L->kind == ZO_TRAIN_FC) {
-        const zo_fc_params *p = L->fc;
+        const zo_fc_params *p = L->fc_down;
         const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
         for (int32_t r = 0; r < p->rows; ++r) {
             acc += (int64_t)gz[r * p->out_features + o]
@@ -152,7 +159,7 @@ static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const
         }
         return acc;
     }
-    const zo_conv_params *p = L->conv;
+    const zo_conv_params *p = L->conv_down;
     int32_t o, kh, kw, ic;
     if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
         o = (int32_t)j % p->out_c;
@@ -219,7 +226,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
                 L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
             }
             run_layers(L->op, m->logits_op);
-            m->query_sums[q] += loss_q16(m, m->labels[n]) - m->clean_q16[n];
+            m->query_sums[q] += loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
             memcpy(L->weights, backup, L->weight_count); /* exact, even where it saturated */
         }
     }
@@ -241,25 +248,52 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     }
 }
 
-/* Node gradient of sample n into gz: perturb the layer's output, rerun from the next op. */
+/* h(z + delta) of the layer for delta = -1 or +1, from sample n's saved input: the layer's
+ * own kernel with the output zero point moved by delta writes exactly that. */
+static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uint32_t n,
+                           int up, int8_t *out)
+{
+    const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
+    switch (L->kind) {
+    case ZO_TRAIN_CONV:
+        zo_conv2d_s8(up ? L->conv_up : L->conv_down, a, L->weights, L->bias, out);
+        break;
+    case ZO_TRAIN_DEPTHWISE:
+        zo_depthwise_conv2d_s8(up ? L->conv_up : L->conv_down, a, L->weights, L->bias, out);
+        break;
+    default:
+        zo_fully_connected_s8(up ? L->fc_up : L->fc_down, a, L->weights, L->bias, out);
+        break;
+    }
+}
+
+/* Node gradient of sample n into gz (paper Eq. 9/10): each query feeds the next layer
+ * h(z + xi), xi drawn from the sample's own stream; a unit gets gradient only where h
+ * passes both z - 1 and z + 1 (h'(z) = 1), i.e. where h(z + 1) - h(z - 1) == 2. */
 static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                           uint32_t n, int32_t *gz)
 {
     uint8_t *arena = model_arena();
     int8_t *z = (int8_t *)(arena + L->output_offset);
+    int8_t *down = (int8_t *)(gz + L->output_count); /* h(z - 1) */
+    int8_t *up = down + L->output_count;              /* h(z + 1) */
+    shifted_output(m, L, n, 0, down);
+    shifted_output(m, L, n, 1, up);
     memset(gz, 0, L->output_count * sizeof gz[0]);
-    uint32_t state = seed;
+    uint32_t state = zo_sample_seed(seed, n);
     for (uint32_t q = 0; q < m->queries; ++q) {
         restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-        run_layers(L->op, L->op);
         uint32_t replay = state;
         for (uint32_t k = 0; k < L->output_count; ++k) {
-            z[k] = sat_s8(z[k] + zo_rademacher(&state));
+            z[k] = zo_rademacher(&state) > 0 ? up[k] : down[k];
         }
         run_layers(L->op + 1, m->logits_op);
-        const int32_t delta = loss_q16(m, m->labels[n]) - m->clean_q16[n];
+        const int32_t delta = loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
         for (uint32_t k = 0; k < L->output_count; ++k) {
-            gz[k] += zo_rademacher(&replay) * delta;
+            const int32_t xi = zo_rademacher(&replay);
+            if (up[k] - down[k] == 2) {
+                gz[k] += xi * delta;
+            }
         }
     }
 }
@@ -268,8 +302,8 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
                         float coef)
 {
     uint8_t *arena = model_arena();
-    int32_t *gz = m->gradient;
-    int32_t *acc = m->gradient + L->output_count; /* N > 1: weights then biases */
+    int32_t *gz = m->gradient; /* then h(z - 1), h(z + 1): d_a bytes each */
+    int32_t *acc = m->gradient + L->output_count + (2u * L->output_count + 3u) / 4u; /* N > 1 */
     const int has_next = L->next_op != L->op;
     if (m->batch == 1) {
         node_gradient(m, L, seed, 0, gz);

@@ -12,7 +12,7 @@
 #include "zo_kernels.h"
 
 #define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
-#define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's output, rerun from layer i + 1 */
+#define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's pre-activation, rerun from i + 1 */
 
 #define ZO_TRAIN_CONV 0
 #define ZO_TRAIN_DEPTHWISE 1
@@ -60,8 +60,11 @@ typedef struct {
     uint32_t restart_count;
     const zo_train_span *next_restart;    /* what a forward from next_op needs */
     uint32_t next_restart_count;
-    const zo_conv_params *conv; /* geometry for the NP outer product (CONV / DEPTHWISE) */
-    const zo_fc_params *fc;     /* (FC) */
+    /* NP: the layer's kernel parameters with the output zero point moved by -1 / +1, so
+     * the kernel writes h(z - 1) / h(z + 1), z the pre-activation and h the fused
+     * activation's clamp (docs/training.md); their geometry serves the outer product. */
+    const zo_conv_params *conv_down, *conv_up; /* CONV / DEPTHWISE */
+    const zo_fc_params *fc_down, *fc_up;       /* FC */
 } zo_train_layer;
 
 /* Reads training sample `index` into the model input (arena) and its label. */
@@ -85,6 +88,7 @@ typedef struct {
     float lr;
     int cosine;
     float inv_nq; /* 1 / (N Q) */
+    int32_t diff_limit; /* |loss difference| clamp, Q16: (2^31 - 1) / (N Q) */
     int32_t logits_op;
     uint32_t logits_offset;
     int32_t classes;

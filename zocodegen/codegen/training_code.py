@@ -49,7 +49,13 @@ class TrainLayerCode:
     input_saved_offset: int
     restart: tuple[Span, ...]
     geometry_type: str  # zo_conv_params / zo_fc_params
-    geometry: tuple[tuple[str, str], ...]
+    geometry: tuple[tuple[str, str], ...]  # the layer's kernel parameters
+
+    def shifted(self, delta: int) -> tuple[tuple[str, str], ...]:
+        """The kernel parameters with the output zero point moved by delta (NP: the kernel
+        then writes h(z + delta))."""
+        return tuple((k, str(int(v) + delta) if k == "output_offset" else v)
+                     for k, v in self.geometry)
 
     @property
     def parameter_bytes(self) -> int:
@@ -72,6 +78,7 @@ class TrainingCode:
     lr: str
     cosine: bool
     inv_nq: str
+    diff_limit: int
     logits_op: int
     logits_offset: int
     classes: int
@@ -148,7 +155,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             if layer.mode == "WP":
                 words = layer.weight_count + (layer.weight_count + 3) // 4
             else:
-                words = layer.output_count + (layer.d_w if cfg.batch > 1 else 0)
+                words = (layer.output_count + (2 * layer.output_count + 3) // 4
+                         + (layer.d_w if cfg.batch > 1 else 0))
             grad_words = max(grad_words, words)
             call = code.layers[layer.op_index].calls[0]
             symbol = call.args[1].rsplit("_weights", 1)[0]
@@ -176,6 +184,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     return TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed, cfg.trial_samples,
                         _align(stride), grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
-                        cfg.schedule == "cosine", c_float(plan.inv_nq), plan.logits_op,
+                        cfg.schedule == "cosine", c_float(plan.inv_nq), plan.diff_limit,
+                        plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
                         arena.offsets[graph.inputs[0]], x.nbytes)

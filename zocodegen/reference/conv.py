@@ -39,12 +39,14 @@ def requant_params(graph: Graph, op: Op) -> RequantParams:
     lo, hi = output_range(graph, op)
     return RequantParams(mult, shift, -x_q.scalar_zero_point, y_q.scalar_zero_point, lo, hi)
 
-def requantize(acc: np.ndarray, p: RequantParams, single_rounding: bool = False) -> np.ndarray:
-    """int32 accumulators (channel last) -> int8 outputs."""
+def pre_activation(acc: np.ndarray, p: RequantParams, single_rounding: bool = False
+                   ) -> np.ndarray:
+    """z = MBQM(acc) + y_zp (int64): the requantized value before the fused activation's
+    clamp. Node perturbation perturbs this z (paper Eq. 9, h(z + xi))."""
     multiply = (multiply_by_quantized_multiplier_single_round if single_rounding
                 else multiply_by_quantized_multiplier)
-    scaled = multiply(acc, p.multiplier, p.shift)
-    return clamp_to_int8(scaled + p.output_offset, p.act_min, p.act_max)
+    return multiply(acc, p.multiplier, p.shift) + p.output_offset
+
 
 def tap_windows(x: np.ndarray, op: Op, kh: int, kw: int, out_h: int, out_w: int):
     """Yield ``(i, j, patch)`` for each filter tap: ``patch[n, oh, ow, c]`` is the (offset)
@@ -92,9 +94,15 @@ def with_bias(acc: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     return acc + b
 
 
-def conv_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
+def conv_2d_pre_activation(op: Op, graph: Graph, args: list) -> np.ndarray:
+    """CONV_2D / DEPTHWISE_CONV_2D up to z (before the activation clamp), int64."""
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
     p = requant_params(graph, op)
     out_shape = graph.tensor(op.outputs[0]).shape
-    return [requantize(conv_accumulators(op, x, w, bias, p.input_offset, out_shape), p)]
+    return pre_activation(conv_accumulators(op, x, w, bias, p.input_offset, out_shape), p)
+
+
+def conv_2d(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
+    lo, hi = output_range(graph, op)
+    return [clamp_to_int8(conv_2d_pre_activation(op, graph, args), lo, hi)]

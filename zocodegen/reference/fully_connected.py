@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Op
-from .conv import requant_params, requantize, with_bias
+from .common import clamp_to_int8, output_range
+from .conv import pre_activation, requant_params, with_bias
 
 
 def fc_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
@@ -22,8 +23,14 @@ def fc_accumulators(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     return with_bias((rows @ w.astype(np.float64).T).astype(np.int64), bias)
 
 
-def fully_connected(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
+def fully_connected_pre_activation(op: Op, graph: Graph, args: list) -> np.ndarray:
+    """FULLY_CONNECTED up to z (before the activation clamp), int64."""
     x, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
     p = requant_params(graph, op)
-    return [requantize(fc_accumulators(x, w, bias, p.input_offset), p, single_rounding=True)]
+    return pre_activation(fc_accumulators(x, w, bias, p.input_offset), p, single_rounding=True)
+
+
+def fully_connected(op: Op, graph: Graph, args: list) -> list[np.ndarray]:
+    lo, hi = output_range(graph, op)
+    return [clamp_to_int8(fully_connected_pre_activation(op, graph, args), lo, hi)]

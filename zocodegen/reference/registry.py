@@ -35,3 +35,11 @@ KERNELS: dict[str, Kernel] = {
     "QUANTIZE": quantize.quantize,
     "DEQUANTIZE": quantize.dequantize,
 }
+
+#: The trainable ops up to their pre-activation z (int64, before the fused activation's
+#: clamp): what node perturbation perturbs (docs/training.md).
+PRE_ACTIVATION: dict[str, Callable[[Op, Graph, list], np.ndarray]] = {
+    "CONV_2D": conv.conv_2d_pre_activation,
+    "DEPTHWISE_CONV_2D": conv.conv_2d_pre_activation,
+    "FULLY_CONNECTED": fully_connected.fully_connected_pre_activation,
+}

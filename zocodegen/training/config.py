@@ -9,8 +9,10 @@ from ..errors import UserError
 ESTIMATORS = ("adaptive", "wp", "np", "mezo")
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
-#: N*Q above this could let the int32 sum of Q16 loss differences overflow (docs/training.md).
-MAX_SAMPLES_TIMES_QUERIES = 1023
+#: Loss differences are clamped to +-(2^31 - 1) // (N Q) so that the int32 gradient sums
+#: cannot overflow (docs/training.md); above this N*Q the clamp (0.5 nats) would start to cut
+#: ordinary differences.
+MAX_SAMPLES_TIMES_QUERIES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,8 @@ class TrainConfig:
     schedule: str = "cosine"
     seed: int = 1
     estimator: str = "adaptive"
-    scaling: bool = True
+    gnorm_scaling: bool = True  # g_i = NQ / (NQ + d - 1), paper Eq. 8
+    quant_scaling: bool = True  # 1 / s_c^2 (and NP's chain factor), paper Eq. 8
     layers: tuple[int, ...] = ()
     mode: str = "full"
     blocks: int = 4
@@ -46,10 +49,11 @@ class TrainConfig:
             raise UserError(f"training mode must be one of {', '.join(MODES)}")
         if not self.lr > 0:
             raise UserError(f"--lr must be positive (got {self.lr})")
-        if self.estimator != "mezo" and self.batch * self.queries > MAX_SAMPLES_TIMES_QUERIES:
+        if self.batch * self.queries > MAX_SAMPLES_TIMES_QUERIES:
             raise UserError(f"--batch x --queries = {self.batch * self.queries} exceeds "
-                            f"{MAX_SAMPLES_TIMES_QUERIES}, where the int32 gradient sums could "
-                            "overflow; lower one of them")
+                            f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
+                            "that keeps the int32 gradient sums exact would cut ordinary "
+                            "differences; lower one of them")
         if self.seed < 0 or self.seed > 0xFFFFFFFF:
             raise UserError("--seed must fit in 32 bits")
         if self.mode == "sparse":
@@ -59,6 +63,11 @@ class TrainConfig:
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
             if self.trial_samples < 1:
                 raise UserError("--trial-samples must be at least 1")
+
+    @property
+    def scaling(self) -> bool:
+        """Both learning-rate scalings on (the paper's method)."""
+        return self.gnorm_scaling and self.quant_scaling
 
     @property
     def selects_block(self) -> bool:

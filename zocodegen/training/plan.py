@@ -71,8 +71,17 @@ class TrainingPlan:
     logits_op: int  # partial forwards stop after this op
     loss_params: LogSoftmaxParams
     num_classes: int
-    inv_nq: np.float32  # 1 / (N * Q) of the estimator in use
-    queries_per_step: int  # forward evaluations per layer (WP/NP) or per step (MeZO)
+    inv_nq: np.float32  # 1 / (N Q) (layer-wise) or 1 / (2 N Q) (MeZO's two-point estimate)
+    queries_per_step: int  # queries per layer (WP/NP) or per step (MeZO: two forwards each)
+    diff_limit: int  # |loss difference| clamp, Q16: (2^31 - 1) // (N Q), int32-exact sums
+
+    @property
+    def forwards_per_step(self) -> int:
+        """Query forwards (partial or full) per step: the budget methods are compared at."""
+        n = self.config.batch
+        if self.config.estimator == "mezo":
+            return 2 * self.queries_per_step * n
+        return self.queries_per_step * len(self.layers) * n
 
     @property
     def parameter_bytes(self) -> int:
@@ -80,12 +89,13 @@ class TrainingPlan:
 
     def gradient_bytes(self) -> int:
         """The one gradient region (docs/training.md): per layer, WP holds an int32 gradient
-        and a backup copy of the weights; NP an int32 node gradient of d_a (plus an
-        int32 weight-gradient accumulator when N > 1)."""
+        and a backup copy of the weights; NP an int32 node gradient of d_a and the int8
+        h(z - 1), h(z + 1) (plus an int32 weight-gradient accumulator when N > 1)."""
         def need(layer: TrainableLayer) -> int:
             if layer.mode == "WP":
                 return 5 * layer.weight_count
-            return 4 * layer.output_count + (4 * layer.d_w if self.config.batch > 1 else 0)
+            return (6 * layer.output_count
+                    + (4 * layer.d_w if self.config.batch > 1 else 0))
         return max(need(layer) for layer in self.layers)
 
 
@@ -246,7 +256,9 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     logits, logits_op = loss_head(graph)
     all_ops = trainable_ops(graph)
     n = config.batch
-    q = config.queries * (len(chosen) if config.estimator == "mezo" else 1)
+    # MeZO (two-point SPSA): Q L / 2 queries of two full forwards each = the Q L forwards a
+    # layer-wise step spends
+    q = max(1, config.queries * len(chosen) // 2) if config.estimator == "mezo" else config.queries
     total_d = 0
     drafts = []
     for i in chosen:
@@ -268,11 +280,10 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     layers = []
     for i, k, op, bias, w_count, b_count, d_a, channels, inner, mode in drafts:
         d = total_d if config.estimator == "mezo" else (w_count if mode == "WP" else d_a)
-        if config.scaling:
-            gscale = np.float32(n * q / (n * q + d - 1))
+        gscale = np.float32(n * q / (n * q + d - 1) if config.gnorm_scaling else 1.0)
+        if config.quant_scaling:
             w_s2, b_s2 = _inv_s2(graph, op, mode, channels)
         else:
-            gscale = np.float32(1.0)
             w_s2 = b_s2 = np.ones(channels, dtype=np.float32)
         layers.append(TrainableLayer(
             i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
@@ -281,4 +292,5 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     classes = graph.tensor(logits).shape[-1]
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
-                        np.float32(1.0 / (n * q)), q)
+                        np.float32(1.0 / ((2 if config.estimator == "mezo" else 1) * n * q)), q,
+                        ((1 << 31) - 1) // (n * q))

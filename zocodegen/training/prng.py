@@ -4,7 +4,8 @@
   stream seeded with ``S`` is the state after k steps (the seed itself is never a draw).
 * Rademacher from the least significant bit of each draw: 1 -> -1, 0 -> +1.
 * ``step_seed(base, t, i)``: the seed of step t, trainable layer i (murmur3's 32-bit
-  finaliser over a mix of the three; never 0, which would make XORShift32 stick at 0).
+  finaliser over a mix of the three; never 0, which would make XORShift32 stick at 0);
+  ``sample_seed(S, n)``: sample n's own stream for node perturbation.
 
 XORShift32 is linear over GF(2), so the n-th state is a 32x32 bit matrix power applied to the
 seed: streams of millions of draws are produced by doubling blocks with numpy instead of a
@@ -41,6 +42,15 @@ def step_seed(base_seed: int, step: int, layer: int) -> int:
     """S(t, i) = fmix32(base ^ t * 0x9E3779B1 ^ (i + 1) * 0x85EBCA77), 0 replaced."""
     h = fmix32((base_seed ^ (step * 0x9E3779B1) ^ ((layer + 1) * 0x85EBCA77)) & MASK32)
     return h or ZERO_SEED_REPLACEMENT
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The stream of sample n inside a step's layer stream S (node perturbation draws
+    independent xi_{q,n} per sample, Alg. 1): S itself for n = 0, else
+    fmix32(S ^ n * 0x27D4EB2F), 0 replaced."""
+    if sample == 0:
+        return seed
+    return fmix32((seed ^ (sample * 0x27D4EB2F)) & MASK32) or ZERO_SEED_REPLACEMENT
 
 
 def _apply(columns: np.ndarray, states: np.ndarray) -> np.ndarray:

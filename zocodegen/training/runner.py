@@ -131,8 +131,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                 f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
                 f"eta={config.lr}")
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
-    per_step = (plan.queries_per_step if config.estimator == "mezo"
-                else config.queries * len(plan.layers)) * config.batch
+    per_step = plan.forwards_per_step
     return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
                       float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
                       per_step * (config.steps - first))

@@ -18,11 +18,12 @@ from ..errors import DataError
 from ..ir import Graph
 from ..numerics import rounding_divide_by_pot
 from ..reference.conv import tap_windows
-from ..reference.registry import KERNELS
+from ..reference.common import output_range
+from ..reference.registry import KERNELS, PRE_ACTIVATION
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
 from .plan import TrainableLayer, TrainingPlan
-from .prng import rademacher, step_seed
+from .prng import rademacher, sample_seed, step_seed
 from .update import (apply_biases, apply_weights, learning_rate, step_coefficient,
                      update_deltas)
 
@@ -60,6 +61,12 @@ def losses_q16(plan: TrainingPlan, logits: np.ndarray, labels: np.ndarray) -> np
     return rounding_divide_by_pot(cross_entropy_q26(rows, labels, plan.loss_params), 10)
 
 
+def loss_differences(plan: TrainingPlan, losses: np.ndarray, clean: np.ndarray) -> np.ndarray:
+    """Delta l = l_q - l (Q16) clamped to +-plan.diff_limit: N Q terms of the gradient sums
+    then fit int32 exactly, whatever N and Q are (docs/training.md)."""
+    return np.clip(losses - clean, -plan.diff_limit, plan.diff_limit)
+
+
 def _tile(value: np.ndarray, copies: int) -> np.ndarray:
     return np.tile(value, (copies,) + (1,) * (value.ndim - 1))
 
@@ -81,7 +88,8 @@ def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params
     start.update(params)
     start.update(_perturbed_params(layer, params, xi, n))
     out = forward(graph, start, layer.op_index, plan.logits_op)
-    diffs = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean
+    losses = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
+    diffs = loss_differences(plan, losses, clean)
     return diffs.sum(axis=1) @ xi.astype(np.int64), None  # g_j = sum_q D_q xi_qj
 
 
@@ -118,20 +126,35 @@ def _accumulate_int32(per_sample: np.ndarray) -> np.ndarray:
     return acc
 
 
+def pre_activation(graph: Graph, layer: TrainableLayer, env: dict) -> np.ndarray:
+    """z of the clean forward (``env`` holds its activations and the step's parameters): the
+    layer's requantized output before the fused activation's clamp (int64, output shape)."""
+    op = layer.op
+    args = [None if not name else env[name] if name in env else graph.tensor(name).data
+            for name in op.inputs]
+    return PRE_ACTIVATION[op.type](op, graph, args).reshape(env[layer.output].shape)
+
+
 def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
                  env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
+    """Node perturbation as the paper writes it (Eq. 9/10): the next layer sees h(z + xi)
+    with z the pre-activation and h the fused activation's clamp; the node gradient of a
+    unit is kept only where h passes both z - 1 and z + 1 (h'(z) = 1), so units the
+    activation cuts off get none. Each sample draws its own xi (Alg. 1's xi_{q,n})."""
     q, n = plan.config.queries, len(labels)
-    xi = rademacher(seed, q * layer.output_count).reshape(q, layer.output_count)
-    z = env[layer.output].reshape(n, -1).astype(np.int16)
-    zq = np.clip(z[None] + xi[:, None, :], -128, 127).astype(np.int8)
-    restart = layer.op_index + 1
+    lo, hi = output_range(graph, layer.op)
+    z = pre_activation(graph, layer, env).reshape(n, -1)
+    xi = np.stack([rademacher(sample_seed(seed, k), q * layer.output_count)
+                   .reshape(q, layer.output_count) for k in range(n)], axis=1)  # q, n, d_a
+    zq = np.clip(z[None] + xi, lo, hi).astype(np.int8)
     start = {name: _tile(env[name], q) for name in layer.node_crossing
              if name != layer.output}
     start[layer.output] = zq.reshape((q * n,) + env[layer.output].shape[1:])
     start.update(params)
-    out = forward(graph, start, restart, plan.logits_op)
-    diffs = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean
-    gz = np.einsum("qn,qd->nd", diffs, xi.astype(np.int64))  # per sample node gradient
+    out = forward(graph, start, layer.op_index + 1, plan.logits_op)
+    losses = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
+    diffs = loss_differences(plan, losses, clean)
+    gz = np.einsum("qn,qnd->nd", diffs, xi.astype(np.int64)) * ((z > lo) & (z < hi))
     gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
     return _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
 
@@ -149,20 +172,25 @@ def _update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
 
 
 def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
-               labels: np.ndarray, clean: np.ndarray, t: int, eta_t: np.float32) -> None:
-    """Model-wise weight perturbation (MeZO-style baseline): one stream S(t, 0) over all
-    trainable parameters, layer after layer, plan.queries_per_step full forwards."""
+               labels: np.ndarray, t: int, eta_t: np.float32) -> None:
+    """MeZO as MeZO is (two-point SPSA, model-wise): one stream S(t, 0) over all trainable
+    weights; per query the loss at theta + xi and at theta - xi (int8 saturation), two full
+    forwards; g = sum_q (l+ - l-) xi, divided by 2 N Q through plan.inv_nq."""
     q, n = plan.queries_per_step, len(labels)
     total = sum(layer.weight_count for layer in plan.layers)
     xi = rademacher(step_seed(plan.config.seed, t, 0), q * total).reshape(q, total)
-    env = {graph.inputs[0]: _tile(xs, q)}
-    env.update(params)
-    pos = 0
-    for layer in plan.layers:
-        env.update(_perturbed_params(layer, params, xi[:, pos:pos + layer.weight_count], n))
-        pos += layer.weight_count
-    out = forward(graph, env, 0, plan.logits_op)
-    d = (losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n) - clean).sum(axis=1)
+    losses = []
+    for sign in (1, -1):
+        env = {graph.inputs[0]: _tile(xs, q)}
+        env.update(params)
+        pos = 0
+        for layer in plan.layers:
+            env.update(_perturbed_params(layer, params, sign * xi[:, pos:pos + layer.weight_count],
+                                         n))
+            pos += layer.weight_count
+        out = forward(graph, env, 0, plan.logits_op)
+        losses.append(losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n))
+    d = loss_differences(plan, losses[0], losses[1]).sum(axis=1)
     grad = d @ xi.astype(np.int64)
     pos = 0
     for layer in plan.layers:
@@ -182,7 +210,7 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     env = forward(graph, env, 0, plan.logits_op)
     clean = losses_q16(plan, env[plan.logits], labels)
     if cfg.estimator == "mezo":
-        _mezo_step(graph, plan, params, xs, labels, clean, t, eta_t)
+        _mezo_step(graph, plan, params, xs, labels, t, eta_t)
     else:
         for layer in plan.layers:
             seed = step_seed(cfg.seed, t, layer.index)
