@@ -11,7 +11,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 SHARED_MODELS = REPO.parent / "shared" / "models"
 SHARED_TFLITE = ("kws_ref_model.tflite", "pretrainedResnet_quant.tflite")
 FIXTURE_TFLITE = ("mcunet_tiny.tflite", "mcunet_in1.tflite", "multi_op.tflite", "edge_ops.tflite",
-                  "digits_cnn.tflite")
+                  "digits_cnn.tflite", "digits_resnet.tflite")
 FIXTURE_ONNX = ("onnx_qdq_int8.onnx", "onnx_qdq_uint8.onnx", "onnx_qop_uint8.onnx")
 
 

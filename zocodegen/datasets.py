@@ -14,12 +14,19 @@ without a download:
   accuracy and that a model can still learn: every image is rotated by 15..25 degrees in a
   random direction and gets Gaussian sensor noise.
 
+The grid experiment "in the paper's shape" (docs/experiment.md, ``benchmarks/experiment.py``)
+asks the same question over several kinds of shift, as CIFAR-10-C does for CIFAR-10: four
+corruption **families** (:data:`FAMILIES`: sensor noise, blur, fog, JPEG-like compression) at
+two **severities** each (:func:`corrupt_family`), applied to the same adapt and test splits
+(:func:`load_family_split`, :func:`family_npz`).
+
 Everything here is pure numpy (scikit-learn only loads the images), deterministic given the
 seed, and independent of TensorFlow, so the fixture generator (TF venv), the test-suite and
 the training experiments see the same arrays.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,11 @@ SPLIT_FRACTIONS = (0.5, 0.3)
 MIN_ANGLE = 15.0
 MAX_ANGLE = 25.0
 NOISE_STD = 2.0
+# Severity parameters of the corruption families (see FAMILY_PARAMS).
+NOISE_SEV1, NOISE_SEV2 = 4.0, 6.0
+BLUR_SEV1, BLUR_SEV2 = 0.8, 1.0
+FOG_SEV1, FOG_SEV2 = 0.25, 0.35
+JPEG_SEV1, JPEG_SEV2 = 3.0, 4.0
 
 # Independent random streams derived from the one user seed (numpy SeedSequence entropy).
 _SPLIT_STREAM, _ADAPT_STREAM, _TEST_STREAM = 1, 2, 3
@@ -122,6 +134,141 @@ def corrupt(images: np.ndarray, seed: int, *, min_angle: float = MIN_ANGLE,
     return np.clip(noisy, 0.0, PIXEL_MAX).astype(np.float32)
 
 
+#: The corruption families of the grid experiment, CIFAR-10-C's four groups on 8x8 digits.
+FAMILIES = ("noise", "blur", "fog", "digital")
+#: Severities of every family (1: moderate, 2: strong).
+SEVERITIES = (1, 2)
+#: Per family, the parameter of each severity: noise: Gaussian std in pixel values (images
+#: are 0..16); blur: Gaussian kernel std in pixels; fog: the haze's share of the blend
+#: (contrast falls to ``1 - share``); digital: JPEG-like DCT quantisation step (pixel values).
+#: Chosen so that both pre-trained int8 digits models (~97 % clean test accuracy) drop to
+#: roughly 75-88 % (severity 1) and 57-70 % (severity 2) on the test split: a shift worth
+#: adapting to, far from chance (10 %). tests/fixtures/README.md ("ceilings") lists them.
+FAMILY_PARAMS: dict[str, tuple[float, float]] = {
+    "noise": (NOISE_SEV1, NOISE_SEV2),
+    "blur": (BLUR_SEV1, BLUR_SEV2),
+    "fog": (FOG_SEV1, FOG_SEV2),
+    "digital": (JPEG_SEV1, JPEG_SEV2),
+}
+
+
+def gaussian_noise(images: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Sensor noise: i.i.d. Gaussian of ``std`` (pixel units) on every pixel, background
+    included, clipped to 0..16."""
+    noisy = images + rng.normal(0.0, std, size=images.shape)
+    return np.clip(noisy, 0.0, PIXEL_MAX).astype(np.float32)
+
+
+def gaussian_blur(images: np.ndarray, std: float) -> np.ndarray:
+    """Out-of-focus optics: separable Gaussian blur of ``std`` pixels (kernel radius
+    ``ceil(2 std)``), zero outside the image like the dark border of the digits."""
+    radius = int(np.ceil(2.0 * std))
+    taps = np.exp(-0.5 * (np.arange(-radius, radius + 1) / std) ** 2)
+    taps /= taps.sum()
+    n, h, w = images.shape
+    padded = np.pad(images.astype(np.float64), ((0, 0), (radius, radius), (radius, radius)))
+    rows = sum(t * padded[:, k:k + h, :] for k, t in enumerate(taps))
+    out = sum(t * rows[:, :, k:k + w] for k, t in enumerate(taps))
+    return out.astype(np.float32)
+
+
+def smooth_field(n: int, h: int, w: int, rng: np.random.Generator, grid: int = 3) -> np.ndarray:
+    """Per image a smooth random field in [0, 1]: uniform noise on a ``grid`` x ``grid``
+    lattice, bilinearly interpolated to (h, w) and stretched to the full range, i.e. the
+    low-frequency patches of haze that CIFAR-10-C's fog draws with a plasma fractal."""
+    coarse = rng.random((n, grid, grid))
+    ys = np.linspace(0.0, grid - 1.0, h)
+    xs = np.linspace(0.0, grid - 1.0, w)
+    y0 = np.minimum(np.floor(ys).astype(np.int64), grid - 2)
+    x0 = np.minimum(np.floor(xs).astype(np.int64), grid - 2)
+    fy = (ys - y0)[None, :, None]
+    fx = (xs - x0)[None, None, :]
+    top = coarse[:, y0][:, :, x0] * (1 - fx) + coarse[:, y0][:, :, x0 + 1] * fx
+    bottom = coarse[:, y0 + 1][:, :, x0] * (1 - fx) + coarse[:, y0 + 1][:, :, x0 + 1] * fx
+    field = top * (1 - fy) + bottom * fy
+    lo = field.min(axis=(1, 2), keepdims=True)
+    hi = field.max(axis=(1, 2), keepdims=True)
+    return (field - lo) / np.maximum(hi - lo, 1e-12)
+
+
+def fog(images: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
+    """Fog / low contrast: the image keeps ``1 - share`` of its contrast and is blended with a
+    bright, patchy haze (:func:`smooth_field`, between half and full white)."""
+    n, h, w = images.shape
+    haze = PIXEL_MAX * (0.5 + 0.5 * smooth_field(n, h, w, rng))
+    out = (1.0 - share) * images + share * haze
+    return np.clip(out, 0.0, PIXEL_MAX).astype(np.float32)
+
+
+def dct_matrix(n: int) -> np.ndarray:
+    """The orthonormal DCT-II matrix D (n x n): coefficients of a block X are D X D^T."""
+    k = np.arange(n).reshape(-1, 1)
+    i = np.arange(n).reshape(1, -1)
+    d = np.cos(np.pi * (2 * i + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    d[0] /= np.sqrt(2.0)
+    return d
+
+
+def jpeg_like(images: np.ndarray, step: float) -> np.ndarray:
+    """Digital compression: each 8x8 image is one JPEG block; its DCT coefficients are
+    rounded to multiples of ``step * (1 + u + v)`` (coarser for higher frequencies, the
+    shape of JPEG's quantisation tables) and transformed back, which leaves JPEG's ringing
+    and blocky gradients. Deterministic (no randomness)."""
+    n, h, w = images.shape
+    dh, dw = dct_matrix(h), dct_matrix(w)
+    q = step * (1.0 + np.arange(h).reshape(-1, 1) + np.arange(w).reshape(1, -1))
+    coeffs = dh @ images.astype(np.float64) @ dw.T
+    rounded = np.round(coeffs / q) * q
+    out = dh.T @ rounded @ dw
+    return np.clip(out, 0.0, PIXEL_MAX).astype(np.float32)
+
+
+def family_param(family: str, severity: int) -> float:
+    """The parameter of ``family`` at ``severity`` (:data:`FAMILY_PARAMS`); ValueError naming
+    the valid choices otherwise."""
+    if family not in FAMILY_PARAMS:
+        raise ValueError(f"unknown corruption family {family!r}; choose from {FAMILIES}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
+    return FAMILY_PARAMS[family][severity - 1]
+
+
+def corrupt_family(images: np.ndarray, family: str, severity: int, seed: int) -> np.ndarray:
+    """``images`` (N, 8, 8), pixel values 0..16, under one corruption ``family`` of
+    :data:`FAMILIES` at ``severity`` 1 or 2 (:data:`FAMILY_PARAMS`).
+
+    Deterministic given ``seed`` (the families without randomness ignore it); returns float32
+    (N, 8, 8) clipped to 0..16.
+    """
+    param = family_param(family, severity)
+    images = np.asarray(images, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    if family == "noise":
+        return gaussian_noise(images, param, rng)
+    if family == "blur":
+        return gaussian_blur(images, param)
+    if family == "fog":
+        return fog(images, param, rng)
+    return jpeg_like(images, param)
+
+
+def _split(seed: int, shift: Callable[[np.ndarray, int], np.ndarray]) -> dict[str, np.ndarray]:
+    """The seeded stratified split with ``shift(images, stream_seed)`` applied to the adapt
+    and the test images, each with its own random stream (so the held-out corruption is not
+    the one the device trained on); keys as in :func:`load_digits_split`."""
+    images, labels = _load_raw()
+    ss = np.random.SeedSequence([seed, _SPLIT_STREAM])
+    pre, ada, tst = stratified_split(labels, SPLIT_FRACTIONS, np.random.default_rng(ss))
+    adapt_seed = int(np.random.SeedSequence([seed, _ADAPT_STREAM]).generate_state(1)[0])
+    test_seed = int(np.random.SeedSequence([seed, _TEST_STREAM]).generate_state(1)[0])
+    return {
+        "x_pretrain": images[pre], "y_pretrain": labels[pre],
+        "x_adapt": shift(images[ada], adapt_seed), "y_adapt": labels[ada],
+        "x_test": shift(images[tst], test_seed), "y_test": labels[tst],
+        "x_clean_test": images[tst], "y_clean_test": labels[tst].copy(),
+    }
+
+
 def load_digits_split(seed: int = 0) -> dict[str, np.ndarray]:
     """The experiment's data, fixed by ``seed``.
 
@@ -136,17 +283,15 @@ def load_digits_split(seed: int = 0) -> dict[str, np.ndarray]:
     The adapt and test splits are corrupted with independent random streams, so the held-out
     rotations and noise are not those the device trained on.
     """
-    images, labels = _load_raw()
-    ss = np.random.SeedSequence([seed, _SPLIT_STREAM])
-    pre, ada, tst = stratified_split(labels, SPLIT_FRACTIONS, np.random.default_rng(ss))
-    adapt_seed = int(np.random.SeedSequence([seed, _ADAPT_STREAM]).generate_state(1)[0])
-    test_seed = int(np.random.SeedSequence([seed, _TEST_STREAM]).generate_state(1)[0])
-    return {
-        "x_pretrain": images[pre], "y_pretrain": labels[pre],
-        "x_adapt": corrupt(images[ada], adapt_seed), "y_adapt": labels[ada],
-        "x_test": corrupt(images[tst], test_seed), "y_test": labels[tst],
-        "x_clean_test": images[tst], "y_clean_test": labels[tst].copy(),
-    }
+    return _split(seed, corrupt)
+
+
+def load_family_split(family: str, severity: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The split of :func:`load_digits_split` (same images in every part), with the adapt and
+    test images under :func:`corrupt_family` instead of the rotation + noise shift: one cell
+    of the grid experiment."""
+    family_param(family, severity)  # refuse a bad cell before loading anything
+    return _split(seed, lambda images, s: corrupt_family(images, family, severity, s))
 
 
 def to_unit(images: np.ndarray) -> np.ndarray:
@@ -178,17 +323,10 @@ def _scale_zero_point(quant: Any) -> tuple[float, int]:
     return float(np.asarray(scale).reshape(-1)[0]), int(np.asarray(zero_point).reshape(-1)[0])
 
 
-def digits_npz(path: str | Path, model_input_quant: Any, seed: int = 0) -> dict[str, np.ndarray]:
-    """Write the experiment's ``DATA.npz`` (DESIGN.md section 8) and return its arrays.
-
-    ``x``/``y``: the corrupted adapt split (what the device trains on), ``x_test``/``y_test``:
-    the corrupted test split (accuracy is reported on it), ``x_clean_test``/``y_clean_test``:
-    the clean test split (to show how much of the clean accuracy training recovers). Images
-    are int8 (N, 8, 8, 1) in the model's input quantization ``model_input_quant`` (an IR
-    ``Quantization`` or a ``(scale, zero_point)`` pair); labels are int64.
-    """
+def _write_npz(path: str | Path, model_input_quant: Any,
+               split: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """DATA.npz of a split (see :func:`digits_npz`), quantized for the model's input."""
     scale, zero_point = _scale_zero_point(model_input_quant)
-    split = load_digits_split(seed)
     arrays = {
         "x": quantize_images(split["x_adapt"], scale, zero_point),
         "y": split["y_adapt"].astype(np.int64),
@@ -203,5 +341,26 @@ def digits_npz(path: str | Path, model_input_quant: Any, seed: int = 0) -> dict[
     return arrays
 
 
-__all__ = ["PIXEL_MAX", "corrupt", "digits_npz", "load_digits_split", "quantize_images",
-           "rotate", "stratified_split", "to_unit"]
+def digits_npz(path: str | Path, model_input_quant: Any, seed: int = 0) -> dict[str, np.ndarray]:
+    """Write the experiment's ``DATA.npz`` (DESIGN.md section 8) and return its arrays.
+
+    ``x``/``y``: the corrupted adapt split (what the device trains on), ``x_test``/``y_test``:
+    the corrupted test split (accuracy is reported on it), ``x_clean_test``/``y_clean_test``:
+    the clean test split (to show how much of the clean accuracy training recovers). Images
+    are int8 (N, 8, 8, 1) in the model's input quantization ``model_input_quant`` (an IR
+    ``Quantization`` or a ``(scale, zero_point)`` pair); labels are int64.
+    """
+    return _write_npz(path, model_input_quant, load_digits_split(seed))
+
+
+def family_npz(path: str | Path, model_input_quant: Any, family: str, severity: int,
+               seed: int = 0) -> dict[str, np.ndarray]:
+    """:func:`digits_npz` for one grid cell: the adapt and test splits under corruption
+    ``family`` at ``severity`` (:func:`load_family_split`); same keys, dtypes and shapes."""
+    return _write_npz(path, model_input_quant, load_family_split(family, severity, seed))
+
+
+__all__ = ["FAMILIES", "FAMILY_PARAMS", "PIXEL_MAX", "SEVERITIES", "corrupt", "corrupt_family",
+           "dct_matrix", "digits_npz", "family_npz", "family_param", "fog", "gaussian_blur",
+           "gaussian_noise", "jpeg_like", "load_digits_split", "load_family_split",
+           "quantize_images", "rotate", "smooth_field", "stratified_split", "to_unit"]

@@ -1,0 +1,151 @@
+"""The grid experiment's driver (``benchmarks/experiment.py``) without running the grid.
+
+The one-hour grid is only worth running if its bookkeeping is right: which runs it makes,
+how it spells the CLI, when a cached run counts as finished, how results are read from the
+engine's run.json / metrics.csv, and what ends up in docs/experiment.md. Fake run folders
+check all of that; one real two-step CLI run checks the command line against the engine.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("sklearn", reason="the digits data comes from scikit-learn's bundled copy "
+                                      "(pip install scikit-learn)")
+
+
+@pytest.fixture(scope="module")
+def ex():
+    spec = importlib.util.spec_from_file_location("experiment", REPO / "benchmarks" /
+                                                  "experiment.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["experiment"] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["experiment"]
+
+
+METRICS = ("step,loss,lr,accuracy,val_accuracy,event\n"
+           "0,nan,0,0.500000,,\n"
+           "10,1.0,0.01,0.600000,0.550000,best\n"
+           "20,1.2,0.01,,0.400000,rollback\n"
+           "30,0.9,0.005,0.700000,,\n"
+           "31,0.8,0.005,,,restore\n")
+
+
+def fake_run(directory: Path, before: float, after: float | None, engine_after: bool = True,
+             seconds: float | None = None) -> None:
+    """A run folder as the engine leaves it (``engine_after``: run.json has accuracy_after;
+    else only this script's result.json has it), with ``METRICS`` as its metrics.csv."""
+    directory.mkdir(parents=True, exist_ok=True)
+    info = {"accuracy_before": before}
+    if engine_after:
+        info["accuracy_after"] = after
+    (directory / "run.json").write_text(json.dumps(info))
+    (directory / "metrics.csv").write_text(METRICS)
+    if seconds is not None:
+        (directory / "result.json").write_text(json.dumps(
+            {"seconds": seconds, "accuracy_after": None if engine_after else after}))
+
+
+def test_full_grid_runs_and_commands(ex, tmp_path):
+    runs = ex.grid_runs(ex.FULL)
+    # 2 models x 8 cells x 3 seeds x {ours, MeZO} + 2 models x 2 severities x 3 seeds x 8.
+    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 2 + 2 * 2 * 3 * 8
+    assert {r.method for r in runs[:48]} == {"mezo"}  # the longest runs first
+    assert {(r.family, r.method) for r in runs if r.method == "sparse"} == {("blur", "sparse")}
+    tuned = ex.Run("digits_resnet", "blur", 2, "tuned-0.03", 3)
+    cmd = ex.command(["zocodegen"], tuned, ex.FULL, tmp_path)
+    assert cmd[:3] == ["zocodegen", "simulate", str(REPO / "tests/fixtures/digits_resnet.tflite")]
+    assert cmd[3:] == ["--data", str(tmp_path / "data" / "digits_resnet-blur-2.npz"),
+                       "-o", str(tuned.directory(tmp_path)), "--epochs", "1", "--queries",
+                       str(ex.QUERIES), "--seed", "3", "--lr", "0.03", "--no-guard"]
+    options = {m.key: m.options for m in ex.METHODS.values()}
+    assert options["ours"] == ()  # the defaults: --lr auto and the guard
+    assert options["mezo"] == ("--estimator", "mezo")
+    assert options["no-quant"] == ("--no-quant-scaling",)
+    assert options["sparse"] == ("--mode", "sparse")
+    assert ex.FULL.tag == f"epochs-1-q{ex.QUERIES}" and ex.QUICK.tag != ex.FULL.tag
+
+
+def test_results_and_cache(ex, tmp_path):
+    assert ex.read_result(tmp_path / "missing") is None
+    fake_run(tmp_path / "a", 0.5, 0.75, seconds=12.0)
+    assert ex.read_result(tmp_path / "a") == ex.Result(0.5, 0.75, 12.0)
+    # An engine without accuracy_after: unfinished until this script records completion...
+    fake_run(tmp_path / "b", 0.5, None, engine_after=False)
+    assert ex.read_result(tmp_path / "b") is None
+    # ...from the last test accuracy of metrics.csv.
+    assert ex.last_accuracy(tmp_path / "b" / "metrics.csv") == pytest.approx(0.7)
+    fake_run(tmp_path / "c", 0.5, 0.7, engine_after=False, seconds=3.0)
+    assert ex.read_result(tmp_path / "c") == ex.Result(0.5, 0.7, 3.0)
+
+
+def test_curve_and_rollbacks(ex, tmp_path):
+    fake_run(tmp_path, 0.5, 0.7)
+    c = ex.read_curve(tmp_path / "metrics.csv")
+    np.testing.assert_array_equal(c["test_steps"], [0, 10, 30])
+    np.testing.assert_allclose(c["test"], [0.5, 0.6, 0.7])
+    np.testing.assert_array_equal(c["val_steps"], [10, 20])
+    np.testing.assert_array_equal(c["rollback_steps"], [20])
+    np.testing.assert_allclose(c["rollback"], [0.4])  # drawn at the check that fell
+
+
+def test_tables_and_doc(ex, tmp_path):
+    grid = ex.Grid(("digits_cnn",), (("blur", 1), ("blur", 2)), (1, 2), "blur",
+                   ("--epochs", "1"), 20)
+    root = tmp_path / "runs"
+    scores = {("ours", 1): 0.80, ("ours", 2): 0.90, ("mezo", 1): 0.70, ("mezo", 2): 0.70,
+              ("tuned-0.003", 1): 0.85, ("tuned-0.01", 1): 0.95}
+    for severity in (1, 2):
+        for (method, seed), acc in scores.items():
+            fake_run(ex.Run("digits_cnn", "blur", severity, method, seed).directory(root),
+                     0.6, acc - 0.1 * (severity - 1), seconds=10.0)
+    results = {run: ex.read_result(run.directory(root)) for run in ex.grid_runs(grid)
+               if ex.read_result(run.directory(root))}
+    ceilings = {"digits_cnn": {"blur/1": 0.95, "blur/2": 0.93}}
+    table = ex.grid_table(grid, results, ceilings)
+    std = 100 * np.std([0.8, 0.9], ddof=1)
+    assert table[2] == f"| digits_cnn | blur | 1 | 60.0 | 85.0 ± {std:.1f} | 70.0 ± 0.0 | 95.0 |"
+    assert table[3].startswith("| digits_cnn | blur | 2 | 60.0 | 75.0 ± ")
+    assert table[4] == ("| **digits_cnn** | **mean of 2 cells** | | **60.0** | **80.0** | "
+                        "**65.0** | **94.0** |")
+    ablation = ex.ablation_table(grid, results, ceilings)
+    assert ablation[0] == "| method | digits_cnn sev. 1 | digits_cnn sev. 2 |"
+    tuned = next(line for line in ablation if line.startswith("| ours tuned"))
+    assert "95.0 (lr 0.01)" in tuned and "85.0 (lr 0.01)" in tuned
+    assert "| WP only | — | — |" in ablation  # not run: shown, not invented
+    text = ex.report(grid, results, ceilings, 60.0, 2, [str(tmp_path / "curves.png")])
+    assert "![curves](curves.png)" in text and "1.0 minutes" in text
+
+    doc = tmp_path / "experiment.md"
+    doc.write_text("# Intro\n\n<!-- experiment:start -->\nold digits\n<!-- experiment:end -->\n")
+    ex.write_doc(doc, "first")
+    ex.write_doc(doc, "second")
+    content = doc.read_text()
+    assert content.count(ex.MARK_START) == 1 and "first" not in content
+    assert "<!-- grid:start -->\nsecond\n<!-- grid:end -->" in content
+    assert content.startswith("# Intro\n\n<!-- experiment:start -->\nold digits\n")
+
+    images = ex.plot_curves(grid, root, tmp_path)
+    assert [p.name for p in images] == ["experiment_grid_digits_cnn.png"]
+    assert images[0].stat().st_size > 1000
+
+
+def test_one_real_run(ex, tmp_path):
+    """The CLI accepts the command the grid spells (two steps, one query: a few seconds)."""
+    grid = ex.Grid(("digits_cnn",), (("fog", 1),), (1,), "fog", ("--steps", "2"), 1)
+    ex.write_data(grid, tmp_path)
+    run = ex.Run("digits_cnn", "fog", 1, "tuned-0.01", 1)
+    result, error = ex.execute(ex.default_cli(), run, grid, tmp_path)
+    assert error == "" and result is not None, (run.directory(tmp_path) / "log.txt").read_text()
+    assert result.before == pytest.approx(0.8806, abs=1e-4)  # tests/fixtures/README.md
+    assert 0.0 <= result.after <= 1.0 and result.seconds > 0
+    assert ex.read_result(run.directory(tmp_path)) == result  # cached from now on
