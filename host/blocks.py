@@ -1,11 +1,12 @@
 """The block device the host serves over the link (docs/link.md, "What the host does with
 it"): the sectors of a packed image, read only, except its checkpoint area, which is the run's
-checkpoint held in memory. The user's image file is never written."""
+checkpoint held in memory. The user's image file is never written, and every record is checked
+(``verify_image``) before the first sector is served: a corrupted image is refused up front."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .image import SECTOR_BYTES, ImageLayout, read_header
+from .image import SECTOR_BYTES, ImageLayout, verify_image
 from .link import protocol as p
 from .link.server import BlockServer
 
@@ -13,7 +14,7 @@ from .link.server import BlockServer
 class ImageBlocks(BlockServer):
     def __init__(self, path: Path, checkpoint: bytes = b""):
         self.path = Path(path)
-        self.layout: ImageLayout = read_header(self.path)
+        self.layout: ImageLayout = verify_image(self.path)
         self._file = open(self.path, "rb")
         area = self.layout.checkpoint_sectors * SECTOR_BYTES
         self._area = bytearray(area)

@@ -8,7 +8,9 @@ The image is self-describing:
   count, record layout, the train/val/test split table, the checkpoint area, model hash);
 * then the records of the train, val and test splits, in that order, one record per
   ``sectors_per_record`` sectors: the input bytes (raw, little endian), then the label as an
-  int32 little endian, then zero padding to the sector boundary;
+  int32 little endian, then the record's own CRC-32 (so a reader of a single record, the
+  device reading an SD card, can tell a damaged record), then zero padding to the sector
+  boundary;
 * then the checkpoint area (zero-filled sectors the device may write).
 
 Every field sits at a fixed offset, little endian; ``docs/image.md`` has the table and the C
@@ -22,7 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 import numpy as np
 
@@ -30,9 +32,11 @@ from zocodegen.errors import DataError, UserError
 
 SECTOR_BYTES = 512
 MAGIC = b"ZOIMG01\0"
-FORMAT_VERSION = 1
+#: Version 2 added the per-record CRC-32; version 1 images must be packed again.
+FORMAT_VERSION = 2
 MAX_RANK = 4
 LABEL_BYTES = 4                      # int32, little endian, right after the input bytes
+RECORD_CRC_BYTES = 4                 # u32, little endian, right after the label
 
 #: Header flag bits.
 FLAG_QUANTIZATION = 0x1              # input_scale / input_zero_point are meaningful
@@ -66,17 +70,20 @@ OFF_SPLITS = 80                      # 3 entries of 16 bytes: first_lba, count, 
 SPLIT_ENTRY_BYTES = 16
 OFF_CHECKPOINT_LBA = 128
 OFF_CHECKPOINT_SECTORS = 132
+OFF_RECORD_CRC_OFFSET = 136
 OFF_MODEL_SHA256 = 144
 HEADER_USED_BYTES = 176              # bytes 176..511 are reserved (zero)
 
 # magic, version, crc, sector_bytes, flags, image_sectors, rank, dims[4], dtype, input_bytes,
 # label_offset, record_bytes, sectors_per_record, num_classes, scale, zero_point,
-# 3 x (first_lba, count, crc32, reserved), checkpoint lba, sectors, 2 x reserved, sha256
+# 3 x (first_lba, count, crc32, reserved), checkpoint lba, sectors, record_crc_offset,
+# reserved, sha256
 _HEADER = struct.Struct("<8s6I4I6Ifi12I4I32s")
 assert _HEADER.size == HEADER_USED_BYTES
 
 _U32_MAX = 0xFFFFFFFF
 _CHUNK_RECORDS = 4096                # records converted per write, bounds the packer's memory
+_READ_CHUNK_BYTES = 16 << 20         # records checked per read, bounds the reader's memory
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ class ImageLayout:
 
     ``splits`` maps every split name (``train``, ``val``, ``test``) to ``(first_lba,
     count)``; an absent split has ``(0, 0)``. ``split_crc32`` has the CRC-32 of each split's
-    record bytes (input + label of every record in order, padding excluded).
+    input and label bytes (of every record in order; record CRCs and padding excluded).
     """
 
     input_shape: tuple[int, ...]
@@ -112,9 +119,14 @@ class ImageLayout:
         return self.input_bytes
 
     @property
-    def record_bytes(self) -> int:
-        """Input bytes plus the int32 label (padding not included)."""
+    def record_crc_offset(self) -> int:
+        """Where a record's CRC-32 (of the input and label before it) sits in the record."""
         return self.input_bytes + LABEL_BYTES
+
+    @property
+    def record_bytes(self) -> int:
+        """Input bytes, the int32 label and the record's CRC-32 (padding not included)."""
+        return self.record_crc_offset + RECORD_CRC_BYTES
 
     @property
     def sectors_per_record(self) -> int:
@@ -149,7 +161,8 @@ class ImageLayout:
             self.input_bytes, self.label_offset, self.record_bytes, self.sectors_per_record,
             self.num_classes, float(self.input_scale) if quant else 0.0,
             int(self.input_zero_point) if quant else 0, *entries,
-            self.checkpoint_lba, self.checkpoint_sectors, 0, 0, bytes(self.model_sha256))
+            self.checkpoint_lba, self.checkpoint_sectors, self.record_crc_offset, 0,
+            bytes(self.model_sha256))
         sector = bytearray(packed + bytes(SECTOR_BYTES - len(packed)))
         struct.pack_into("<I", sector, OFF_HEADER_CRC, header_crc32(sector))
         return bytes(sector)
@@ -170,10 +183,14 @@ class ImageLayout:
         (dtype_code, input_bytes, label_offset, record_bytes, spr, num_classes, scale, zp,
          *rest) = rest
         split_words, rest = rest[:12], rest[12:]
-        ckpt_lba, ckpt_sectors, _, _, sha = rest
+        ckpt_lba, ckpt_sectors, crc_offset, _, sha = rest
+        if version < FORMAT_VERSION:
+            raise DataError(f"{source}: image format version {version} is older than this "
+                            f"zocodegen's {FORMAT_VERSION} (records now carry a CRC-32): "
+                            "re-run `zocodegen pack` to write it again")
         if version != FORMAT_VERSION:
-            raise DataError(f"{source}: image format version {version} is not supported "
-                            f"(this zocodegen reads version {FORMAT_VERSION})")
+            raise DataError(f"{source}: image format version {version} is newer than this "
+                            f"zocodegen's {FORMAT_VERSION}: update zocodegen")
         if crc != header_crc32(sector):
             raise DataError(f"{source}: header CRC mismatch (stored 0x{crc:08x}, computed "
                             f"0x{header_crc32(sector):08x}): the image is corrupted")
@@ -207,8 +224,10 @@ class ImageLayout:
         if input_bytes != layout.input_bytes:
             raise bad(f"input_bytes {input_bytes}, the shape and dtype give "
                       f"{layout.input_bytes}")
-        if label_offset != input_bytes or record_bytes != input_bytes + LABEL_BYTES:
-            raise bad(f"record layout (label at {label_offset}, record {record_bytes} bytes)")
+        if (label_offset != input_bytes or crc_offset != layout.record_crc_offset
+                or record_bytes != layout.record_bytes):
+            raise bad(f"record layout (label at {label_offset}, CRC at {crc_offset}, record "
+                      f"{record_bytes} bytes)")
         if spr != layout.sectors_per_record:
             raise bad(f"sectors_per_record {spr}, expected {layout.sectors_per_record}")
         regions = [(name, first, count * spr) for name, (first, count) in splits.items()]
@@ -277,13 +296,17 @@ def _normalise_sha(model_sha256) -> bytes:
 
 
 def _records(x: np.ndarray, y: np.ndarray, spr: int) -> np.ndarray:
-    """(N, spr*512) uint8 records: input bytes, int32 LE label, zero padding."""
+    """(N, spr*512) uint8 records: input bytes, int32 LE label, u32 LE CRC-32 of the two,
+    zero padding."""
     n = x.shape[0]
     flat = np.ascontiguousarray(x).view(np.uint8).reshape(n, -1)
     out = np.zeros((n, spr * SECTOR_BYTES), np.uint8)
     ib = flat.shape[1]
+    at = ib + LABEL_BYTES
     out[:, :ib] = flat
-    out[:, ib:ib + LABEL_BYTES] = y.astype("<i4").view(np.uint8).reshape(n, LABEL_BYTES)
+    out[:, ib:at] = y.astype("<i4").view(np.uint8).reshape(n, LABEL_BYTES)
+    crcs = np.array([zlib.crc32(row[:at]) for row in out], "<u4")
+    out[:, at:at + RECORD_CRC_BYTES] = crcs.view(np.uint8).reshape(n, RECORD_CRC_BYTES)
     return out
 
 
@@ -340,10 +363,11 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     input_shape = tuple(int(d) for d in ref_x.shape[1:])
     dtype = ref_x.dtype.name                          # int8 | uint8 | float32
     input_bytes = int(np.prod(input_shape, dtype=np.int64)) * ref_x.dtype.itemsize
-    if input_bytes + LABEL_BYTES > _U32_MAX:
+    record_bytes = input_bytes + LABEL_BYTES + RECORD_CRC_BYTES
+    if record_bytes > _U32_MAX:
         raise DataError(f"one sample has {input_bytes} bytes; the image format allows "
                         "at most 4 GiB per record")
-    spr = -(-(input_bytes + LABEL_BYTES) // SECTOR_BYTES)
+    spr = -(-record_bytes // SECTOR_BYTES)
     splits: dict[str, tuple[int, int]] = {}
     lba = 1
     for name in SPLITS:
@@ -368,7 +392,7 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     tmp = path.with_name(f".{path.name}.partial")
     try:
         with open(tmp, "wb") as f:
-            _write_records(f, arrays, input_bytes, spr, crcs)
+            _write_records(f, arrays, input_bytes + LABEL_BYTES, spr, crcs)
             if ckpt_sectors:
                 f.seek(image_sectors * SECTOR_BYTES - 1)
                 f.write(b"\0")
@@ -390,10 +414,10 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     return layout
 
 
-def _write_records(f, arrays, input_bytes: int, spr: int, crcs: dict[str, int]) -> None:
-    """Write the header placeholder and every split's records; fill ``crcs``."""
+def _write_records(f, arrays, covered: int, spr: int, crcs: dict[str, int]) -> None:
+    """Write the header placeholder and every split's records; fill ``crcs`` with each
+    split's CRC-32 of the first ``covered`` bytes (input and label) of its records."""
     f.write(bytes(SECTOR_BYTES))                     # header, written last
-    rb = input_bytes + LABEL_BYTES
     for name in SPLITS:
         if name not in arrays:
             continue
@@ -402,7 +426,7 @@ def _write_records(f, arrays, input_bytes: int, spr: int, crcs: dict[str, int]) 
         for start in range(0, xs.shape[0], _CHUNK_RECORDS):
             chunk = _records(xs[start:start + _CHUNK_RECORDS],
                              ys[start:start + _CHUNK_RECORDS], spr)
-            crc = zlib.crc32(np.ascontiguousarray(chunk[:, :rb]).tobytes(), crc)
+            crc = zlib.crc32(np.ascontiguousarray(chunk[:, :covered]), crc)
             f.write(chunk.tobytes())
         crcs[name] = crc
 
@@ -426,43 +450,85 @@ def read_header(path) -> ImageLayout:
     return layout
 
 
+def _checked_records(f: BinaryIO, layout: ImageLayout, name: str,
+                     source: str) -> Iterator[np.ndarray]:
+    """The records of split ``name`` as (n, record_bytes) uint8 chunks, each record checked
+    as it goes by (its CRC-32, then its label), and the split's CRC-32 after the last one.
+
+    The one place the host decides whether an image's records can be trusted: `train`
+    (through :func:`verify_image`) and `simulate` (through :func:`read_image`) both refuse
+    what it refuses, with a :class:`DataError` naming the split and the record.
+    """
+    first, count = layout.splits[name]
+    stride = layout.sectors_per_record * SECTOR_BYTES
+    ib, at, rb = layout.input_bytes, layout.record_crc_offset, layout.record_bytes
+    split_crc = 0
+    f.seek(first * SECTOR_BYTES)
+    per_read = max(1, _READ_CHUNK_BYTES // stride)
+    for start in range(0, count, per_read):
+        n = min(per_read, count - start)
+        raw = f.read(n * stride)
+        if len(raw) != n * stride:
+            raise DataError(f"{source}: truncated in the {name} split")
+        body = np.frombuffer(raw, np.uint8).reshape(n, stride)[:, :rb]
+        stored = np.ascontiguousarray(body[:, at:rb]).view("<u4").reshape(n)
+        for k in range(n):
+            crc = zlib.crc32(body[k, :at])
+            if crc != stored[k]:
+                raise DataError(f"{source}: {name} record {start + k} is corrupted (stored "
+                                f"CRC-32 0x{int(stored[k]):08x}, computed 0x{crc:08x}): pack "
+                                "the image again")
+        labels = np.ascontiguousarray(body[:, ib:at]).view("<i4").reshape(n)
+        bad = np.flatnonzero((labels < 0) | (labels >= layout.num_classes))
+        if bad.size:
+            k = int(bad[0])
+            raise DataError(f"{source}: {name} record {start + k} has label {labels[k]}, "
+                            f"outside [0, {layout.num_classes})")
+        body = np.ascontiguousarray(body)
+        split_crc = zlib.crc32(np.ascontiguousarray(body[:, :at]), split_crc)
+        yield body
+    if split_crc != layout.split_crc32[name]:
+        raise DataError(f"{source}: CRC mismatch in the {name} split (stored "
+                        f"0x{layout.split_crc32[name]:08x}, computed 0x{split_crc:08x}): "
+                        "the image is corrupted")
+
+
+def verify_image(path) -> ImageLayout:
+    """The layout of image ``path`` after every check :func:`read_image` makes (header, size,
+    every record's CRC-32 and label, every split's CRC-32), reading one chunk of records at a
+    time: what the host runs before it serves an image to a device."""
+    path = Path(path)
+    layout = read_header(path)
+    with open(path, "rb") as f:
+        for name in SPLITS:
+            for _ in _checked_records(f, layout, name, str(path)):
+                pass
+    return layout
+
+
 def read_image(path) -> tuple[ImageLayout, dict[str, np.ndarray]]:
     """Read and check image ``path``.
 
     Returns its layout and the arrays under DATA.npz names: ``x``/``y`` and, when present,
     ``x_val``/``y_val`` and ``x_test``/``y_test`` (labels as int32). Raises
-    :class:`DataError` for a bad magic, an unsupported version, a header or split CRC
-    mismatch, an inconsistent header, a truncated file or labels outside [0, num_classes).
+    :class:`DataError` for a bad magic, an unsupported version, an inconsistent header, a
+    truncated file, a record whose CRC-32 or label is wrong (naming the split and record) or
+    a split CRC mismatch.
     """
     path = Path(path)
     layout = read_header(path)
-    spr = layout.sectors_per_record
-    ib, rb = layout.input_bytes, layout.record_bytes
+    ib = layout.input_bytes
     dtype = np.dtype(layout.dtype).newbyteorder("<")
     out: dict[str, np.ndarray] = {}
     with open(path, "rb") as f:
         for name in SPLITS:
-            first, count = layout.splits[name]
+            count = layout.count(name)
             if count == 0:
                 continue
-            f.seek(first * SECTOR_BYTES)
-            want = count * spr * SECTOR_BYTES
-            raw = f.read(want)
-            if len(raw) != want:
-                raise DataError(f"{path}: truncated in the {name} split")
-            records = np.frombuffer(raw, np.uint8).reshape(count, spr * SECTOR_BYTES)
-            body = np.ascontiguousarray(records[:, :rb])
-            crc = zlib.crc32(body.tobytes())
-            if crc != layout.split_crc32[name]:
-                raise DataError(f"{path}: CRC mismatch in the {name} split (stored "
-                                f"0x{layout.split_crc32[name]:08x}, computed 0x{crc:08x}): "
-                                "the image is corrupted")
+            body = np.concatenate(list(_checked_records(f, layout, name, str(path))))
             x = np.ascontiguousarray(body[:, :ib]).view(dtype)
             x = x.reshape((count,) + layout.input_shape).astype(layout.dtype)
-            y = np.ascontiguousarray(body[:, ib:rb]).view("<i4").reshape(count)
-            y = y.astype(np.int32)
-            if y.min() < 0 or y.max() >= layout.num_classes:
-                raise DataError(f"{path}: {name} labels outside [0, {layout.num_classes})")
+            y = np.ascontiguousarray(body[:, ib:layout.record_crc_offset]).view("<i4")
             xkey, ykey = SPLIT_KEYS[name]
-            out[xkey], out[ykey] = x, y
+            out[xkey], out[ykey] = x, y.reshape(count).astype(np.int32)
     return layout, out

@@ -294,6 +294,12 @@ class Trainer:
 
     def _command(self, session: DeviceSession, what: str, command: bytes) -> p.Done:
         done = session.run(command).done
+        if done.status in RECORD_PROBLEMS:
+            # T and B read the train split, A the split it names (docs/link.md)
+            split = (p.Split(command[1]).name.lower()
+                     if command[:1] == p.Command.ACCURACY.value else "train")
+            raise UserError(f"{what} failed on the device: {split} record {done.value} of "
+                            f"{self.image_path} {RECORD_PROBLEMS[done.status]}")
         if done.status != 0:
             raise UserError(f"{what} failed on the device: error {done.status} "
                             f"({describe_status(done.status)})")
@@ -389,6 +395,12 @@ class Trainer:
 _STATUS_NAMES = {-1: "block device not attached", -3: "link I/O failed",
                  -4: "sector outside the image", -5: "image is read only",
                  -25: "no block selected yet (command B)"}
+
+#: DONE statuses about one record, whose index is then DONE's value (zo_image.h).
+RECORD_PROBLEMS = {
+    -14: "does not match its CRC-32 (ZO_IMAGE_ERR_RECORD_CRC): the data is corrupted; pack "
+         "the image again",
+    -10: "has a label outside the image's classes (ZO_IMAGE_ERR_LABEL)"}
 
 
 def describe_status(code: int) -> str:

@@ -5,7 +5,8 @@ backends that only this test builds (generated firmware reads its image over the
 Python: round trips, the exact header offsets, every DataError. C: tests/data/
 image_reader_main.c reads every record of packed images and answers over the platform.h byte
 stream; built natively (blockdev_stdio.c) with -Werror, once more with ASan/UBSan, and for
-QEMU mps2-an500 (blockdev_semihosting.c) with the board files of qemu/board/.
+QEMU mps2-an500 (blockdev_semihosting.c) with the board files of qemu/board/. Both readers
+refuse a record with a flipped bit by its own CRC-32, and version-1 images.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ import pytest
 
 from zocodegen.errors import DataError, UserError
 from zocodegen.host import image as zi
-from zocodegen.host.image import ImageLayout, pack_image, read_header, read_image
+from zocodegen.host.image import ImageLayout, pack_image, read_header, read_image, verify_image
+from zocodegen.host.trainer import RECORD_PROBLEMS
 from zocodegen.qemu import runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,8 +91,9 @@ def test_round_trip_and_exact_layout(tmp_path):
                         x_test=data["x_test"], y_test=data["y_test"], num_classes=10,
                         input_scale=0.0078125, input_zero_point=-1, checkpoint_bytes=3000,
                         model_sha256=sha)
-    # 510 input bytes + 4 label bytes = 514: two sectors per record, label across the boundary
-    assert (layout.input_bytes, layout.record_bytes, layout.sectors_per_record) == (510, 514, 2)
+    # 510 input bytes + 4 label bytes + 4 CRC bytes = 518: two sectors per record, the label
+    # across the boundary
+    assert (layout.input_bytes, layout.record_bytes, layout.sectors_per_record) == (510, 518, 2)
     assert layout.splits == {"train": (1, 13), "val": (27, 4), "test": (35, 6)}
     assert (layout.checkpoint_lba, layout.checkpoint_sectors) == (47, 6)
     assert layout.image_sectors == 53 and path.stat().st_size == 53 * 512
@@ -102,25 +105,28 @@ def test_round_trip_and_exact_layout(tmp_path):
     h = raw[:512]
     assert h[0:8] == b"ZOIMG01\0"
     u32 = lambda off: struct.unpack_from("<I", h, off)[0]   # noqa: E731
-    assert u32(8) == 1 and u32(16) == 512 and u32(20) == 1 and u32(24) == 53
+    assert u32(8) == 2 and u32(16) == 512 and u32(20) == 1 and u32(24) == 53
     assert u32(28) == 2 and [u32(32 + 4 * i) for i in range(4)] == [2, 255, 0, 0]
-    assert u32(48) == 1 and u32(52) == 510 and u32(56) == 510 and u32(60) == 514
+    assert u32(48) == 1 and u32(52) == 510 and u32(56) == 510 and u32(60) == 518
     assert u32(64) == 2 and u32(68) == 10
     assert struct.unpack_from("<f", h, 72)[0] == 0.0078125
     assert struct.unpack_from("<i", h, 76)[0] == -1
     assert [u32(80 + 16 * k) for k in range(3)] == [1, 27, 35]
     assert [u32(84 + 16 * k) for k in range(3)] == [13, 4, 6]
     assert u32(128) == 47 and u32(132) == 6 and h[144:176] == sha
-    assert h[176:] == bytes(336) and u32(92) == 0 and u32(136) == 0
+    assert u32(136) == 514                                 # the record's CRC-32
+    assert h[176:] == bytes(336) and u32(92) == 0 and u32(140) == 0
     zeroed = h[:12] + bytes(4) + h[16:]
     assert u32(12) == zlib.crc32(zeroed)
-    # records: input bytes, int32 LE label, zero padding; split CRC over input + label
+    # records: input bytes, int32 LE label, CRC-32 of both, zero padding; the split CRC over
+    # input + label (over their CRCs too it would be the same for any records of this size)
     body = b""
     for i in range(13):
         rec = raw[(1 + 2 * i) * 512:(3 + 2 * i) * 512]
         assert rec[:510] == data["x"][i].tobytes()
         assert struct.unpack_from("<i", rec, 510)[0] == data["y"][i]
-        assert rec[514:] == bytes(1024 - 514)
+        assert struct.unpack_from("<I", rec, 514)[0] == zlib.crc32(rec[:514])
+        assert rec[518:] == bytes(1024 - 518)
         body += rec[:514]
     assert u32(88) == zlib.crc32(body) == layout.split_crc32["train"]
     assert raw[47 * 512:] == bytes(6 * 512)
@@ -255,49 +261,82 @@ def _patch(path: Path, offset: int, data: bytes, fix_crc: bool) -> None:
     (0, b"ZOIMG02\0", False, r"not a zocodegen data image \(bad magic"),
     (300, b"\x01", False, "header CRC mismatch"),
     (12, b"\0\0\0\0", False, "header CRC mismatch"),
-    (8, struct.pack("<I", 2), True, "format version 2 is not supported"),
+    (8, struct.pack("<I", 1), True, r"version 1 is older .*re-run `zocodegen pack`"),
+    (8, struct.pack("<I", 3), True, "version 3 is newer than this zocodegen's 2"),
     (16, struct.pack("<I", 4096), True, "sector size 4096"),
     (28, struct.pack("<I", 5), True, "input rank 5"),
     (36, struct.pack("<I", 3), True, "input dims"),
     (48, struct.pack("<I", 9), True, "dtype code 9"),
     (52, struct.pack("<I", 8), True, "input_bytes 8"),
     (60, struct.pack("<I", 12), True, "record layout"),
+    (136, struct.pack("<I", 8), True, "record layout"),
     (64, struct.pack("<I", 2), True, "sectors_per_record 2"),
     (68, struct.pack("<I", 0), True, "num_classes is 0"),
     (84, struct.pack("<I", 100), True, r"train \(sectors 1\.\.100\) lies outside"),
     (128, struct.pack("<I", 0), True, "checkpoint area"),
-], ids=["magic", "crc-body", "crc-field", "version", "sector-size", "rank", "dims", "dtype",
-        "input-bytes", "record-bytes", "sectors-per-record", "classes", "split-range",
-        "checkpoint-range"])
-def test_read_rejects_bad_headers(small_image, offset, data, fix_crc, match):
+], ids=["magic", "crc-body", "crc-field", "old-version", "new-version", "sector-size", "rank",
+        "dims", "dtype", "input-bytes", "record-bytes", "record-crc-offset",
+        "sectors-per-record", "classes", "split-range", "checkpoint-range"])
+@pytest.mark.parametrize("check", [read_image, verify_image])
+def test_read_rejects_bad_headers(small_image, offset, data, fix_crc, match, check):
     path, _ = small_image
     _patch(path, offset, data, fix_crc)
     with pytest.raises(DataError, match=match) as info:
-        read_image(path)
+        check(path)
     assert "\n" not in str(info.value)
 
 
-def test_read_rejects_truncated_and_corrupted_records(small_image, tmp_path):
+def _with_record_crc(path: Path, layout: ImageLayout, split: str, index: int) -> None:
+    """Make the record's CRC-32 match its (changed) input and label again."""
+    start = layout.record_lba(split, index) * 512
+    raw = path.read_bytes()
+    crc = zlib.crc32(raw[start:start + layout.record_crc_offset])
+    _patch(path, start + layout.record_crc_offset, struct.pack("<I", crc), False)
+
+
+@pytest.mark.parametrize("check", [read_image, verify_image])
+def test_read_rejects_truncated_and_corrupted_records(small_image, tmp_path, check):
     path, layout = small_image
     good = path.read_bytes()
     path.write_bytes(good[:-1])
     with pytest.raises(DataError, match=r"truncated: .* the header says 12800 \(25 sectors\)"):
-        read_image(path)
+        check(path)
     path.write_bytes(good[:100])
     with pytest.raises(DataError, match="truncated: 100 bytes"):
-        read_image(path)
+        check(path)
     path.write_bytes(b"")
     with pytest.raises(DataError, match="truncated: 0 bytes"):
-        read_image(path)
+        check(path)
+    # one flipped bit anywhere in a record's input, label or CRC: that record is named
+    for split, index, at in [("train", 5, 3), ("train", 19, 7), ("test", 2, 9), ("train", 0, 14)]:
+        path.write_bytes(good)
+        offset = layout.record_lba(split, index) * 512 + at
+        _patch(path, offset, bytes([good[offset] ^ 0x10]), fix_crc=False)
+        with pytest.raises(DataError, match=rf"{path}: {split} record {index} is corrupted "
+                                            r"\(stored CRC-32 0x[0-9a-f]{8}, computed .*\): "
+                                            "pack the image again$"):
+            check(path)
+    # a bad label under a matching record CRC; records that are each fine but swapped
     path.write_bytes(good)
-    _patch(path, (1 + 5) * 512 + 3, b"\x55", fix_crc=False)       # train record 5, input
-    with pytest.raises(DataError, match="CRC mismatch in the train split"):
-        read_image(path)
+    _patch(path, layout.record_lba("train", 2) * 512 + 7, struct.pack("<i", 4), False)
+    _with_record_crc(path, layout, "train", 2)
+    with pytest.raises(DataError, match=r"train record 2 has label 4, outside \[0, 4\)"):
+        check(path)
+    raw = bytearray(good)
+    first, second = (layout.record_lba("test", k) * 512 for k in (0, 1))
+    raw[first:first + 512], raw[second:second + 512] = good[second:second + 512], \
+        good[first:first + 512]
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="CRC mismatch in the test split"):
+        check(path)
     path.write_bytes(good)
     _patch(path, 512 * layout.checkpoint_lba, b"checkpoint", False)  # not covered by CRCs
-    read_image(path)
+    check(path)
+    path.write_bytes(good)
+    _patch(path, layout.record_lba("test", 0) * 512 + 20, b"\xff", False)    # padding
+    check(path)
     with pytest.raises(DataError, match="cannot read image"):
-        read_image(tmp_path / "missing.img")
+        check(tmp_path / "missing.img")
 
 
 # ---- format table: Python, C and docs/image.md agree -----------------------------------
@@ -314,7 +353,12 @@ def test_offsets_agree_between_python_c_and_docs():
         doc_offsets.setdefault(name.upper(), int(off))      # splits[0].first_lba -> SPLITS
     for name, off in py_offsets.items():
         assert doc_offsets.get(name) == off, (name, off, doc_offsets.get(name))
-    assert C["ZO_SECTOR_BYTES"] == zi.SECTOR_BYTES and C["ZO_IMAGE_VERSION"] == 1
+    assert C["ZO_SECTOR_BYTES"] == zi.SECTOR_BYTES
+    assert C["ZO_IMAGE_VERSION"] == zi.FORMAT_VERSION == 2
+    assert (C["ZO_IMAGE_LABEL_BYTES"], C["ZO_IMAGE_RECORD_CRC_BYTES"]) == \
+        (zi.LABEL_BYTES, zi.RECORD_CRC_BYTES)
+    # the DONE statuses the host turns into "<split> record <index> ..." (host/trainer.py)
+    assert set(RECORD_PROBLEMS) == {C["ZO_IMAGE_ERR_RECORD_CRC"], C["ZO_IMAGE_ERR_LABEL"]}
     assert {C["ZO_IMAGE_DTYPE_INT8"], C["ZO_IMAGE_DTYPE_UINT8"],
             C["ZO_IMAGE_DTYPE_FLOAT32"]} == {zi.DTYPE_CODES[n] for n in zi.DTYPE_CODES}
     assert C["ZO_IMAGE_DTYPE_FLOAT32"] == zi.DTYPE_CODES["float32"]
@@ -486,6 +530,13 @@ class Reader:
             out.append((rc, label, self.s.read(self.input_bytes)))
         return out
 
+    def last_read(self) -> tuple[int, int, int]:
+        """read_rc, read_split, read_index: what the last zo_image_read_sample recorded."""
+        self.s.write(b"F")
+        self._expect(b"F")
+        rc, split = self._i32(2)
+        return rc, split, struct.unpack("<I", self.s.read(4))[0]
+
     def verify(self, split: int) -> int:
         self.s.write(b"V" + bytes([split]))
         self._expect(b"V")
@@ -574,6 +625,10 @@ def packed_images(root: Path) -> list[tuple[Path, ImageLayout, dict]]:
               y_val=[1]), dict(checkpoint_bytes=1)),
         (dict(x=rng.integers(-128, 128, (4, 1500)).astype(np.int8), y=np.array([0, 2, 1, 2])),
          dict(num_classes=1000)),
+        # the record's CRC-32 across a sector boundary; a record that fills its sector exactly
+        (dict(x=rng.integers(0, 256, (3, 506)).astype(np.uint8), y=np.array([1, 0, 1]),
+              x_test=rng.integers(0, 256, (2, 506)).astype(np.uint8), y_test=[0, 0]), {}),
+        (dict(x=rng.integers(-128, 128, (2, 504)).astype(np.int8), y=np.array([3, 2])), {}),
     ]
     out = []
     for k, (arrays, extra) in enumerate(specs):
@@ -588,7 +643,8 @@ def packed_images(root: Path) -> list[tuple[Path, ImageLayout, dict]]:
 def expected_fields(layout: ImageLayout) -> list[int]:
     dims = list(layout.input_shape) + [0] * (4 - len(layout.input_shape))
     scale = layout.input_scale if layout.input_scale is not None else 0.0
-    fields = [1, 1 if layout.input_scale is not None else 0, layout.image_sectors,
+    fields = [zi.FORMAT_VERSION, 1 if layout.input_scale is not None else 0,
+              layout.image_sectors,
               len(layout.input_shape), *dims, zi.DTYPE_CODES[layout.dtype], layout.input_bytes,
               layout.record_bytes, layout.sectors_per_record, layout.num_classes,
               struct.unpack("<I", struct.pack("<f", scale))[0],
@@ -662,7 +718,8 @@ def test_c_reader_rejects_corrupted_images(reader, small_image, tmp_path):
         (300, b"\x01", False, "ZO_IMAGE_ERR_CRC"),
         (12, b"\x00", False, "ZO_IMAGE_ERR_CRC"),
         (24, struct.pack("<I", 3), False, "ZO_IMAGE_ERR_CRC"),
-        (8, struct.pack("<I", 2), True, "ZO_IMAGE_ERR_VERSION"),
+        (8, struct.pack("<I", 1), True, "ZO_IMAGE_ERR_VERSION"),     # pack it again
+        (8, struct.pack("<I", 3), True, "ZO_IMAGE_ERR_VERSION"),
         (16, struct.pack("<I", 4096), True, "ZO_IMAGE_ERR_FORMAT"),
         (28, struct.pack("<I", 0), True, "ZO_IMAGE_ERR_FORMAT"),
         (36, struct.pack("<I", 1), True, "ZO_IMAGE_ERR_FORMAT"),
@@ -671,6 +728,7 @@ def test_c_reader_rejects_corrupted_images(reader, small_image, tmp_path):
         (56, struct.pack("<I", 8), True, "ZO_IMAGE_ERR_FORMAT"),
         (60, struct.pack("<I", 12), True, "ZO_IMAGE_ERR_FORMAT"),
         (64, struct.pack("<I", 2), True, "ZO_IMAGE_ERR_FORMAT"),
+        (136, struct.pack("<I", 7), True, "ZO_IMAGE_ERR_FORMAT"),   # record CRC offset
         (68, struct.pack("<I", 0), True, "ZO_IMAGE_ERR_FORMAT"),
         (84, struct.pack("<I", 0xFFFFFFFF), True, "ZO_IMAGE_ERR_FORMAT"),
         (112, struct.pack("<I", 0), True, "ZO_IMAGE_ERR_FORMAT"),    # test split at LBA 0
@@ -703,20 +761,55 @@ def test_c_reader_rejects_corrupted_images(reader, small_image, tmp_path):
     assert (rc, bd_rc) == (C["ZO_IMAGE_ERR_IO"], C["ZO_BLOCKDEV_ERR_RANGE"])
     assert reader.verify(0) == C["ZO_IMAGE_ERR_IO"]
 
-    # a label outside [0, num_classes) and a changed input byte: records read, CRC catches
+    # a label outside [0, num_classes) under a matching record CRC, and a changed input byte:
+    # the record CRC refuses the second by itself, the split CRCs catch both
     bad = tmp_path / "label.img"
     bad.write_bytes(good)
     lba = layout.record_lba("train", 2)
     _patch(bad, lba * 512 + layout.input_bytes, struct.pack("<i", layout.num_classes), False)
+    _with_record_crc(bad, layout, "train", 2)
     _patch(bad, layout.record_lba("test", 1) * 512, b"\xAA", False)
     assert reader.attach(bad)[:2] == (0, 0)
     rc, label, _, _ = reader.sample(0, 2)
     assert (rc, label) == (C["ZO_IMAGE_ERR_LABEL"], layout.num_classes)
     assert reader.label_only(0, 2) == (C["ZO_IMAGE_ERR_LABEL"], layout.num_classes)
-    assert reader.sample(2, 1)[0] == 0
+    assert reader.last_read() == (C["ZO_IMAGE_ERR_LABEL"], 0, 2)
+    assert reader.sample(2, 1)[:2] == (C["ZO_IMAGE_ERR_RECORD_CRC"], -1)   # label not written
+    assert reader.last_read() == (C["ZO_IMAGE_ERR_RECORD_CRC"], 2, 1)
+    assert reader.sample(2, 0)[0] == 0 and reader.last_read() == (0, 2, 0)
     assert reader.verify(0) == C["ZO_IMAGE_ERR_SPLIT_CRC"]
     assert reader.verify(2) == C["ZO_IMAGE_ERR_SPLIT_CRC"]
     assert reader.verify(1) == 0                                     # absent split: empty
+    reader.quit()
+
+
+@pytest.mark.parametrize("reader", BACKENDS, indirect=True)
+def test_c_reader_refuses_a_flipped_bit_in_any_record(reader, tmp_path):
+    """One flipped bit anywhere in a record's input (the sectors read straight into the
+    caller's buffer and those through the scratch sector), label or CRC: zo_image_read_sample
+    alone answers ZO_IMAGE_ERR_RECORD_CRC, with or without an input buffer, and records which
+    record it was; the records around it and a flip in the padding read as before."""
+    for path, layout, arrays in packed_images(tmp_path)[4:]:  # 1500, 506 and 504 input bytes
+        good = path.read_bytes()
+        ib, last = layout.input_bytes, layout.count("train") - 1
+        # input start, a sector past the first (1500 only), input end, label, CRC
+        for at in [0, ib - 1, ib, ib + 3, ib + 4, ib + 7] + ([600] if ib > 600 else []):
+            for bit in (0, 7):
+                offset = layout.record_lba("train", last) * 512 + at
+                path.write_bytes(good[:offset] + bytes([good[offset] ^ (1 << bit)])
+                                 + good[offset + 1:])
+                assert reader.attach(path)[:2] == (0, 0)
+                assert reader.sample(0, last)[0] == C["ZO_IMAGE_ERR_RECORD_CRC"], (ib, at)
+                assert reader.last_read() == (C["ZO_IMAGE_ERR_RECORD_CRC"], 0, last)
+                assert reader.label_only(0, last)[0] == C["ZO_IMAGE_ERR_RECORD_CRC"]
+                rc, label, _, data = reader.sample(0, last - 1)
+                assert (rc, label) == (0, arrays["y"][last - 1])
+                assert data == arrays["x"][last - 1].tobytes()
+        padding = layout.record_lba("train", last) * 512 + layout.record_bytes
+        if padding % 512:
+            path.write_bytes(good[:padding] + b"\xff" + good[padding + 1:])
+            assert reader.attach(path)[:2] == (0, 0)
+            assert reader.sample(0, last)[:2] == (0, arrays["y"][last])
     reader.quit()
 
 

@@ -1,8 +1,9 @@
 """`zocodegen pack` (DATA.npz -> data image) and `simulate --data IMAGE`: the image holds the
-arrays in the order the device trains on them (shuffled only on request), records the model's
-hash and input quantization, reserves room for the full-training checkpoint, refuses bad
-input without leaving a file behind, and is read, byte for byte, by the C reader (what `dd`
-puts on a card is what the firmware sees)."""
+arrays in the order the device trains on them (shuffled only on request), sets a stratified
+validation split aside when DATA.npz has none (the records `simulate` sets aside from the same
+npz), records the model's hash and input quantization, reserves room for the full-training
+checkpoint, refuses bad input without leaving a file behind, and is read, byte for byte, by
+the C reader (what `dd` puts on a card is what the firmware sees)."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,8 @@ from zocodegen.host.image import pack_image, read_header, read_image
 from zocodegen.target import TARGET_NAMES, load_target
 from zocodegen.training import checkpoint, simulator
 from zocodegen.training.config import TrainConfig
-from zocodegen.training.data import DEFAULT_CHECKPOINT_BYTES
+from zocodegen.training.data import (DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION,
+                                     load_dataset, validation_indices, with_validation)
 from zocodegen.training.plan import training_plan
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
@@ -149,6 +151,9 @@ def _with(**changes):
     (_with(x_test=lambda a: a["x_test"][:, :2]), (), "x_test has samples of shape"),
     (_with(), ("--shuffle", -1), "--shuffle"),
     (_with(), ("--checkpoint-kb", -1), "--checkpoint-kb"),
+    (_with(), ("--val-fraction", 1), "--val-fraction must be in [0, 1), got 1.0"),
+    (_with(), ("--val-fraction", -0.1), "--val-fraction must be in [0, 1), got -0.1"),
+    (_with(), ("--val-fraction", "nan"), "--val-fraction must be in [0, 1), got nan"),
     (_with(x=lambda a: a["x"][:, :4]), ("--model", DIGITS), "'x' has shape"),
     (_with(x=lambda a: a["x"].view(np.uint8)), ("--model", DIGITS), "'x' is uint8"),
     (_with(y_test=lambda a: a["y_test"] + 10), ("--model", DIGITS), "outside 0..9"),
@@ -200,8 +205,9 @@ def _simulate(data: Path, run: Path) -> tuple[bytes, str]:
 
 
 def test_simulate_on_the_image_equals_simulate_on_the_npz(tmp_path, capsys):
-    """The digits data: the packed image trains exactly like DATA.npz, and --shuffle S like
-    DATA.npz permuted by default_rng(S)."""
+    """The digits data: the packed image trains exactly like DATA.npz (the same val split
+    set aside), and --shuffle S like DATA.npz whose remaining train records are permuted by
+    default_rng(S)."""
     pytest.importorskip("sklearn")
     from zocodegen.datasets import digits_npz
     graph = load_model(DIGITS)
@@ -212,9 +218,11 @@ def test_simulate_on_the_image_equals_simulate_on_the_npz(tmp_path, capsys):
                  str(DIGITS), "--shuffle", "5"]) == 0
     npz = _simulate(tmp_path / "d.npz", tmp_path / "r1")
     assert _simulate(tmp_path / "plain.img", tmp_path / "r2") == npz
-    order = np.random.default_rng(5).permutation(len(arrays["x"]))
-    np.savez(tmp_path / "p.npz", x=arrays["x"][order], y=arrays["y"][order],
-             x_test=arrays["x_test"], y_test=arrays["y_test"])
+    split = with_validation({k: arrays[k] for k in ("x", "y")})
+    order = np.random.default_rng(5).permutation(len(split["x"]))
+    np.savez(tmp_path / "p.npz", x=split["x"][order], y=split["y"][order],
+             x_val=split["x_val"], y_val=split["y_val"], x_test=arrays["x_test"],
+             y_test=arrays["y_test"])
     shuffled = _simulate(tmp_path / "p.npz", tmp_path / "r3")
     assert shuffled != npz, "the order must matter, or the comparison proves nothing"
     assert _simulate(tmp_path / "d.img", tmp_path / "r4") == shuffled
@@ -249,16 +257,80 @@ def test_c_reader_reads_the_packed_image_byte_for_byte(reader, tmp_path):
     attach_rc, open_rc, fields, sha = reader.attach(out)
     assert (attach_rc, open_rc) == (0, 0)
     assert fields == expected_fields(layout) and sha == layout.model_sha256
-    order = np.random.default_rng(3).permutation(21)
-    want = ([(int(arrays["y"][k]), arrays["x"][k].tobytes()) for k in order]
+    split = with_validation(arrays)
+    order = np.random.default_rng(3).permutation(len(split["x"]))
+    want = ([(int(split["y"][k]), split["x"][k].tobytes()) for k in order]
+            + [(int(y), x.tobytes()) for x, y in zip(split["x_val"], split["y_val"])]
             + [(int(y), x.tobytes()) for x, y in zip(arrays["x_test"], arrays["y_test"])])
     records = reader.dump([layout.count(name) for name in zi.SPLITS])
     assert [(label, data) for _, label, data in records] == want
     assert all(rc == 0 for rc, _, _ in records)
-    assert reader.verify(0) == reader.verify(2) == 0
+    assert reader.verify(0) == reader.verify(1) == reader.verify(2) == 0
     raw = out.read_bytes()
     for lba in range(0, layout.image_sectors, 8):
         count = min(8, layout.image_sectors - lba)
         assert reader.read_sectors(lba, count) == (0, raw[lba * 512:(lba + count) * 512])
     assert raw[layout.checkpoint_lba * 512:] == bytes(layout.checkpoint_sectors * 512)
     reader.quit()
+
+
+# ---- the validation split --------------------------------------------------------------
+
+def test_validation_indices_rule():
+    """Per class min(n - 1, max(1, floor(F n + 1/2))) records, ascending, the same every
+    time; the first records of default_rng(0).permutation(n) of each class in label order."""
+    y = np.array([3] * 31 + [0] * 20 + [7] + [5] * 2 + [1] * 6)
+    y = y[np.random.default_rng(9).permutation(len(y))]
+    val = validation_indices(y, 0.1)
+    assert list(val) == sorted(val) and len(set(val)) == len(val)
+    assert validation_indices(y, 0.1).tolist() == val.tolist()
+    per_class = {int(c): int((y[val] == c).sum()) for c in np.unique(y)}
+    assert per_class == {0: 2, 1: 1, 3: 3, 5: 1, 7: 0}
+    rng = np.random.default_rng(0)
+    want = []
+    for c, take in sorted(per_class.items()):
+        members = np.flatnonzero(y == c)
+        want += list(members[rng.permutation(len(members))[:take]])
+    assert val.tolist() == sorted(want)
+    assert {int(c): int((y[validation_indices(y, 0.5)] == c).sum()) for c in (0, 5, 7)} == \
+        {0: 10, 5: 1, 7: 0}
+    assert len(validation_indices(y, 0.0)) == 0
+
+
+def test_pack_sets_aside_the_val_split_simulate_derives(tmp_path, capsys):
+    """DATA.npz without x_val: the image's val split, its train records (in their order)
+    and its test split are exactly what load_dataset (simulate) makes of the npz."""
+    graph = load_model(DIGITS)
+    arrays = _digits_arrays(count=60, seed=4)
+    code, out = _pack(tmp_path, arrays, "--model", DIGITS)
+    assert code == 0
+    assert "val: " in capsys.readouterr().out
+    layout, image = read_image(out)
+    npz = load_dataset(tmp_path / "d.npz", graph, 10)
+    assert layout.count("val") == len(npz.x_val) > 0
+    assert layout.count("train") + layout.count("val") == 60
+    for key in ("x", "y", "x_val", "y_val", "x_test", "y_test"):
+        np.testing.assert_array_equal(image[key], getattr(npz, key), err_msg=key)
+    val = validation_indices(arrays["y"], DEFAULT_VAL_FRACTION)
+    np.testing.assert_array_equal(image["x_val"], arrays["x"][val])
+    train = np.setdiff1d(np.arange(60), val)
+    np.testing.assert_array_equal(image["x"], arrays["x"][train])
+    # simulating on the image equals simulating on the npz (same train, val and test)
+    assert _simulate(out, tmp_path / "r1") == _simulate(tmp_path / "d.npz", tmp_path / "r2")
+
+
+def test_val_fraction_zero_and_a_given_val_split(tmp_path):
+    arrays = _digits_arrays(count=40, seed=5)
+    code, out = _pack(tmp_path, arrays, "--val-fraction", 0, name="none.img")
+    assert code == 0
+    layout, image = read_image(out)
+    assert layout.splits["val"] == (0, 0) and "x_val" not in image
+    np.testing.assert_array_equal(image["x"], arrays["x"])
+    code, out = _pack(tmp_path, arrays, "--val-fraction", 0.5, name="half.img")
+    assert read_header(out).count("val") >= 20
+    # x_val in DATA.npz is the val split, whatever --val-fraction says
+    given = dict(arrays, x_val=arrays["x"][:3], y_val=arrays["y"][:3])
+    code, out = _pack(tmp_path, given, "--val-fraction", 0.5, name="given.img")
+    layout, image = read_image(out)
+    assert layout.count("val") == 3 and layout.count("train") == 40
+    np.testing.assert_array_equal(image["x"], arrays["x"])

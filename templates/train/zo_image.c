@@ -25,6 +25,7 @@
 #define ZO_SPLIT_ENTRY_BYTES 16u
 #define ZO_OFF_CHECKPOINT_LBA 128u
 #define ZO_OFF_CHECKPOINT_SECTORS 132u
+#define ZO_OFF_RECORD_CRC_OFFSET 136u
 #define ZO_OFF_MODEL_SHA256 144u
 
 static const uint8_t zo_image_magic[8] = {'Z', 'O', 'I', 'M', 'G', '0', '1', '\0'};
@@ -152,7 +153,10 @@ static int zo_parse_header(zo_image *img)
     }
     if (elements * itemsize != (uint64_t)img->input_bytes ||
         zo_get_u32(h + ZO_OFF_LABEL_OFFSET) != img->input_bytes ||
-        (uint64_t)img->record_bytes != (uint64_t)img->input_bytes + ZO_IMAGE_LABEL_BYTES ||
+        (uint64_t)zo_get_u32(h + ZO_OFF_RECORD_CRC_OFFSET) !=
+            (uint64_t)img->input_bytes + ZO_IMAGE_LABEL_BYTES ||
+        (uint64_t)img->record_bytes != (uint64_t)img->input_bytes + ZO_IMAGE_LABEL_BYTES +
+                                           ZO_IMAGE_RECORD_CRC_BYTES ||
         img->sectors_per_record !=
             (uint32_t)(((uint64_t)img->record_bytes + ZO_SECTOR_BYTES - 1u) / ZO_SECTOR_BYTES)) {
         return ZO_IMAGE_ERR_FORMAT;
@@ -195,61 +199,53 @@ uint32_t zo_image_count(const zo_image *img, int split)
     return img->splits[split].count;
 }
 
-int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *input,
-                         int32_t *label)
+/* Read the record at `lba` (see zo_image_read_sample) and check its CRC-32 and label. */
+static int zo_read_record(zo_image *img, uint32_t lba, uint8_t *input, int32_t *label)
 {
-    uint32_t lba;
-    uint32_t full;
+    const uint32_t crc_at = img->input_bytes + ZO_IMAGE_LABEL_BYTES;
+    /* Sectors holding only input bytes go straight into the caller's buffer... */
+    const uint32_t full = input != 0 ? img->input_bytes / ZO_SECTOR_BYTES : 0u;
+    uint8_t tail[ZO_IMAGE_LABEL_BYTES + ZO_IMAGE_RECORD_CRC_BYTES]; /* label, CRC-32 */
+    uint32_t crc = 0u;
     uint32_t pos;
-    uint8_t lab[ZO_IMAGE_LABEL_BYTES];
     int32_t value;
     int rc;
 
-    rc = zo_check_split(img, split);
-    if (rc != ZO_IMAGE_OK) {
-        return rc;
-    }
-    if (index >= img->splits[split].count) {
-        return ZO_IMAGE_ERR_INDEX;
-    }
-    /* zo_image_open checked that the whole split lies inside the image: no overflow */
-    lba = img->splits[split].first_lba + index * img->sectors_per_record;
-
-    /* Sectors holding only input bytes go straight into the caller's buffer... */
-    full = img->input_bytes / ZO_SECTOR_BYTES;
-    if (input != 0 && full > 0u) {
+    if (full > 0u) {
         rc = zo_blockdev_read(lba, full, input);
         if (rc != ZO_BLOCKDEV_OK) {
             img->blockdev_rc = rc;
             return ZO_IMAGE_ERR_IO;
         }
+        crc = zo_crc32(crc, input, full * ZO_SECTOR_BYTES);
     }
-    /* ...the rest of the input and the label (one or two sectors) through the scratch. */
-    pos = full * ZO_SECTOR_BYTES;
-    while (pos < img->record_bytes) {
-        uint32_t at = 0u;
+    /* ...the rest of the record (the label and CRC may straddle two sectors) through the
+     * scratch sector. pos is where the sector starts in the record. */
+    for (pos = full * ZO_SECTOR_BYTES; pos < img->record_bytes; pos += ZO_SECTOR_BYTES) {
+        const uint32_t left = img->record_bytes - pos;
+        const uint32_t n = left < ZO_SECTOR_BYTES ? left : ZO_SECTOR_BYTES;
+        uint32_t k = 0u;
         rc = zo_read_sector(img, lba + pos / ZO_SECTOR_BYTES);
         if (rc != ZO_IMAGE_OK) {
             return rc;
         }
-        if (pos < img->input_bytes) {
-            uint32_t n = img->input_bytes - pos;
-            if (n > ZO_SECTOR_BYTES) {
-                n = ZO_SECTOR_BYTES;
-            }
-            if (input != 0) {
-                memcpy(input + pos, img->sector, n);
-            }
-            pos += n;
-            at = n;
+        if (pos < crc_at) {
+            crc = zo_crc32(crc, img->sector, crc_at - pos < n ? crc_at - pos : n);
         }
-        while (at < ZO_SECTOR_BYTES && pos < img->record_bytes) {
-            lab[pos - img->input_bytes] = img->sector[at];
-            at++;
-            pos++;
+        if (pos < img->input_bytes) {
+            k = img->input_bytes - pos < n ? img->input_bytes - pos : n;
+            if (input != 0) {
+                memcpy(input + pos, img->sector, k);
+            }
+        }
+        for (; k < n; k++) {
+            tail[pos + k - img->input_bytes] = img->sector[k];
         }
     }
-    value = (int32_t)zo_get_u32(lab);
+    if (crc != zo_get_u32(tail + ZO_IMAGE_LABEL_BYTES)) {
+        return ZO_IMAGE_ERR_RECORD_CRC;
+    }
+    value = (int32_t)zo_get_u32(tail);
     if (label != 0) {
         *label = value;
     }
@@ -257,6 +253,27 @@ int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *inpu
         return ZO_IMAGE_ERR_LABEL;
     }
     return ZO_IMAGE_OK;
+}
+
+int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *input,
+                         int32_t *label)
+{
+    int rc = zo_check_split(img, split);
+    if (rc == ZO_IMAGE_ERR_ARG) {
+        return rc;
+    }
+    if (rc == ZO_IMAGE_OK && index >= img->splits[split].count) {
+        rc = ZO_IMAGE_ERR_INDEX;
+    }
+    if (rc == ZO_IMAGE_OK) {
+        /* zo_image_open checked that the whole split lies inside the image: no overflow */
+        rc = zo_read_record(img, img->splits[split].first_lba + index * img->sectors_per_record,
+                            input, label);
+    }
+    img->read_split = split;
+    img->read_index = index;
+    img->read_rc = rc;
+    return rc;
 }
 
 int zo_image_expect_input(const zo_image *img, uint32_t model_input_bytes)
@@ -294,7 +311,7 @@ int zo_image_verify_split(zo_image *img, int split)
     }
     lba = img->splits[split].first_lba;
     for (r = 0u; r < img->splits[split].count; r++) {
-        uint32_t left = img->record_bytes;
+        uint32_t left = img->record_bytes - ZO_IMAGE_RECORD_CRC_BYTES; /* input, label */
         for (s = 0u; s < img->sectors_per_record; s++) {
             uint32_t n = left < ZO_SECTOR_BYTES ? left : ZO_SECTOR_BYTES;
             rc = zo_read_sector(img, lba);
@@ -340,6 +357,8 @@ const char *zo_image_strerror(int rc)
         return "ZO_IMAGE_ERR_SPLIT_CRC";
     case ZO_IMAGE_ERR_NOT_OPEN:
         return "ZO_IMAGE_ERR_NOT_OPEN";
+    case ZO_IMAGE_ERR_RECORD_CRC:
+        return "ZO_IMAGE_ERR_RECORD_CRC";
     default:
         return "ZO_IMAGE_ERR_UNKNOWN";
     }

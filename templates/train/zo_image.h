@@ -5,7 +5,9 @@
  * "ZOIMG01\0", version, CRC-32, input shape and dtype, quantization, number of classes,
  * record layout, train/val/test split table, checkpoint area, model hash); every sample is
  * one record of sectors_per_record sectors starting on a sector boundary: the input bytes,
- * then the label as int32 little endian, then zero padding.
+ * then the label as int32 little endian, then the CRC-32 of those bytes (u32 little endian,
+ * checked by every zo_image_read_sample: a record damaged on the medium is refused on its
+ * own), then zero padding.
  *
  * C99, no heap, no libc beyond memcpy/memset. All state lives in the caller's zo_image
  * (about 700 bytes, including one sector of scratch), so one image can be read from several
@@ -26,9 +28,10 @@
 
 #include "zo_blockdev.h"
 
-#define ZO_IMAGE_VERSION 1u
+#define ZO_IMAGE_VERSION 2u /* 2: records carry their CRC-32; 1 is refused */
 #define ZO_IMAGE_MAX_RANK 4u
 #define ZO_IMAGE_LABEL_BYTES 4u
+#define ZO_IMAGE_RECORD_CRC_BYTES 4u
 
 /* Splits, in the order of the split table and of the records on the medium. */
 #define ZO_SPLIT_TRAIN 0
@@ -48,7 +51,7 @@
 #define ZO_IMAGE_OK 0
 #define ZO_IMAGE_ERR_IO (-1)         /* the block device failed (see zo_image.blockdev_rc) */
 #define ZO_IMAGE_ERR_MAGIC (-2)      /* sector 0 is not a zocodegen image header */
-#define ZO_IMAGE_ERR_VERSION (-3)    /* format version this reader does not know */
+#define ZO_IMAGE_ERR_VERSION (-3)    /* another format version: re-run `zocodegen pack` */
 #define ZO_IMAGE_ERR_CRC (-4)        /* header CRC-32 mismatch: corrupted header */
 #define ZO_IMAGE_ERR_FORMAT (-5)     /* header fields contradict each other */
 #define ZO_IMAGE_ERR_SPLIT (-6)      /* split index not 0..2 */
@@ -59,11 +62,12 @@
 #define ZO_IMAGE_ERR_CLASSES (-11)   /* the image has more classes than the model outputs */
 #define ZO_IMAGE_ERR_SPLIT_CRC (-12) /* a split's records do not match their CRC-32 */
 #define ZO_IMAGE_ERR_NOT_OPEN (-13)  /* zo_image_open has not succeeded on this zo_image */
+#define ZO_IMAGE_ERR_RECORD_CRC (-14) /* a record's bytes do not match its own CRC-32 */
 
 typedef struct {
     uint32_t first_lba; /* first sector of record 0 (0 when the split is absent) */
     uint32_t count;     /* number of records */
-    uint32_t crc32;     /* CRC-32 of the record bytes (input + label) of all records */
+    uint32_t crc32;     /* CRC-32 of the input and label bytes of all records */
 } zo_image_split;
 
 typedef struct {
@@ -74,7 +78,7 @@ typedef struct {
     uint32_t input_dims[ZO_IMAGE_MAX_RANK]; /* unused dims are 0 */
     uint32_t dtype;                         /* ZO_IMAGE_DTYPE_* */
     uint32_t input_bytes;                   /* bytes of one record's input */
-    uint32_t record_bytes;                  /* input_bytes + 4 (label) */
+    uint32_t record_bytes;                  /* input_bytes + 4 (label) + 4 (CRC-32) */
     uint32_t sectors_per_record;
     uint32_t num_classes;
     float input_scale;        /* valid when flags & ZO_IMAGE_FLAG_QUANTIZATION */
@@ -84,6 +88,11 @@ typedef struct {
     uint32_t checkpoint_sectors;
     uint8_t model_sha256[32]; /* all zero when unknown */
     int blockdev_rc;          /* the last failing zo_blockdev_* result (0 if none) */
+    /* The last zo_image_read_sample call: its split, index and result, so a caller that only
+     * saw it fail (the training engine's ZO_TRAIN_ERR_SAMPLE) can say which record and why. */
+    int read_split;
+    uint32_t read_index;
+    int read_rc;
     uint32_t is_open;
     uint8_t sector[ZO_SECTOR_BYTES]; /* scratch */
 } zo_image;
@@ -97,8 +106,11 @@ uint32_t zo_image_count(const zo_image *img, int split);
 
 /* Read record `index` of `split`: its input_bytes input bytes into `input` (any size of
  * buffer that holds input_bytes; need not be a sector multiple) and its label into `label`.
- * Either pointer may be NULL to skip that part. A label outside [0, num_classes) is still
- * stored but returns ZO_IMAGE_ERR_LABEL. */
+ * Either pointer may be NULL to skip that part; the whole record is read and its CRC-32
+ * checked either way. ZO_IMAGE_ERR_RECORD_CRC when the record does not match its CRC-32
+ * (`input` then holds the bytes read, `label` is not written). A label outside
+ * [0, num_classes) is still stored but returns ZO_IMAGE_ERR_LABEL. Every call records its
+ * split, index and result in read_split, read_index and read_rc. */
 int zo_image_read_sample(zo_image *img, int split, uint32_t index, uint8_t *input,
                          int32_t *label);
 
@@ -110,8 +122,9 @@ int zo_image_expect_input(const zo_image *img, uint32_t model_input_bytes);
  * model_classes outputs (num_classes <= model_classes), ZO_IMAGE_ERR_CLASSES otherwise. */
 int zo_image_expect_classes(const zo_image *img, uint32_t model_classes);
 
-/* Re-read every record of a split and compare the CRC-32 of its record bytes with the split
- * table (ZO_IMAGE_ERR_SPLIT_CRC on mismatch). Reads count * sectors_per_record sectors. */
+/* Re-read every record of a split and compare the CRC-32 of their input and label bytes with
+ * the split table (ZO_IMAGE_ERR_SPLIT_CRC on mismatch: a damaged, missing or reordered
+ * record). Reads count * sectors_per_record sectors. */
 int zo_image_verify_split(zo_image *img, int split);
 
 /* A short constant name for a ZO_IMAGE_* result, e.g. "ZO_IMAGE_ERR_CRC". */

@@ -13,6 +13,7 @@
  *   'D'                       -> 'D', then for every record of train, val, test in order:
  *                                i32 rc i32 label, input_bytes bytes
  *   'V' u8 split              -> 'V' i32 zo_image_verify_split result
+ *   'F'                       -> 'F' i32 read_rc i32 read_split u32 read_index (the last read)
  *   'E' u32 bytes u32 classes -> 'E' i32 expect_input i32 expect_classes
  *   'C' u32 crc u32 n, n bytes-> 'C' u32 zo_crc32(crc, bytes, n)
  *   'W' u32 lba u32 count, count sectors -> 'W' i32 zo_blockdev_write result
@@ -180,6 +181,11 @@ int main(void)
             int split = (int)get_u8();
             reply('V');
             put_i32(zo_image_verify_split(&img, split));
+        } else if (cmd == 'F') {
+            reply('F');
+            put_i32(img.read_rc);
+            put_i32(img.read_split);
+            put_u32(img.read_index);
         } else if (cmd == 'E') {
             uint32_t bytes = get_u32();
             uint32_t classes = get_u32();

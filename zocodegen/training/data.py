@@ -2,7 +2,9 @@
 starts: DATA.npz, or the data image packed from it (docs/image.md), which is what the device
 reads, so simulating on the image sees the device's samples in the device's order. Both hold
 ``x`` (N, *input shape) in the input dtype and ``y`` (N,) integer labels in [0, classes);
-optional ``x_val``/``y_val`` and ``x_test``/``y_test`` alike. :func:`pack` writes the image."""
+optional ``x_val``/``y_val`` and ``x_test``/``y_test`` alike. :func:`pack` writes the image.
+DATA.npz without ``x_val`` gets one set aside from ``x`` by :func:`with_validation`, the same
+way when packed and when simulated, so both see the same train and validation records."""
 from __future__ import annotations
 
 import hashlib
@@ -25,6 +27,10 @@ SPLITS = (("x", "y"), ("x_val", "y_val"), ("x_test", "y_test"))
 #: model's constants, which live in flash, so any model the boards can hold (2 MiB of flash
 #: on the STM32H7B3, 1 MiB on the F746) has a smaller checkpoint; twice that, for headroom.
 DEFAULT_CHECKPOINT_BYTES = 4 << 20
+#: Share of each class's train records set aside for validation when DATA.npz has no x_val.
+DEFAULT_VAL_FRACTION = 0.1
+#: The fixed seed of that choice: the same DATA.npz always gives the same split.
+VALIDATION_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class Packed:
 
     layout: ImageLayout
     ignored: tuple[str, ...]  # arrays of DATA.npz that belong to no split
+    val_derived: bool  # the val split was set aside from x (DATA.npz has no x_val)
     full_training_bytes: int | None  # checkpoint of the model's full training (with a model)
 
 
@@ -92,6 +99,44 @@ def _checked(source: str, arrays: dict[str, np.ndarray], graph: Graph | None = N
     return found
 
 
+def validation_indices(y: np.ndarray, fraction: float) -> np.ndarray:
+    """Ascending indices of the records of ``y`` to set aside for validation (docs/image.md).
+
+    Stratified, so a small or unbalanced set still validates every class: a class with n
+    records gives min(n - 1, max(1, floor(fraction * n + 1/2))) of them (none when fraction is
+    0; never its last one, so training still sees it), chosen, class by class in ascending
+    label order, as the first ones of ``numpy.random.default_rng(VALIDATION_SEED)
+    .permutation(n)`` applied to that class's records in their order in ``y``.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise DataError(f"--val-fraction must be in [0, 1), got {fraction}")
+    if fraction == 0.0:
+        return np.zeros(0, np.int64)
+    rng = np.random.default_rng(VALIDATION_SEED)
+    chosen = []
+    for label in np.unique(y):
+        members = np.flatnonzero(y == label)
+        n = len(members)
+        take = min(n - 1, max(1, int(np.floor(fraction * n + 0.5))))
+        chosen.append(members[rng.permutation(n)[:take]])
+    return np.sort(np.concatenate(chosen))
+
+
+def with_validation(arrays: dict[str, np.ndarray],
+                    fraction: float = DEFAULT_VAL_FRACTION) -> dict[str, np.ndarray]:
+    """Checked split arrays with a validation split: ``arrays`` itself when it has ``x_val``,
+    else ``x``/``y`` divided by :func:`validation_indices` (train keeps its order; no val
+    split when nothing is set aside)."""
+    if "x_val" in arrays:
+        return arrays
+    val = validation_indices(arrays["y"], fraction)
+    if len(val) == 0:
+        return arrays
+    train = np.setdiff1d(np.arange(len(arrays["y"])), val)
+    return {**arrays, "x": arrays["x"][train], "y": arrays["y"][train],
+            "x_val": arrays["x"][val], "y_val": arrays["y"][val]}
+
+
 def is_image(path: Path) -> bool:
     """A data image starts with its magic; anything else is taken for DATA.npz."""
     try:
@@ -116,7 +161,10 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
-    """DATA.npz or a data image (told apart by the image's magic), checked against the model."""
+    """DATA.npz or a data image (told apart by the image's magic), checked against the model.
+
+    An image is used as packed (its records verified first); DATA.npz without ``x_val`` gets
+    the validation split `pack` would set aside by default (:func:`with_validation`)."""
     if len(graph.inputs) != 1:
         raise DataError("training needs a model with exactly one input")
     source = str(path)
@@ -125,21 +173,23 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
         if layout.num_classes > num_classes:
             raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
                             f"model has {num_classes} classes")
-    else:
-        arrays = _read_npz(path)
-    return Dataset(**_checked(source, arrays, graph, num_classes))
+        return Dataset(**_checked(source, arrays, graph, num_classes))
+    return Dataset(**with_validation(_checked(source, _read_npz(path), graph, num_classes)))
 
 
 def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
-         shuffle: int | None = None, checkpoint_bytes: int | None = None) -> Packed:
+         shuffle: int | None = None, checkpoint_bytes: int | None = None,
+         val_fraction: float = DEFAULT_VAL_FRACTION) -> Packed:
     """DATA.npz -> the data image the device trains from (docs/image.md).
 
     With ``model_path`` the data is checked as :func:`load_dataset` checks it, and the header
     records the model's sha256 (the checkpoint's), input quantization and class count; the
     checkpoint area holds the checkpoint of the model's full training. Without one it has
-    :data:`DEFAULT_CHECKPOINT_BYTES`; ``checkpoint_bytes`` overrides both. ``shuffle``
-    permutes the train split with ``numpy.random.default_rng(shuffle)``; by default the device
-    trains in the order of DATA.npz. Nothing is written when anything is wrong.
+    :data:`DEFAULT_CHECKPOINT_BYTES`; ``checkpoint_bytes`` overrides both. Without ``x_val``,
+    :func:`with_validation` sets ``val_fraction`` of the train records aside as the val split.
+    ``shuffle`` then permutes the train split with ``numpy.random.default_rng(shuffle)``; by
+    default the device trains in the order of DATA.npz. Nothing is written when anything is
+    wrong.
     """
     source = str(data_path)
     if Path(image_path).resolve() == Path(data_path).resolve():
@@ -168,6 +218,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         if quant is not None and not quant.per_channel:
             header.update(input_scale=quant.scalar_scale,
                           input_zero_point=quant.scalar_zero_point)
+    found = with_validation(found, val_fraction)
     if shuffle is not None:
         if shuffle < 0:
             raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
@@ -181,4 +232,4 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
                             **header)
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
-    return Packed(layout, ignored, need)
+    return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need)
