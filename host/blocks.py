@@ -36,6 +36,16 @@ class ImageBlocks(BlockServer):
         """The first ``size`` bytes the device wrote into the checkpoint area."""
         return bytes(self._area[:size])
 
+    def best(self, size: int) -> bytes:
+        """The training guard's slot (the area's second half of two ``size``-byte slots,
+        each rounded up to whole sectors; zo_train_io.h): the best validated parameters."""
+        start = -(-size // SECTOR_BYTES) * SECTOR_BYTES
+        return bytes(self._area[start:start + size])
+
+    def set_best(self, blob: bytes) -> None:
+        start = -(-len(blob) // SECTOR_BYTES) * SECTOR_BYTES
+        self._area[start:start + len(blob)] = blob
+
     def _area_offset(self, lba: int, count: int) -> int | None:
         first = self.layout.checkpoint_lba
         if first <= lba and lba + count <= first + self.layout.checkpoint_sectors:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-COLUMNS = ("step", "loss", "lr", "accuracy")
+COLUMNS = ("step", "loss", "lr", "accuracy", "val_accuracy", "event")
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,9 @@ class MetricsRow:
     step: int
     loss: float  # nats
     lr: float
-    accuracy: float | None = None
+    accuracy: float | None = None  # test split
+    val_accuracy: float | None = None  # the training guard's check
+    event: str = ""  # the guard's decision: best, rollback, restore
 
 
 class MetricsLog:
@@ -36,12 +38,21 @@ class MetricsLog:
         self._write(row)
         self._file.flush()
 
+    def amend(self, row: MetricsRow) -> None:
+        """Replace the last row (the same step, more measured: the guard's baseline joins the
+        accuracy measured before training)."""
+        self.rows[-1] = row
+        self._rewrite()
+
     def keep_through(self, step: int) -> None:
         """Forget the rows after ``step``: a resumed run computes those steps again (the same
         values) and logs them anew, so every step appears once."""
         if all(r.step <= step for r in self.rows):
             return
         self.rows = [r for r in self.rows if r.step <= step]
+        self._rewrite()
+
+    def _rewrite(self) -> None:
         self._file.close()
         self._file = open(self.path, "w", newline="")
         self._writer = csv.writer(self._file)
@@ -52,7 +63,9 @@ class MetricsLog:
 
     def _write(self, row: MetricsRow) -> None:
         self._writer.writerow([row.step, f"{row.loss:.6f}", f"{row.lr:.9g}",
-                               "" if row.accuracy is None else f"{row.accuracy:.6f}"])
+                               "" if row.accuracy is None else f"{row.accuracy:.6f}",
+                               "" if row.val_accuracy is None else f"{row.val_accuracy:.6f}",
+                               row.event])
 
     def close(self) -> None:
         self._file.close()
@@ -63,7 +76,9 @@ def read_metrics(path: Path) -> list[MetricsRow]:
         return []
     with open(path, newline="") as f:
         return [MetricsRow(int(r["step"]), float(r["loss"]), float(r["lr"]),
-                           float(r["accuracy"]) if r["accuracy"] else None)
+                           float(r["accuracy"]) if r["accuracy"] else None,
+                           float(r["val_accuracy"]) if r.get("val_accuracy") else None,
+                           r.get("event") or "")
                 for r in csv.DictReader(f)]
 
 
@@ -77,7 +92,8 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
 
 
 def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None:
-    """Loss per step (raw and smoothed) and test accuracy where it was measured."""
+    """Loss per step (raw and smoothed), test and validation accuracy where measured, the
+    guard's rollbacks as red marks."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -92,11 +108,20 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
     evaluated = [r for r in rows if r.accuracy is not None]
-    if evaluated:
+    checked = [r for r in rows if r.val_accuracy is not None]
+    if evaluated or checked:
         acc_ax = ax.twinx()
-        acc_ax.plot([r.step for r in evaluated], [100 * r.accuracy for r in evaluated],
-                    "o-", color="C1", label="test accuracy")
-        acc_ax.set_ylabel("test accuracy (%)")
+        if evaluated:
+            acc_ax.plot([r.step for r in evaluated], [100 * r.accuracy for r in evaluated],
+                        "o-", color="C1", label="test accuracy")
+        if checked:
+            acc_ax.plot([r.step for r in checked], [100 * r.val_accuracy for r in checked],
+                        ".-", color="C2", label="validation accuracy (guard)")
+        falls = [r for r in checked if r.event == "rollback"]
+        if falls:
+            acc_ax.plot([r.step for r in falls], [100 * r.val_accuracy for r in falls], "x",
+                        color="red", markersize=9, label="rollback (eta halved)")
+        acc_ax.set_ylabel("accuracy (%)")
         acc_ax.legend(loc="upper right")
     ax.legend(loc="upper left")
     ax.set_title(title or "zeroth-order training")

@@ -13,13 +13,14 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from ..errors import DataError, UserError
 from ..training import checkpoint
+from ..training.guard import MIN_VAL_RECORDS
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
 from .image import ImageLayout
@@ -122,10 +123,18 @@ def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
                         f"scale {identity.input_scale:g}, zero point "
                         f"{identity.input_zero_point}")
     capacity = layout.checkpoint_sectors * 512
-    if capacity < identity.checkpoint_bytes:
+    slots = 2 if identity.guard else 1  # the guard keeps its best parameters in a second slot
+    need = slots * -(-identity.checkpoint_bytes // 512) * 512
+    if capacity < need:
         raise UserError(f"{image}: checkpoint area of {capacity} bytes, the firmware's "
-                        f"checkpoint needs {identity.checkpoint_bytes}: pack again with "
-                        f"--model MODEL (or a larger --checkpoint-kb)")
+                        f"{'two checkpoints (run and best) need' if slots == 2 else 'checkpoint needs'}"
+                        f" {need}: pack again with --model MODEL (or a larger --checkpoint-kb)")
+    if (identity.guard or identity.lr_auto) and layout.count("val") < MIN_VAL_RECORDS:
+        what = "training guard" if identity.guard else "--lr auto"
+        raise UserError(f"{image} has {layout.count('val')} validation records; the firmware's "
+                        f"{what} needs at least {MIN_VAL_RECORDS} to measure: pack with a "
+                        f"larger --val-fraction (or x_val), or build with --no-guard and a "
+                        f"fixed --lr")
     if layout.count("train") == 0:
         raise UserError(f"{image} has no train records")
     if identity.selects_block and layout.count("train") < 2:
@@ -155,6 +164,7 @@ class Trainer:
         self.log = log
         self.blocks = ImageBlocks(self.image_path)
         self.ckpt_path = self.run_dir / "checkpoint.bin"
+        self.best_path = self.run_dir / "best.bin"  # the guard's best slot
         self.metrics: MetricsLog | None = None
         self.bar: tqdm | None = None
         self.identity: p.Identity | None = None
@@ -248,6 +258,8 @@ class Trainer:
         self._command(session, f"opening {self.image_path}", p.Command.OPEN.value)
         if self.ckpt_path.is_file():  # the image's header says where the checkpoint area is
             self.blocks.set_checkpoint(self.ckpt_path.read_bytes())
+            if self.identity.guard and self.best_path.is_file():
+                self.blocks.set_best(self.best_path.read_bytes())
             return self._command(session, "loading the checkpoint", p.Command.LOAD.value).value
         self._command(session, "resetting the parameters", p.Command.RESET.value)
         if self.identity.selects_block:
@@ -271,9 +283,20 @@ class Trainer:
             if ckpt.model_sha256 != self.identity.model_sha256 or ckpt.step != step:
                 raise LinkError(f"the device saved a checkpoint of step {ckpt.step} for "
                                 f"model {ckpt.model_sha256.hex()[:12]}..., expected step {step}")
+            if self.identity.guard:
+                self._save_best(size)
             checkpoint.save_bytes(self.ckpt_path, blob)
             return
         raise LinkError(f"the device's checkpoint did not verify {SAVE_ATTEMPTS} times")
+
+    def _save_best(self, size: int) -> None:
+        """RUN/best.bin: the guard's slot, so a reset resumes with the same best."""
+        blob = self.blocks.best(size)
+        try:
+            checkpoint.decode(blob, "the device's best parameters")
+        except DataError as exc:
+            raise LinkError(f"{exc}; the run's best parameters cannot be kept") from None
+        checkpoint.save_bytes(self.best_path, blob)
 
     def _evaluate(self, session: DeviceSession, step: int) -> float | None:
         layout = self.blocks.layout
@@ -286,7 +309,7 @@ class Trainer:
             correct = self._command(session, f"measuring {name} accuracy",
                                     p.accuracy(split)).value
             self._accuracy = correct / layout.count(name)
-            row = MetricsRow(row.step, row.loss, row.lr, self._accuracy)
+            row = replace(row, accuracy=self._accuracy)
         if split is not None or not math.isnan(row.loss):
             self.metrics.add(row)
         self._postfix()
@@ -363,11 +386,10 @@ class Trainer:
     def _telemetry(self, t: p.Telemetry) -> None:
         if t.layer >= 0:
             return
-        row = MetricsRow(t.step, t.loss, t.lr)
-        if t.step == self._chunk_end:
-            self._pending = row
-        else:
-            self.metrics.add(row)
+        if self._pending is not None and self._pending.step != t.step:
+            self.metrics.add(self._pending)
+        # held until the next step (or the chunk's accuracy): a guard line may amend it
+        self._pending = MetricsRow(t.step, t.loss, t.lr)
         self._losses.append(t.loss)
         self.bar.n = t.step
         self._postfix()
@@ -383,7 +405,41 @@ class Trainer:
         self.bar.set_postfix(post, refresh=True)
 
     def _device_log(self, text: str) -> None:
-        self._say(f"device: {text}")
+        fields = _guard_fields(text)
+        if fields is None:
+            self._say(f"device: {text}")
+            return
+        if text.startswith("guard check"):
+            self._guard_check(fields)
+        elif text.startswith("lr trial"):
+            self._say(f"lr trial {fields['eta_ppm'] / 1e6:g}: {fields['steps']} steps, "
+                      f"validation {fields['correct']}/{fields['of']} correct, loss "
+                      f"{fields['loss_q16'] / 65536 / max(1, fields['of']):.4f}")
+        else:
+            eta = fields["eta_ppm"] / 1e6
+            self._say(f"lr auto: eta {eta:g}")
+            self._write_record({**self._record(), "lr": eta})
+
+    def _guard_check(self, f: dict) -> None:
+        """A guard line (docs/link.md): the check's validation accuracy and decision go
+        into metrics.csv with the step; a rollback or the final restore is said aloud."""
+        accuracy = f["correct"] / max(1, f["of"])
+        event = "" if f["event"] == "none" else f["event"]
+        row = self._pending
+        if row is not None and row.step == f["step"]:
+            self._pending = MetricsRow(row.step, row.loss, row.lr, row.accuracy, accuracy,
+                                       event)
+        elif self.metrics.rows and self.metrics.rows[-1].step == f["step"]:
+            # the baseline before the first step joins the accuracy measured before training
+            self.metrics.amend(replace(self.metrics.rows[-1], val_accuracy=accuracy,
+                                       event=event))
+        else:
+            self.metrics.add(MetricsRow(f["step"], float("nan"), 0.0, None, accuracy, event))
+        if event == "rollback":
+            self._say(f"guard: step {f['step']}: validation {100 * accuracy:.1f}% fell below "
+                      f"the best; rolled back, eta halved {f['halvings']}x")
+        elif event == "restore":
+            self._say(f"guard: step {f['step']}: the result is the best validated parameters")
 
     def _say(self, text: str) -> None:
         if self.bar is not None:
@@ -401,6 +457,18 @@ RECORD_PROBLEMS = {
     -14: "does not match its CRC-32 (ZO_IMAGE_ERR_RECORD_CRC): the data is corrupted; pack "
          "the image again",
     -10: "has a label outside the image's classes (ZO_IMAGE_ERR_LABEL)"}
+
+
+def _guard_fields(text: str) -> dict | None:
+    """The key=value pairs of a guard / lr line ("guard check step=54 correct=40 ..."),
+    numbers as ints; None for any other log line."""
+    if not text.startswith(("guard check ", "lr trial ", "lr chosen ")):
+        return None
+    fields = {}
+    for part in text.split()[2:]:
+        key, _, value = part.partition("=")
+        fields[key] = int(value) if value.isdigit() else value
+    return fields
 
 
 def describe_status(code: int) -> str:

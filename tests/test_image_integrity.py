@@ -26,7 +26,7 @@ from zocodegen.host.image import read_header
 from zocodegen.training import checkpoint
 
 MODEL = FIXTURES / "digits_cnn.tflite"
-TRAIN = ["--steps", "4", "--queries", "4", "--batch", "2", "--lr", "0.01"]
+TRAIN = ["--steps", "4", "--queries", "4", "--batch", "2", "--lr", "0.01", "--no-guard"]
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,10 @@ NEEDS_ARM = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc and
                                                     "qemu-system-arm (scripts/setup.sh)")
 MODEL = FIXTURES / "digits_cnn.tflite"
 #: Training options shared by the firmware builds and the simulator runs below.
-TRAIN = ["--steps", "6", "--queries", "4", "--batch", "2", "--lr", "0.01"]
-CONFIG = TrainConfig(steps=6, queries=4, batch=2, lr=0.01)
+#: The training guard is on (the CLI's default) and checks every 2 steps, so its baseline,
+#: checks, best slot and RUN/best.bin go through the link, its faults and the resumes too.
+TRAIN = ["--steps", "6", "--queries", "4", "--batch", "2", "--lr", "0.01", "--guard-every", "2"]
+CONFIG = TrainConfig(steps=6, queries=4, batch=2, lr=0.01, guard=True, guard_every=2)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,14 +50,14 @@ def graph():
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory, graph) -> Path:
-    """Digits-shaped data: 20 train records, 30 test records, packed for the model."""
+    """Digits-shaped data: 20 train, 20 validation, 30 test records, packed for the model."""
     rng = np.random.default_rng(3)
     t = graph.tensor(graph.inputs[0])
-    x = rng.integers(-128, 128, size=(50,) + tuple(t.shape[1:])).astype(np.int8)
-    y = rng.integers(0, 10, size=50)
+    x = rng.integers(-128, 128, size=(70,) + tuple(t.shape[1:])).astype(np.int8)
+    y = rng.integers(0, 10, size=70)
     path = tmp_path_factory.mktemp("img") / "train.img"
-    pack_image(path, x[:20], y[:20], x_test=x[20:], y_test=y[20:], num_classes=10,
-               checkpoint_bytes=1 << 16)
+    pack_image(path, x[:20], y[:20], x_val=x[20:40], y_val=y[20:40], x_test=x[40:],
+               y_test=y[40:], num_classes=10, checkpoint_bytes=1 << 16)
     return path
 
 

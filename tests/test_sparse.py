@@ -28,11 +28,11 @@ NEEDS_QEMU = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc a
                                                       "qemu-system-arm (scripts/setup.sh)")
 MODEL = FIXTURES / "digits_cnn.tflite"
 #: Options where the trials disagree and a block other than 0 wins (block 3, +1).
-TRAIN = ["--train", "sparse", "--steps", "10", "--queries", "20", "--lr", "0.003",
-         "--trial-samples", "32"]
+TRAIN = ["--train", "sparse", "--steps", "10", "--queries", "20", "--lr", "0.003", "--no-guard",
+         "--trial-samples", "64"]
 SIMULATE = ["--mode", "sparse", *TRAIN[2:]]
 #: A shorter run for QEMU, where every instruction is emulated.
-TRAIN_QEMU = ["--train", "sparse", "--steps", "4", "--queries", "6", "--lr", "0.003",
+TRAIN_QEMU = ["--train", "sparse", "--steps", "4", "--queries", "6", "--lr", "0.003", "--no-guard",
               "--trial-samples", "8"]
 
 
@@ -205,8 +205,8 @@ def test_one_training_record_is_refused_before_the_trials(tmp_path, capsys):
     assert main(["pack", str(tmp_path / "one.npz"), "-o", str(tmp_path / "one.img"),
                  "--model", str(MODEL)]) == 0
     project = tmp_path / "fw"
-    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse",
-                 "-o", str(project)]) == 0
+    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", "--no-guard",
+                 "--lr", "0.01", "-o", str(project)]) == 0
     capsys.readouterr()
     assert main(["train", "--native", str(project), "--image", str(tmp_path / "one.img"),
                  "-o", str(tmp_path / "run")]) == 2

@@ -214,21 +214,22 @@ def test_training_firmware_links_for_boards(target, tmp_path):
 def test_export_runs_like_the_firmware_with_the_checkpoint(tmp_path):
     """simulate -> checkpoint -> export .tflite; ai_edge_litert on the export == the
     native firmware after loading the same checkpoint."""
-    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
     x, y = _data(graph, 10, count=6, seed=3)
     np.savez(tmp_path / "d.npz", x=x, y=y)
     run = tmp_path / "run"
     assert main(["simulate", str(model), "--data", str(tmp_path / "d.npz"), "-o", str(run),
-                 "--steps", "6", "--queries", "8", "--lr", "0.01"]) == 0
+                 "--steps", "6", "--queries", "8", "--lr", "0.01", "--no-guard"]) == 0
     out = tmp_path / "tuned.tflite"
     assert main(["export", str(model), str(run / "checkpoint.bin"), "-o", str(out)]) == 0
     assert out.read_bytes() != model.read_bytes()
     config = TrainConfig(steps=6, queries=8, lr=0.01)
     image = _image(tmp_path, x, y, 10)
     blob = (run / "checkpoint.bin").read_bytes()
-    interp = Interpreter(model_path=str(out))
+    interp = Interpreter(model_path=str(out),  # the reference kernels: bit-exact
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
     interp.allocate_tensors()
     inp, outp = interp.get_input_details()[0], interp.get_output_details()[0]
     artefact = cached_build(model, "native", graph=graph, train=config)
@@ -251,7 +252,7 @@ def test_simulate_learns_digits(tmp_path):
     arrays = digits_npz(tmp_path / "digits.npz", graph.tensor(graph.inputs[0]).quant)
     run = tmp_path / "run"
     assert main(["simulate", str(model), "--data", str(tmp_path / "digits.npz"), "-o",
-                 str(run), "--steps", "150", "--queries", "30", "--lr", "0.003"]) == 0
+                 str(run), "--steps", "150", "--queries", "30", "--lr", "0.003", "--no-guard"]) == 0
     plan = training_plan(graph, TrainConfig(steps=150))
     ckpt = checkpoint.load(run / "checkpoint.bin")
     after = simulator.from_checkpoint(graph, plan, ckpt)

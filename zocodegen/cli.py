@@ -177,7 +177,17 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help=f"perturbations per layer and step (default {default_queries})")
     g.add_argument("--batch", type=int, default=1, metavar="N",
                    help="samples per step (gradient accumulation)")
-    g.add_argument("--lr", type=float, default=0.01, metavar="ETA")
+    g.add_argument("--lr", default="auto", metavar="ETA|auto",
+                   help="learning rate, or auto (default): short trials of 0.003, 0.01, "
+                        "0.03 scored on the validation split pick it")
+    g.add_argument("--no-guard", action="store_true",
+                   help="no training guard (default on: validation checks keep the best "
+                        "parameters, roll back and halve eta when validation falls)")
+    g.add_argument("--guard-every", type=int, default=0, metavar="K",
+                   help="steps between the guard's checks (default: about 2%% of the run's "
+                        "forward passes)")
+    g.add_argument("--guard-samples", type=int, default=128, metavar="V",
+                   help="validation records per check (default 128)")
     g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
     g.add_argument("--seed", type=int, default=1, metavar="S")
     g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo"), default="adaptive",
@@ -209,7 +219,14 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
         except ValueError:
             raise UserError(f"--block expects a block index or auto, got '{args.block}'"
                             ) from None
-    return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=args.lr,
+    lr_auto = args.lr == "auto"
+    try:
+        lr = 0.01 if lr_auto else float(args.lr)
+    except ValueError:
+        raise UserError(f"--lr expects a number or auto, got '{args.lr}'") from None
+    return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
+                       lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
+                       guard_samples=args.guard_samples,
                        schedule=args.schedule, seed=args.seed, estimator=args.estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
@@ -347,9 +364,10 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     if result.accuracy_before is not None and result.accuracy_after is not None:
         acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "
                f"{100 * result.accuracy_after:.1f}%")
-    print(f"{result.steps} steps, loss {result.first_loss:.3f} -> {result.last_loss:.3f} "
-          f"(mean of first / last 50 steps){acc}; {result.forward_evaluations:,} query "
-          f"forwards", file=sys.stderr)
+    guard = f", {result.rollbacks} rollback(s)" if config.guard else ""
+    print(f"{result.steps} steps at eta {result.lr:g}{guard}, loss {result.first_loss:.3f} -> "
+          f"{result.last_loss:.3f} (mean of first / last 50 steps){acc}; "
+          f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
     print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png", file=sys.stderr)
 
 

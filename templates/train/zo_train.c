@@ -89,15 +89,19 @@ static float sin_poly(float y)
     return y * (1.0f + y2 * acc);
 }
 
-float zo_train_learning_rate(const zo_train_model *m, uint32_t step, uint32_t steps)
+float zo_train_learning_rate(const zo_train_model *m, const zo_train_state *s, uint32_t step)
 {
-    if (!m->cosine) {
-        return m->lr;
+    float eta = s->lr;
+    if (m->cosine && !s->constant_lr) {
+        /* eta (1 + cos(pi t / T)) / 2 = eta (1 - sin((t / T - 1/2) pi)) / 2 */
+        const float u = (float)step / (float)s->schedule_steps;
+        const float y = (u - 0.5f) * 0x1.921fb6p+1f;
+        eta = eta * (0.5f * (1.0f - sin_poly(y)));
     }
-    /* eta (1 + cos(pi t / T)) / 2 = eta (1 - sin((t / T - 1/2) pi)) / 2 */
-    const float u = (float)step / (float)steps;
-    const float y = (u - 0.5f) * 0x1.921fb6p+1f;
-    return m->lr * (0.5f * (1.0f - sin_poly(y)));
+    for (uint32_t h = 0; h < s->halvings; ++h) {
+        eta *= 0.5f; /* exact */
+    }
+    return eta;
 }
 
 /* ---- update ------------------------------------------------------------------------------ */
@@ -362,6 +366,13 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
     zo_train_attach(m);
     s->step = 0;
     s->schedule_steps = m->steps;
+    s->constant_lr = 0;
+    s->lr = m->guard && m->guard->lr_auto ? 0.0f : m->lr;
+    s->halvings = 0u;
+    s->best_step = ZO_TRAIN_NO_BEST;
+    s->best_correct = 0u;
+    s->best_loss = 0;
+    s->rollbacks = 0u;
 }
 
 void zo_train_attach(const zo_train_model *m)
@@ -407,7 +418,7 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
 {
     uint8_t *arena = model_arena();
     const uint32_t t = s->step;
-    const float eta = zo_train_learning_rate(m, t, s->schedule_steps);
+    const float eta = zo_train_learning_rate(m, s, t);
     const zo_train_layer *first = &m->layers[0];
     const uint32_t step_start = platform_cycles();
     uint32_t io_cycles = 0u; /* reading samples, sending telemetry: not the step's work */
@@ -452,7 +463,8 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
-#define ZO_CKPT_HEADER_BYTES 64u
+#define ZO_CKPT_HEADER_BYTES 96u
+#define ZO_CKPT_IDENTITY_BYTES 60u /* what must match; the seed and the guard state follow */
 static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -483,17 +495,27 @@ uint32_t zo_checkpoint_bytes(const zo_train_model *m)
     return total;
 }
 
-static void header_bytes(const zo_train_model *m, uint32_t step, uint8_t *h)
+static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint32_t step,
+                         uint8_t *h)
 {
+    uint32_t lr_bits;
+    memcpy(&lr_bits, &s->lr, 4);
     memset(h, 0, ZO_CKPT_HEADER_BYTES);
     memcpy(h, ckpt_magic, sizeof ckpt_magic);
-    put_u32(h + 8, 1u);
+    put_u32(h + 8, 2u);
     put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
     memcpy(h + 16, m->model_sha256, 32);
     put_u32(h + 48, step);
     put_u32(h + 52, m->layer_count);
     put_u32(h + 56, zo_checkpoint_bytes(m));
     put_u32(h + 60, m->seed);
+    put_u32(h + 64, lr_bits);
+    put_u32(h + 68, s->halvings);
+    put_u32(h + 72, s->best_step);
+    put_u32(h + 76, s->best_correct);
+    put_u32(h + 80, (uint32_t)(uint64_t)s->best_loss);
+    put_u32(h + 84, (uint32_t)((uint64_t)s->best_loss >> 32));
+    put_u32(h + 88, s->rollbacks);
 }
 
 static void table_entry(const zo_train_layer *L, uint8_t *e)
@@ -523,7 +545,7 @@ int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte
 {
     ckpt_writer w = {sink, context, 0u, 0};
     uint8_t buf[ZO_CKPT_HEADER_BYTES];
-    header_bytes(m, s->step, buf);
+    header_bytes(m, s, s->step, buf);
     emit(&w, buf, ZO_CKPT_HEADER_BYTES);
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         table_entry(&m->layers[i], buf);
@@ -547,16 +569,16 @@ int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte
 }
 
 /* Pass 1 of a load: header and layer table match this model, CRC over everything. */
-static int verify_checkpoint(const zo_train_model *m, zo_byte_source source, void *context,
-                             uint32_t *step)
+static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
+                             zo_byte_source source, void *context, uint8_t *h)
 {
-    uint8_t h[ZO_CKPT_HEADER_BYTES], expect[ZO_CKPT_HEADER_BYTES];
+    uint8_t expect[ZO_CKPT_HEADER_BYTES];
     if (source(context, h, ZO_CKPT_HEADER_BYTES) != 0) {
         return ZO_TRAIN_ERR_IO;
     }
-    header_bytes(m, get_u32(h + 48), expect);
-    put_u32(expect + 60, get_u32(h + 60)); /* the run's seed is recorded, not enforced */
-    if (memcmp(h, expect, ZO_CKPT_HEADER_BYTES) != 0) {
+    header_bytes(m, s, get_u32(h + 48), expect);
+    /* the run's seed and the guard state are recorded, not enforced */
+    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || get_u32(h + 92) != 0u) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
@@ -588,15 +610,14 @@ static int verify_checkpoint(const zo_train_model *m, zo_byte_source source, voi
     if (get_u32(tail) != crc) {
         return ZO_TRAIN_ERR_CRC;
     }
-    *step = get_u32(h + 48);
     return ZO_TRAIN_OK;
 }
 
 int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_source source,
                        void (*rewind)(void *context), void *context)
 {
-    uint32_t step = 0;
-    const int rc = verify_checkpoint(m, source, context, &step);
+    uint8_t h[ZO_CKPT_HEADER_BYTES];
+    const int rc = verify_checkpoint(m, s, source, context, h);
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
@@ -624,6 +645,12 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
             L->bias[c] = (int32_t)get_u32(b);
         }
     }
-    s->step = step;
+    s->step = get_u32(h + 48);
+    memcpy(&s->lr, h + 64, 4);
+    s->halvings = get_u32(h + 68);
+    s->best_step = get_u32(h + 72);
+    s->best_correct = get_u32(h + 76);
+    s->best_loss = (int64_t)((uint64_t)get_u32(h + 80) | ((uint64_t)get_u32(h + 84) << 32));
+    s->rollbacks = get_u32(h + 88);
     return ZO_TRAIN_OK;
 }

@@ -25,6 +25,9 @@
 #define ZO_TRAIN_ERR_CRC (-23)        /* checkpoint CRC-32 mismatch */
 #define ZO_TRAIN_ERR_IO (-24)         /* the block device failed */
 #define ZO_TRAIN_ERR_NO_BLOCK (-25)   /* --block auto: no block selected (command B) yet */
+#define ZO_TRAIN_ERR_VAL (-27)        /* guard / --lr auto: too few validation records */
+
+#define ZO_TRAIN_NO_BEST 0xFFFFFFFFu  /* best_step before the guard's first check */
 
 /* A byte range of the arena that a partial forward needs from before its first layer, and
  * where the engine keeps a copy of it (offset inside one sample's saved-activation slot). */
@@ -81,6 +84,18 @@ typedef struct {
 
 typedef void (*zo_telemetry_hook)(void *context, const zo_train_telemetry *record);
 
+/* The training guard and --lr auto (docs/training.md "Training guard"), fixed at build. */
+typedef struct {
+    uint8_t guard;            /* validation checks, keep the best, roll back on a fall */
+    uint8_t lr_auto;          /* short trials of the candidates pick eta */
+    uint32_t every;           /* K: a check after every K steps and after the last */
+    uint32_t samples;         /* at most this many validation records per check */
+    uint32_t min_samples;     /* fewer validation records than this: ZO_TRAIN_ERR_VAL */
+    uint32_t trial_steps;     /* steps of each lr trial */
+    uint32_t candidate_count;
+    const float *candidates;  /* smallest first */
+} zo_guard_config;
+
 typedef struct {
     const zo_train_layer *layers;
     uint32_t layer_count;
@@ -102,11 +117,21 @@ typedef struct {
     int32_t *clean_q16;    /* [batch] */
     int32_t *labels;       /* [batch] */
     int32_t *query_sums;   /* [queries] */
+    const zo_guard_config *guard; /* NULL: neither guard nor --lr auto */
+    uint32_t slot_sectors; /* checkpoint slots in the image's area: 0 = run, 1 = best */
 } zo_train_model;
 
 typedef struct {
     uint32_t step; /* completed optimisation steps */
     uint32_t schedule_steps; /* T of the learning-rate schedule (a block trial: its epoch) */
+    int constant_lr;         /* 1: eta without the schedule (an lr trial) */
+    /* carried by the checkpoint, so a resumed run decides as an uninterrupted one */
+    float lr;                /* eta in use: --lr, or the --lr auto winner (0: not chosen) */
+    uint32_t halvings;       /* the guard halved eta this often */
+    uint32_t best_step;      /* step of the best validated parameters (checkpoint slot 1) */
+    uint32_t best_correct;
+    int64_t best_loss;       /* sum of Q16 validation losses */
+    uint32_t rollbacks;
     zo_sample_reader read_sample;
     void *sample_context;
     uint32_t sample_count;
@@ -115,7 +140,8 @@ typedef struct {
 } zo_train_state;
 
 /* Copies the flash parameters to their SRAM copies and attaches them; step = 0,
- * schedule_steps = m->steps. */
+ * schedule_steps = m->steps, eta = m->lr (0 with --lr auto: not chosen yet), no guard
+ * check yet. */
 void zo_train_init(const zo_train_model *m, zo_train_state *s);
 
 /* --block auto: model.c computes m's layers with their SRAM copies (attach) or with the
@@ -126,9 +152,9 @@ void zo_train_detach(const zo_train_model *m);
 /* One optimisation step on samples (step * N + n) mod sample_count. */
 int zo_train_step(const zo_train_model *m, zo_train_state *s);
 
-/* eta_t of a schedule over `steps` steps (float32 polynomial cosine, identical on every
- * target). */
-float zo_train_learning_rate(const zo_train_model *m, uint32_t step, uint32_t steps);
+/* eta_t: s->lr under the schedule over s->schedule_steps (float32 polynomial cosine,
+ * identical on every target), times 2^-halvings. */
+float zo_train_learning_rate(const zo_train_model *m, const zo_train_state *s, uint32_t step);
 
 /* Checkpoint (format: zocodegen/training/checkpoint.py) through a byte sink / source. */
 typedef int (*zo_byte_sink)(void *context, const uint8_t *bytes, uint32_t n);

@@ -13,6 +13,7 @@ int zo_image_train_sample(void *context, uint32_t index, uint8_t *input, int32_t
 
 typedef struct {
     zo_image *img;
+    uint32_t first; /* the slot's first sector */
     uint32_t lba;  /* next sector of the checkpoint area */
     uint32_t fill; /* bytes used (writing) or consumed (reading) in img->sector */
 } sector_stream;
@@ -60,21 +61,24 @@ static int stream_get(void *context, uint8_t *bytes, uint32_t n)
 static void stream_rewind(void *context)
 {
     sector_stream *st = (sector_stream *)context;
-    st->lba = st->img->checkpoint_lba;
+    st->lba = st->first;
     st->fill = ZO_SECTOR_BYTES;
 }
 
-static int fits(const zo_train_model *m, const zo_image *img)
+static int fits(const zo_train_model *m, const zo_image *img, uint32_t slot)
 {
-    return (uint64_t)img->checkpoint_sectors * ZO_SECTOR_BYTES >= zo_checkpoint_bytes(m);
+    return (uint64_t)(slot + 1u) * m->slot_sectors <= img->checkpoint_sectors
+           && (uint64_t)m->slot_sectors * ZO_SECTOR_BYTES >= zo_checkpoint_bytes(m);
 }
 
-int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_image *img)
+int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_image *img,
+                           uint32_t slot)
 {
-    if (!fits(m, img)) {
+    if (!fits(m, img, slot)) {
         return ZO_TRAIN_ERR_SPACE;
     }
-    sector_stream st = {img, img->checkpoint_lba, 0u};
+    const uint32_t first = img->checkpoint_lba + slot * m->slot_sectors;
+    sector_stream st = {img, first, first, 0u};
     int rc = zo_checkpoint_save(m, s, stream_put, &st);
     if (rc == ZO_TRAIN_OK && st.fill) { /* zero the rest of the last sector */
         memset(img->sector + st.fill, 0, ZO_SECTOR_BYTES - st.fill);
@@ -83,13 +87,15 @@ int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_
     return rc;
 }
 
-int zo_checkpoint_from_image(const zo_train_model *m, zo_train_state *s, zo_image *img)
+int zo_checkpoint_from_image(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                             uint32_t slot)
 {
-    if (!fits(m, img)) {
+    if (!fits(m, img, slot)) {
         return ZO_TRAIN_ERR_SPACE;
     }
     sector_stream st;
     st.img = img;
+    st.first = img->checkpoint_lba + slot * m->slot_sectors;
     stream_rewind(&st);
     return zo_checkpoint_load(m, s, stream_get, stream_rewind, &st);
 }

@@ -8,12 +8,18 @@
 #include "zo_image.h"
 #include "zo_train.h"
 
-#define ZO_TRAIN_ERR_SPACE (-25) /* the image's checkpoint area is too small */
+#define ZO_TRAIN_ERR_SPACE (-26) /* the image's checkpoint area is too small */
 
 /* zo_sample_reader over the train split of an open image (context: zo_image *). */
 int zo_image_train_sample(void *context, uint32_t index, uint8_t *input, int32_t *label);
 
-int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_image *img);
-int zo_checkpoint_from_image(const zo_train_model *m, zo_train_state *s, zo_image *img);
+/* The checkpoint area holds two slots of m->slot_sectors sectors: ZO_SLOT_RUN (what S writes
+ * and L reads) and ZO_SLOT_BEST (the training guard's best validated parameters). */
+#define ZO_SLOT_RUN 0u
+#define ZO_SLOT_BEST 1u
+int zo_checkpoint_to_image(const zo_train_model *m, const zo_train_state *s, zo_image *img,
+                           uint32_t slot);
+int zo_checkpoint_from_image(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                             uint32_t slot);
 
 #endif /* ZO_TRAIN_IO_H */

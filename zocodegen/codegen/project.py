@@ -269,7 +269,8 @@ def _identity(graph: Graph, plan: ProjectPlan, model_name: str, options: BuildOp
             raise UserError(f"output 0 is {np.dtype(y.dtype).name}: the firmware's accuracy "
                             f"command needs int8, uint8 or float32 scores")
         identity.update(estimator=ESTIMATOR_CODES[cfg.estimator], gnorm_scaling=int(cfg.gnorm_scaling),
-                        quant_scaling=int(cfg.quant_scaling),
+                        quant_scaling=int(cfg.quant_scaling), guard=int(cfg.guard),
+                        lr_auto=int(cfg.lr_auto),
                         sparse=int(cfg.mode == "sparse"),
                         block=0xFF if plan.training.block is None else plan.training.block,
                         blocks=len(plan.training.models) if cfg.selects_block else cfg.blocks)

@@ -9,6 +9,8 @@ import numpy as np
 
 from ..ir import Graph
 from ..planner import ArenaPlan, RamItem
+from ..training.checkpoint import encoded_size
+from ..training.guard import MIN_VAL_RECORDS, guard_schedule
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
@@ -63,6 +65,19 @@ class TrainLayerCode:
 
 
 @dataclass(frozen=True)
+class GuardCode:
+    """zo_guard_config of one zo_train_model (docs/training.md "Training guard")."""
+
+    guard: bool
+    lr_auto: bool
+    every: int
+    samples: int
+    min_samples: int
+    trial_steps: int
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TrainingCode:
     layers: tuple[TrainLayerCode, ...]  # every layer any block trains, in forward order
     models: tuple[tuple[int, int], ...]  # (first layer, layer count) per zo_train_model
@@ -85,6 +100,8 @@ class TrainingCode:
     loss_params: tuple[tuple[str, str], ...]
     input_offset: int
     input_bytes: int
+    guards: tuple[GuardCode, ...] | None  # per zo_train_model; None: no guard, fixed eta
+    slot_sectors: int  # sectors of each of the checkpoint area's two slots
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -181,10 +198,18 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             ("reverse_scaling_right_shift", str(lp.reverse_scaling_right_shift)))
     x = graph.tensor(graph.inputs[0])
     fixed = cfg.block if cfg.mode == "sparse" and len(plans) == 1 else None
+    guards = None
+    if cfg.guard or cfg.lr_auto:
+        guards = tuple(GuardCode(cfg.guard, cfg.lr_auto, g.every, g.samples, MIN_VAL_RECORDS,
+                                 g.trial_steps, tuple(c_float(np.float32(c))
+                                                      for c in g.candidates))
+                       for g in map(guard_schedule, plans))
+    largest = max(encoded_size((layer.weight_count, layer.bias_count) for layer in p.layers)
+                  for p in plans)
     return TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed, cfg.trial_samples,
                         _align(stride), grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
                         cfg.schedule == "cosine", c_float(plan.inv_nq), plan.diff_limit,
                         plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
-                        arena.offsets[graph.inputs[0]], x.nbytes)
+                        arena.offsets[graph.inputs[0]], x.nbytes, guards, -(-largest // 512))

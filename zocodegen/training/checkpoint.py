@@ -10,7 +10,14 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
     52  4  layer count L
     56  4  total file bytes, CRC included
     60  4  base seed of the run
-    64 12L per layer: op index, weight count, bias count (u32 each)
+    64  4  eta the run uses (float32: the --lr auto winner, else --lr; 0 before the trials)
+    68  4  halvings of eta by the training guard
+    72  4  step of the best validated parameters (0xFFFFFFFF: no guard check yet)
+    76  4  their correct validation predictions
+    80  8  their validation loss, sum of Q16 losses (int64)
+    88  4  rollbacks so far
+    92  4  reserved (0)
+    96 12L per layer: op index, weight count, bias count (u32 each)
     ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases
     end 4  CRC-32 (zlib.crc32 / IEEE 802.3) of every byte before it
 """
@@ -28,8 +35,9 @@ import numpy as np
 from ..errors import DataError
 
 MAGIC = b"ZOCKPT01"
-VERSION = 1
-HEADER = struct.Struct("<8sII32sIIII")
+VERSION = 2
+HEADER = struct.Struct("<8sII32sIIIIfIIIqII")
+NO_BEST = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,13 @@ class Checkpoint:
     step: int
     seed: int
     layers: tuple[LayerParams, ...]
+    # the training guard's state (docs/training.md), so a resumed run decides identically
+    lr: float = 0.0
+    halvings: int = 0
+    best_step: int = NO_BEST
+    best_correct: int = 0
+    best_loss: int = 0
+    rollbacks: int = 0
 
 
 def _pad4(n: int) -> int:
@@ -68,7 +83,8 @@ def encode(ckpt: Checkpoint) -> bytes:
         data += np.ascontiguousarray(lp.bias, dtype="<i4").tobytes()
     total = HEADER.size + len(table) + len(data) + 4
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, ckpt.model_sha256, ckpt.step,
-                       len(ckpt.layers), total, ckpt.seed)
+                       len(ckpt.layers), total, ckpt.seed, ckpt.lr, ckpt.halvings,
+                       ckpt.best_step, ckpt.best_correct, ckpt.best_loss, ckpt.rollbacks, 0)
     body = head + table + bytes(data)
     return body + struct.pack("<I", zlib.crc32(body))
 
@@ -76,11 +92,13 @@ def encode(ckpt: Checkpoint) -> bytes:
 def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
     if len(blob) < HEADER.size + 4:
         raise DataError(f"{source}: {len(blob)} bytes is too short for a checkpoint")
-    magic, version, header, sha, step, count, total, seed = HEADER.unpack_from(blob)
+    (magic, version, header, sha, step, count, total, seed, lr, halvings, best_step,
+     best_correct, best_loss, rollbacks, _) = HEADER.unpack_from(blob)
     if magic != MAGIC:
         raise DataError(f"{source}: not a zocodegen checkpoint (magic {magic!r})")
     if version != VERSION or header != HEADER.size:
-        raise DataError(f"{source}: checkpoint format version {version} is not supported")
+        raise DataError(f"{source}: checkpoint format version {version} is not supported "
+                        f"(this zocodegen writes version {VERSION}): start a new run")
     if total != len(blob):
         raise DataError(f"{source}: truncated or padded: header says {total} bytes, "
                         f"file has {len(blob)}")
@@ -98,7 +116,8 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
         layers.append(LayerParams(op_index, weights, bias))
     if pos != total - 4:
         raise DataError(f"{source}: layer table does not match the file size")
-    return Checkpoint(sha, step, seed, tuple(layers))
+    return Checkpoint(sha, step, seed, tuple(layers), lr, halvings, best_step, best_correct,
+                      best_loss, rollbacks)
 
 
 def save(path: Path, ckpt: Checkpoint) -> None:

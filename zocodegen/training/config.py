@@ -35,6 +35,11 @@ class TrainConfig:
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
+    # The bare algorithm by default; the CLI turns both on (docs/training.md "Training guard")
+    lr_auto: bool = False  # --lr auto: short trials on the device pick eta
+    guard: bool = False  # validation checks, keep the best, roll back and halve eta on a fall
+    guard_every: int = 0  # K steps between checks; 0: from the forward budget
+    guard_samples: int = 128  # validation records a check uses (at most)
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -54,6 +59,9 @@ class TrainConfig:
                             f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
                             "that keeps the int32 gradient sums exact would cut ordinary "
                             "differences; lower one of them")
+        if self.guard_every < 0 or self.guard_samples < 1:
+            raise UserError("--guard-every must be 0 (auto) or more and --guard-samples at "
+                            "least 1")
         if self.seed < 0 or self.seed > 0xFFFFFFFF:
             raise UserError("--seed must fit in 32 bits")
         if self.mode == "sparse":

@@ -224,8 +224,9 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
             raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
         order = np.random.default_rng(shuffle).permutation(len(found["x"]))
         found["x"], found["y"] = found["x"][order], found["y"][order]
-    if checkpoint_bytes is None:
-        checkpoint_bytes = need if need is not None else DEFAULT_CHECKPOINT_BYTES
+    if checkpoint_bytes is None:  # two slots: the run's checkpoint and the guard's best
+        checkpoint_bytes = (2 * -(-need // 512) * 512 if need is not None
+                            else DEFAULT_CHECKPOINT_BYTES)
     x, y = found.pop("x"), found.pop("y")
     try:
         layout = pack_image(image_path, x, y, **found, checkpoint_bytes=checkpoint_bytes,

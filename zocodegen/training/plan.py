@@ -144,12 +144,18 @@ def _channels(graph: Graph, op: Op) -> tuple[int, int]:
 
 def _inv_s2(graph: Graph, op: Op, mode: str, channels: int) -> tuple[np.ndarray, np.ndarray]:
     """Quantization-aware scaling per channel, float64 -> float32 (docs/training.md):
-    WP: 1/s_c^2 (weights), 1/(s_in s_c)^2 (biases). NP additionally carries the chain
-    factor s_in s_c / s_out from the output's int8 units to the parameters'."""
+    WP: 1/s^2 (weights), 1/(s_in s)^2 (biases), with s the layer's LARGEST weight scale, not
+    the channel's own: the paper's QAS (Eq. 8, [55]) is per tensor, and with per-channel
+    scales a near-dead channel (tiny s_c) would multiply its estimate, which is mostly the
+    other channels' noise, by 1/s_c^2 (thousands of LSB per step: measured, it wrecks
+    NP training of the digits CNN). NP additionally carries the exact chain factor
+    s_in s_c / s_out from the output's int8 units to the parameters'."""
     s_in = np.float64(graph.tensor(op.inputs[0]).quant.scalar_scale)
     s_out = np.float64(graph.tensor(op.outputs[0]).quant.scalar_scale)
     s_c = np.broadcast_to(graph.tensor(op.inputs[1]).quant.scale.astype(np.float64), (channels,))
-    w, b = 1.0 / s_c ** 2, 1.0 / (s_in * s_c) ** 2
+    s_ref = s_c.max()
+    w = np.full(channels, 1.0 / s_ref ** 2)
+    b = np.full(channels, 1.0 / (s_in * s_ref) ** 2)
     if mode == "NP":
         chain = s_in * s_c / s_out
         w, b = w * chain, b * chain

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,8 @@ from ..frontends import load_model
 from ..host.metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
 from .config import TrainConfig
-from .data import load_dataset
+from .data import Dataset, load_dataset
+from .guard import GuardState, guard_schedule, validation_count
 from .plan import TrainingPlan, loss_head, training_plans
 
 
@@ -27,6 +28,8 @@ class RunSummary:
     accuracy_before: float | None
     accuracy_after: float | None
     forward_evaluations: int  # query forwards (partial or full) over the run
+    lr: float  # eta the run used (the --lr auto winner)
+    rollbacks: int  # the training guard's
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -65,6 +68,30 @@ def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray
     return selection
 
 
+def _validation(data: Dataset, plan: TrainingPlan):
+    """The guard's validation records and schedule (None without guard and --lr auto)."""
+    cfg = plan.config
+    if not (cfg.guard or cfg.lr_auto):
+        return None, None, None
+    schedule = guard_schedule(plan)
+    available = 0 if data.x_val is None else len(data.x_val)
+    count = validation_count(available, schedule,
+                             "the training guard" if cfg.guard else "--lr auto")
+    return data.x_val[:count], data.y_val[:count], schedule
+
+
+def _lr_trials(graph, plan: TrainingPlan, params, data: Dataset, x_val, y_val, schedule
+               ) -> float:
+    """--lr auto, with one line per candidate (the device logs the same)."""
+    lr, scores = simulator.choose_lr(graph, plan, params, data.x, data.y, x_val, y_val,
+                                     schedule)
+    for eta, score in zip(schedule.candidates, scores):
+        print(f"lr trial {eta:g}: {schedule.trial_steps} steps, validation "
+              f"{score.correct}/{len(y_val)} correct, loss {score.loss / 65536 / len(y_val):.4f}"
+              f"{'  <- chosen' if float(np.float32(eta)) == lr else ''}")
+    return lr
+
+
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
              progress: bool | None = None) -> RunSummary:
@@ -88,9 +115,27 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     else:
         plan = plans[0]
     params, first = simulator.initial_params(graph, plan), 0
+    x_val, y_val, schedule = _validation(data, plan)
+    state = GuardState(float(np.float32(config.lr)))
     if ckpt is not None:
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
+        state = simulator.guard_state(ckpt)
+    elif config.lr_auto:
+        state = replace(state, lr=_lr_trials(graph, plan, params, data, x_val, y_val, schedule))
+    plan = replace(plan, config=replace(plan.config, lr=state.lr))
+    best_path = out_dir / "best.bin"
+    guard, baseline = None, None
+    if config.guard:
+        guard = simulator.Guard(x_val, y_val, schedule, state)
+        if ckpt is None:
+            score = baseline = guard.baseline(graph, plan, params)
+            checkpoint.save(best_path, simulator.to_checkpoint(plan, params, 0, sha, guard.state))
+            print(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
+                  f"records; before training {score.correct}/{len(y_val)} correct")
+        elif state.started:
+            guard.best_params = simulator.from_checkpoint(graph, plan,
+                                                          checkpoint.load(best_path), sha)
     every = eval_every if eval_every is not None else max(1, config.steps // 20)
     has_test = data.x_test is not None
     before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
@@ -102,36 +147,62 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         "selection": None if selection is None else {
             "samples": selection.samples, "baseline_correct": selection.baseline,
             "correct": list(selection.correct), "block": selection.block},
+        "lr": state.lr, "guard_every": schedule.every if guard else None,
         "accuracy_before": before}, indent=2) + "\n")
     log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
-    if not log.rows and has_test:
-        log.add(MetricsRow(first, float("nan"), 0.0, before))
+    if not log.rows and (has_test or baseline is not None):
+        log.add(MetricsRow(first, float("nan"), 0.0, before,
+                           None if baseline is None else baseline.correct / len(y_val),
+                           "" if baseline is None else "best"))
     bar = tqdm(total=config.steps, initial=first, desc="simulate", unit="step",
                disable=None if progress is None else not progress, dynamic_ncols=True)
     losses = []
     try:
         for record, params in simulator.run(graph, plan, params, data.x, data.y, first,
-                                            data.x_test, data.y_test, every if has_test else 0):
+                                            data.x_test, data.y_test, every if has_test else 0,
+                                            guard):
             losses.append(record.loss)
-            log.add(MetricsRow(record.step, record.loss, record.lr, record.accuracy))
+            log.add(MetricsRow(record.step, record.loss, record.lr, record.accuracy,
+                               record.val_accuracy, record.event))
             recent = np.mean(losses[-50:])
             post = {"loss": f"{recent:.3f}"}
+            if record.event == "best":
+                checkpoint.save(best_path, simulator.to_checkpoint(plan, params, record.step,
+                                                                   sha, guard.state))
+            elif record.event:
+                bar.write(_event_line(record, guard))
             if record.accuracy is not None:
                 post["acc"] = f"{100 * record.accuracy:.1f}%"
-                checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, record.step,
-                                                                   sha))
+                checkpoint.save(ckpt_path, simulator.to_checkpoint(
+                    plan, params, record.step, sha, guard.state if guard else state))
             bar.set_postfix(post, refresh=False)
             bar.update(1)
     finally:
         bar.close()
         log.close()
-    checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha))
+    checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha,
+                                                       guard.state if guard else state))
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     plot_curves(rows, out_dir / "curves.png",
                 f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
                 f"eta={config.lr}")
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
+    record = json.loads((out_dir / "run.json").read_text())
+    record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0)
+    (out_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     per_step = plan.forwards_per_step
     return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
                       float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
-                      per_step * (config.steps - first))
+                      per_step * (config.steps - first), state.lr,
+                      guard.state.rollbacks if guard else 0)
+
+
+def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
+    """A rollback or the final restore, never silent (the device logs the same)."""
+    best = guard.state
+    if record.event == "rollback":
+        return (f"guard: step {record.step}: validation {100 * record.val_accuracy:.1f}% fell "
+                f"below the best ({best.best.correct}/{len(guard.y_val)} at step "
+                f"{best.best_step}); rolled back, eta halved {best.halvings}x")
+    return (f"guard: step {record.step}: the result is the best validated parameters "
+            f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")

@@ -22,6 +22,7 @@ from ..reference.common import output_range
 from ..reference.registry import KERNELS, PRE_ACTIVATION
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
+from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
 from .prng import rademacher, sample_seed, step_seed
 from .update import (apply_biases, apply_weights, learning_rate, step_coefficient,
@@ -198,13 +199,19 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
         pos += layer.weight_count
 
 
+def step_learning_rate(plan: TrainingPlan, t: int, halvings: int = 0) -> np.float32:
+    """eta_t of the schedule, times 2^-halvings (the guard's rollbacks), float32."""
+    cfg = plan.config
+    return np.float32(learning_rate(cfg.lr, t, cfg.steps, cfg.schedule) * lr_scale(halvings))
+
+
 def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.ndarray,
-               labels: np.ndarray) -> tuple[Params, float]:
+               labels: np.ndarray, halvings: int = 0) -> tuple[Params, float]:
     """One optimisation step on a batch of N samples; returns the new parameters and the
     batch's mean clean loss in nats (before the update)."""
     params = dict(params)
     cfg = plan.config
-    eta_t = learning_rate(cfg.lr, t, cfg.steps, cfg.schedule)
+    eta_t = step_learning_rate(plan, t, halvings)
     env = {graph.inputs[0]: xs}
     env.update(params)
     env = forward(graph, env, 0, plan.logits_op)
@@ -286,36 +293,123 @@ def select_block(graph: Graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y
     return BlockSelection(size, baseline, tuple(correct))
 
 
+def validation_score(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray,
+                     y: np.ndarray) -> Score:
+    """The guard's measurement: correct argmax of the logits (lowest index on ties) and the
+    sum of Q16 losses, over the records given."""
+    env = {graph.inputs[0]: x}
+    env.update(params)
+    logits = forward(graph, env, 0, plan.logits_op)[plan.logits].reshape(len(x), -1)
+    return Score(int((logits.argmax(axis=1) == y).sum()),
+                 int(losses_q16(plan, logits, y).sum()))
+
+
+def choose_lr(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.ndarray,
+              x_val: np.ndarray, y_val: np.ndarray, schedule: GuardSchedule
+              ) -> tuple[float, tuple[Score, ...]]:
+    """--lr auto: each candidate trains ``schedule.trial_steps`` steps from ``params`` at a
+    constant eta on the run's first samples; the lowest validation loss wins (the first,
+    i.e. smallest eta, on ties). Returns the winner (float32 value) and every score."""
+    scores = []
+    for eta in schedule.candidates:
+        trial = replace(plan, config=replace(plan.config, lr=eta, schedule="constant",
+                                             steps=schedule.trial_steps))
+        p = params
+        for t in range(schedule.trial_steps):
+            idx = batch_indices(t, plan.config.batch, len(x))
+            p, _ = train_step(graph, trial, p, t, x[idx], y[idx])
+        scores.append(validation_score(graph, plan, p, x_val, y_val))
+    best = min(range(len(scores)), key=lambda k: (scores[k].loss, k))
+    return float(np.float32(schedule.candidates[best])), tuple(scores)
+
+
 @dataclass(frozen=True)
 class StepRecord:
     step: int  # completed steps after this one
     loss: float  # mean clean loss of the step's batch, nats
     lr: float
     accuracy: float | None  # on the test split, when evaluated at this step
+    val_accuracy: float | None = None  # the guard's check at this step
+    event: str = ""  # the guard's decision: best, rollback, restore (the final best)
+
+
+@dataclass
+class Guard:
+    """The guard of one simulated run: its validation records, schedule and state, and the
+    best parameters (the device keeps them in the image's second checkpoint slot)."""
+
+    x_val: np.ndarray
+    y_val: np.ndarray
+    schedule: GuardSchedule
+    state: GuardState
+    best_params: Params | None = None
+
+    def baseline(self, graph: Graph, plan: TrainingPlan, params: Params) -> Score:
+        """The check before the first step: the parameters to beat."""
+        score = validation_score(graph, plan, params, self.x_val, self.y_val)
+        self.state = replace(self.state, best_step=0, best=score)
+        self.best_params = params
+        return score
+
+    def check(self, graph: Graph, plan: TrainingPlan, params: Params, done: int
+              ) -> tuple[Params, Score | None, str]:
+        """After step ``done``: measure when due, keep a new best, roll back on a fall; after
+        the last step the result is the best parameters."""
+        last = done == plan.config.steps
+        if done % self.schedule.every and not last:
+            return params, None, ""
+        score = validation_score(graph, plan, params, self.x_val, self.y_val)
+        event = ""
+        if score.better_than(self.state.best):
+            self.state = replace(self.state, best_step=done, best=score)
+            self.best_params, event = params, "best"
+        elif score.falls_below(self.state.best, len(self.y_val)):
+            self.state = replace(self.state, halvings=self.state.halvings + 1,
+                                 rollbacks=self.state.rollbacks + 1)
+            params, event = self.best_params, "rollback"
+        if last and self.state.best_step != done and event != "rollback":
+            params, event = self.best_params, "restore"
+        return params, score, event
 
 
 def run(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.ndarray,
         first_step: int = 0, x_test: np.ndarray | None = None, y_test: np.ndarray | None = None,
-        eval_every: int = 0) -> Iterator[tuple[StepRecord, Params]]:
-    """Steps first_step..T-1; yields a record and the parameters after each step."""
+        eval_every: int = 0, guard: Guard | None = None
+        ) -> Iterator[tuple[StepRecord, Params]]:
+    """Steps first_step..T-1; yields a record and the parameters after each step. With a
+    guard, ``plan.config.lr`` is the eta the run uses (the --lr auto winner) and the guard
+    must have its baseline."""
     cfg = plan.config
     for t in range(first_step, cfg.steps):
         idx = batch_indices(t, cfg.batch, len(x))
-        params, loss = train_step(graph, plan, params, t, x[idx], y[idx])
-        acc = None
+        halvings = guard.state.halvings if guard else 0
+        params, loss = train_step(graph, plan, params, t, x[idx], y[idx], halvings)
         done = t + 1
+        score, event = None, ""
+        if guard is not None:
+            params, score, event = guard.check(graph, plan, params, done)
+        acc = None
         if x_test is not None and eval_every and (done % eval_every == 0 or done == cfg.steps):
             acc = float((predict(graph, params, x_test) == y_test).mean())
-        yield StepRecord(done, loss, float(learning_rate(cfg.lr, t, cfg.steps, cfg.schedule)),
-                         acc), params
+        yield StepRecord(done, loss, float(step_learning_rate(plan, t, halvings)), acc,
+                         None if score is None else score.correct / len(guard.y_val),
+                         event), params
 
 
-def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: bytes
-                  ) -> Checkpoint:
+def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: bytes,
+                  state: GuardState | None = None) -> Checkpoint:
+    """The checkpoint of a run at ``step``; without a guard state, eta is the plan's."""
+    state = state or GuardState(float(np.float32(plan.config.lr)))
     return Checkpoint(model_sha256, step, plan.config.seed, tuple(
         LayerParams(layer.op_index, params[layer.weights].reshape(-1),
                     params[layer.bias] if layer.bias else np.zeros(0, np.int32))
-        for layer in plan.layers))
+        for layer in plan.layers), state.lr, state.halvings, state.best_step,
+        state.best.correct, state.best.loss, state.rollbacks)
+
+
+def guard_state(ckpt: Checkpoint) -> GuardState:
+    return GuardState(ckpt.lr, ckpt.halvings, ckpt.best_step,
+                      Score(ckpt.best_correct, ckpt.best_loss), ckpt.rollbacks)
 
 
 def from_checkpoint(graph: Graph, plan: TrainingPlan, ckpt: Checkpoint,

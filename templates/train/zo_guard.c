@@ -1,0 +1,260 @@
+/*
+ * The training guard and --lr auto (zo_guard.h). Rules and their reasons: docs/training.md
+ * "Training guard"; numpy twin: zocodegen/training/guard.py, simulator.Guard / choose_lr.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "model.h"
+#include "zo_guard.h"
+#include "zo_requant.h"
+#include "zo_train_io.h"
+
+typedef struct {
+    uint32_t correct; /* argmax of the logits == label, lowest index on ties */
+    int64_t loss;     /* sum of Q16 cross-entropy losses */
+} score;
+
+/* ---- log lines: "key=value" pairs the host parses (docs/link.md "Guard lines") -------- */
+
+typedef struct {
+    char text[128];
+    uint32_t len;
+} line;
+
+static void put_text(line *l, const char *t)
+{
+    while (*t && l->len + 1u < sizeof l->text) {
+        l->text[l->len++] = *t++;
+    }
+    l->text[l->len] = '\0';
+}
+
+static void put_u64(line *l, const char *key, uint64_t v)
+{
+    char digits[21];
+    int n = 0;
+    put_text(l, key);
+    do {
+        digits[n++] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v);
+    while (n && l->len + 1u < sizeof l->text) {
+        l->text[l->len++] = digits[--n];
+    }
+    l->text[l->len] = '\0';
+}
+
+static uint32_t eta_ppm(float eta)
+{
+    return (uint32_t)(eta * 1e6f + 0.5f);
+}
+
+/* ---- the measurement ------------------------------------------------------------------- */
+
+static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
+{
+    const uint32_t n = zo_image_count(img, ZO_SPLIT_VAL);
+    return n < m->guard->samples ? n : m->guard->samples;
+}
+
+static int measure(const zo_train_model *m, zo_image *img, uint32_t records, score *out)
+{
+    uint8_t *arena = model_arena();
+    const int8_t *logits = (const int8_t *)(arena + m->logits_offset);
+    out->correct = 0u;
+    out->loss = 0;
+    for (uint32_t i = 0; i < records; ++i) {
+        int32_t label = 0;
+        const int rc = zo_image_read_sample(img, ZO_SPLIT_VAL, i, arena + m->input_offset,
+                                            &label);
+        if (rc != ZO_IMAGE_OK) {
+            return rc;
+        }
+        if (label < 0 || label >= m->classes) {
+            return ZO_TRAIN_ERR_LABEL;
+        }
+        model_run_range(0, m->logits_op);
+        int32_t best = 0;
+        for (int32_t k = 1; k < m->classes; ++k) {
+            if (logits[k] > logits[best]) {
+                best = k;
+            }
+        }
+        out->correct += best == label ? 1u : 0u;
+        out->loss += zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
+    }
+    return ZO_TRAIN_OK;
+}
+
+static int better(const score *a, const zo_train_state *s)
+{
+    return a->correct > s->best_correct
+           || (a->correct == s->best_correct && a->loss < s->best_loss);
+}
+
+static uint32_t isqrt(uint32_t v)
+{
+    uint32_t r = 0u;
+    while ((r + 1u) * (r + 1u) <= v) {
+        ++r;
+    }
+    return r;
+}
+
+/* More than max(2, isqrt(V) / 2) fewer correct, or a loss sum 1/8 above the best's. */
+static int falls(const score *a, const zo_train_state *s, uint32_t records)
+{
+    const uint32_t half = isqrt(records) / 2u;
+    const uint32_t margin = half > 2u ? half : 2u;
+    return a->correct + margin < s->best_correct || a->loss > s->best_loss + s->best_loss / 8;
+}
+
+/* The best slot's parameters into the SRAM copies; the run's state stays as it is. */
+static int restore_best(const zo_train_model *m, zo_train_state *s, zo_image *img)
+{
+    const zo_train_state keep = *s;
+    const int rc = zo_checkpoint_from_image(m, s, img, ZO_SLOT_BEST);
+    *s = keep;
+    return rc;
+}
+
+static void check_line(zo_guard_log log, uint32_t step, const score *sc, uint32_t records,
+                       const char *event, uint32_t halvings)
+{
+    line l;
+    l.len = 0u;
+    l.text[0] = '\0';
+    put_u64(&l, "guard check step=", step);
+    put_u64(&l, " correct=", sc->correct);
+    put_u64(&l, " of=", records);
+    put_u64(&l, " loss_q16=", (uint64_t)sc->loss);
+    put_text(&l, " event=");
+    put_text(&l, event);
+    put_u64(&l, " halvings=", halvings);
+    log(l.text);
+}
+
+/* ---- --lr auto -------------------------------------------------------------------------- */
+
+/* Each candidate trains trial_steps steps from the flash parameters at a constant eta on the
+ * run's first samples; the lowest validation loss wins (the first, i.e. smallest, on ties). */
+static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                     uint32_t records, zo_guard_log log)
+{
+    const zo_guard_config *g = m->guard;
+    uint32_t best = 0u;
+    int64_t best_loss = 0;
+    for (uint32_t k = 0; k < g->candidate_count; ++k) {
+        zo_train_state trial = *s;
+        zo_train_init(m, &trial);
+        trial.lr = g->candidates[k];
+        trial.constant_lr = 1;
+        trial.schedule_steps = g->trial_steps;
+        trial.telemetry = NULL;
+        int rc = ZO_TRAIN_OK;
+        for (uint32_t t = 0; t < g->trial_steps && rc == ZO_TRAIN_OK; ++t) {
+            rc = zo_train_step(m, &trial);
+        }
+        score sc;
+        if (rc == ZO_TRAIN_OK) {
+            rc = measure(m, img, records, &sc);
+        }
+        if (rc != ZO_TRAIN_OK) {
+            return rc;
+        }
+        line l;
+        l.len = 0u;
+        l.text[0] = '\0';
+        put_u64(&l, "lr trial eta_ppm=", eta_ppm(g->candidates[k]));
+        put_u64(&l, " steps=", g->trial_steps);
+        put_u64(&l, " correct=", sc.correct);
+        put_u64(&l, " of=", records);
+        put_u64(&l, " loss_q16=", (uint64_t)sc.loss);
+        log(l.text);
+        if (k == 0u || sc.loss < best_loss) {
+            best = k;
+            best_loss = sc.loss;
+        }
+    }
+    zo_train_init(m, s); /* back to the flash parameters */
+    s->lr = g->candidates[best];
+    line l;
+    l.len = 0u;
+    l.text[0] = '\0';
+    put_u64(&l, "lr chosen eta_ppm=", eta_ppm(s->lr));
+    log(l.text);
+    return ZO_TRAIN_OK;
+}
+
+/* ---- the guard ----------------------------------------------------------------------------- */
+
+int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                   zo_guard_log log)
+{
+    const zo_guard_config *g = m->guard;
+    if (g == NULL) {
+        return ZO_TRAIN_OK;
+    }
+    const uint32_t records = validation_records(m, img);
+    if (records < g->min_samples) {
+        return ZO_TRAIN_ERR_VAL;
+    }
+    int rc = ZO_TRAIN_OK;
+    if (s->lr == 0.0f) {
+        rc = choose_lr(m, s, img, records, log);
+    }
+    if (rc == ZO_TRAIN_OK && g->guard && s->best_step == ZO_TRAIN_NO_BEST) {
+        score sc;
+        rc = measure(m, img, records, &sc);
+        if (rc == ZO_TRAIN_OK) {
+            s->best_step = s->step;
+            s->best_correct = sc.correct;
+            s->best_loss = sc.loss;
+            rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
+            check_line(log, s->step, &sc, records, "best", s->halvings);
+        }
+    }
+    return rc;
+}
+
+int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                        zo_guard_log log)
+{
+    const zo_guard_config *g = m->guard;
+    if (g == NULL || !g->guard) {
+        return ZO_TRAIN_OK;
+    }
+    const uint32_t done = s->step;
+    const int last = done == m->steps;
+    if (done % g->every != 0u && !last) {
+        return ZO_TRAIN_OK;
+    }
+    const uint32_t records = validation_records(m, img);
+    score sc;
+    int rc = measure(m, img, records, &sc);
+    const char *event = "none";
+    int rolled_back = 0;
+    if (rc != ZO_TRAIN_OK) {
+        return rc;
+    }
+    if (better(&sc, s)) {
+        s->best_step = done;
+        s->best_correct = sc.correct;
+        s->best_loss = sc.loss;
+        rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
+        event = "best";
+    } else if (falls(&sc, s, records)) {
+        ++s->halvings;
+        ++s->rollbacks;
+        rc = restore_best(m, s, img);
+        event = "rollback";
+        rolled_back = 1;
+    }
+    if (rc == ZO_TRAIN_OK && last && s->best_step != done && !rolled_back) {
+        rc = restore_best(m, s, img);
+        event = "restore";
+    }
+    check_line(log, done, &sc, records, event, s->halvings);
+    return rc;
+}

@@ -1,0 +1,125 @@
+"""The training guard and --lr auto (issue 13): the firmware decides exactly as the simulator
+(lr trials, baseline, checks, a rollback, the final restore) and ends with the same checkpoint
+bytes; the rules themselves; bad input."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from zocodegen.build import cached_build
+from zocodegen.cli import main
+from zocodegen.datasets import digits_npz
+from zocodegen.engines import FirmwareSession
+from zocodegen.frontends import load_model
+from zocodegen.host.image import pack_image
+from zocodegen.host.metrics import read_metrics
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.guard import MIN_VAL_RECORDS, Score, fall_margin
+from zocodegen.training.runner import simulate
+
+HAVE_ARM = bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
+ENGINES = [pytest.param("native", id="native"),
+           pytest.param("qemu", id="qemu", marks=pytest.mark.skipif(
+               not HAVE_ARM, reason="needs arm-none-eabi-gcc and qemu-system-arm"))]
+MODEL = FIXTURES / "digits_cnn.tflite"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def build_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def digits_image(tmp_path_factory) -> Path:
+    """Corrupted digits: 60 train, 24 validation, 40 test records."""
+    tmp = tmp_path_factory.mktemp("guard")
+    graph = load_model(MODEL)
+    d = digits_npz(tmp / "d.npz", graph.tensor(graph.inputs[0]).quant)
+    path = tmp / "digits.img"
+    pack_image(path, d["x"][:60], d["y"][:60], num_classes=10, checkpoint_bytes=1 << 16,
+               x_val=d["x"][60:84], y_val=d["y"][60:84], x_test=d["x_test"][:40],
+               y_test=d["y_test"][:40])
+    return path
+
+
+def _device_run(config: TrainConfig, engine: str, image: Path) -> tuple[bytes, list[str]]:
+    graph = load_model(MODEL)
+    artefact = cached_build(MODEL, engine, graph=graph, train=config)
+    lines: list[str] = []
+    with FirmwareSession(graph, engine, artefact, icount=False) as session:
+        session.session.on_log = lines.append
+        session.attach_image(image)
+        session.train(config.steps)
+        return session.save_checkpoint(), lines
+
+
+CASES = [
+    pytest.param(TrainConfig(steps=6, queries=3, lr_auto=True, guard=True, guard_every=2,
+                             guard_samples=20), id="lr-auto-guard"),
+    # eta far too large: validation falls, the guard rolls back and halves eta
+    pytest.param(TrainConfig(steps=6, queries=3, lr=3.0, guard=True, guard_every=1),
+                 id="rollback"),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("config", CASES)
+def test_guard_firmware_equals_simulator(config, engine, digits_image, tmp_path):
+    run = tmp_path / "run"
+    simulate(MODEL, digits_image, run, config, progress=False)
+    expected = (run / "checkpoint.bin").read_bytes()
+    got, lines = _device_run(config, engine, digits_image)
+    assert got == expected
+    events = [r.event for r in read_metrics(run / "metrics.csv") if r.event]
+    device_events = [ln.split("event=")[1].split()[0] for ln in lines
+                     if ln.startswith("guard check")]
+    assert [e for e in device_events if e != "none"] == events
+    if config.lr == 3.0:
+        assert "rollback" in events, "the case meant to roll back did not"
+    if config.lr_auto:
+        assert sum(ln.startswith("lr trial") for ln in lines) == 3
+
+
+def test_score_rules():
+    best = Score(50, 1000)
+    assert Score(51, 5000).better_than(best) and Score(50, 999).better_than(best)
+    assert not Score(50, 1000).better_than(best)
+    margin = fall_margin(64)
+    assert margin == 4
+    assert Score(50 - margin - 1, 1000).falls_below(best, 64)
+    assert not Score(50 - margin, 1000).falls_below(best, 64)
+    assert Score(50, 1126).falls_below(best, 64) and not Score(50, 1125).falls_below(best, 64)
+
+
+def test_simulate_guard_is_never_worse_on_validation(digits_image, tmp_path):
+    """The result is the best validated parameters: never below the baseline check."""
+    config = TrainConfig(steps=12, queries=2, lr=3.0, guard=True, guard_every=3)
+    simulate(MODEL, digits_image, tmp_path / "run", config, progress=False)
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.csv")
+            if r.val_accuracy is not None]
+    assert rows[0].step == 0 and rows[-1].step == 12
+    assert rows[-1].event in ("best", "rollback", "restore")
+    best = max(r.val_accuracy for r in rows)
+    assert best >= rows[0].val_accuracy
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], f"needs at least {MIN_VAL_RECORDS} validation records"),
+    (["--no-guard"], "--lr auto needs at least"),
+])
+def test_too_little_validation_data_is_refused(argv, message, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(-128, 128, (40, 8, 8, 1)).astype(np.int8),
+             y=rng.integers(0, 10, 40), x_val=np.zeros((5, 8, 8, 1), np.int8),
+             y_val=np.zeros(5, np.int64))
+    code = main(["simulate", str(MODEL), "--data", str(tmp_path / "d.npz"), "-o",
+                 str(tmp_path / "run"), "--steps", "2"] + argv)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err

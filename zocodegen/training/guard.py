@@ -1,0 +1,106 @@
+"""The training guard and ``--lr auto`` (docs/training.md "Training guard"): a device in the
+field has nobody to tune eta or to notice a run going wrong, so the engine measures itself on
+the validation split, keeps the best parameters it has seen, rolls back and halves eta when
+validation falls, and starts by choosing eta from short trials. The run's result is the best
+validated model, so training never ends worse (on validation) than it started.
+
+Every decision is made on integers (correct predictions, a sum of Q16 losses), so the
+simulator and the firmware (``templates/train/zo_guard.c``) decide identically.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DataError
+from .checkpoint import NO_BEST
+from .plan import TrainingPlan
+
+#: --lr auto tries these, smallest first (ties keep the smaller: the cautious choice).
+LR_CANDIDATES = (0.003, 0.01, 0.03)
+#: Share of the run's forward passes the guard's checks and the lr trials may spend each.
+CHECK_SHARE, TRIAL_SHARE = 0.02, 0.02
+#: Fewer validation records than this cannot tell a fall from noise.
+MIN_VAL_RECORDS = 16
+
+
+@dataclass(frozen=True)
+class GuardSchedule:
+    """When the guard measures and how long the lr trials are (fixed at build time)."""
+
+    every: int  # K: a check after every K steps (and after the last)
+    samples: int  # at most this many validation records per check (the first ones)
+    trial_steps: int  # steps of each --lr auto trial
+    candidates: tuple[float, ...]
+
+
+def guard_schedule(plan: TrainingPlan) -> GuardSchedule:
+    """K so that the checks cost about CHECK_SHARE of the run's forwards (each check is
+    ``samples`` full forwards, a step ``plan.forwards_per_step`` query forwards), unless
+    --guard-every fixes it; trials of TRIAL_SHARE of the run's steps per candidate."""
+    cfg = plan.config
+    run = cfg.steps * plan.forwards_per_step
+    checks = max(1, int(CHECK_SHARE * run) // cfg.guard_samples)
+    every = cfg.guard_every or max(1, -(-cfg.steps // checks))
+    trial = max(1, round(TRIAL_SHARE * cfg.steps))
+    return GuardSchedule(every, cfg.guard_samples, trial, LR_CANDIDATES)
+
+
+def validation_count(available: int, schedule: GuardSchedule, what: str) -> int:
+    """Records a check uses; refuses a validation split too small to measure."""
+    if available < MIN_VAL_RECORDS:
+        raise DataError(f"{what} needs at least {MIN_VAL_RECORDS} validation records to "
+                        f"measure, the data has {available}: add x_val/y_val, pack with a "
+                        "larger --val-fraction, or pass --no-guard and a fixed --lr")
+    return min(available, schedule.samples)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A validation measurement: correct predictions (argmax of the logits, lowest index on
+    ties) and the sum of the Q16 cross-entropy losses over the same records."""
+
+    correct: int
+    loss: int
+
+    def better_than(self, other: "Score") -> bool:
+        return self.correct > other.correct or (self.correct == other.correct
+                                                and self.loss < other.loss)
+
+    def falls_below(self, best: "Score", records: int) -> bool:
+        """A fall, not noise: more than fall_margin(V) fewer correct, or a loss sum 1/8 above
+        the best's."""
+        return (self.correct + fall_margin(records) < best.correct
+                or self.loss > best.loss + best.loss // 8)
+
+
+def fall_margin(records: int) -> int:
+    """max(2, isqrt(V) / 2) records: about one binomial standard deviation of a count of V
+    at 50 %, so a check a few borderline records below the best is not called a fall (each
+    rollback halves eta)."""
+    return max(2, math.isqrt(records) // 2)
+
+
+@dataclass(frozen=True)
+class GuardState:
+    """What the checkpoint carries so a resumed run decides exactly as an uninterrupted one:
+    eta in use (the --lr auto winner), how often it was halved, and the best check so far
+    (best_step = NO_BEST before the baseline check)."""
+
+    lr: float  # float32 value
+    halvings: int = 0
+    best_step: int = NO_BEST
+    best: Score = Score(0, 0)
+    rollbacks: int = 0
+
+    @property
+    def started(self) -> bool:
+        return self.best_step != NO_BEST
+
+
+
+def lr_scale(halvings: int) -> np.float32:
+    """2^-halvings, exact in float32."""
+    return np.float32(np.ldexp(np.float32(1.0), -halvings))
