@@ -36,14 +36,19 @@ class ImageBlocks(BlockServer):
         """The first ``size`` bytes the device wrote into the checkpoint area."""
         return bytes(self._area[:size])
 
-    def best(self, size: int) -> bytes:
-        """The training guard's slot (the area's second half of two ``size``-byte slots,
-        each rounded up to whole sectors; zo_train_io.h): the best validated parameters."""
-        start = -(-size // SECTOR_BYTES) * SECTOR_BYTES
+    @staticmethod
+    def best_offset(slot_bytes: int) -> int:
+        """Where the training guard's slot starts in the area: after the first slot, which
+        holds the firmware's largest checkpoint rounded up to sectors (zo_train_io.h)."""
+        return -(-slot_bytes // SECTOR_BYTES) * SECTOR_BYTES
+
+    def best(self, slot_bytes: int, size: int) -> bytes:
+        """The best validated parameters the device keeps in the guard's slot."""
+        start = self.best_offset(slot_bytes)
         return bytes(self._area[start:start + size])
 
-    def set_best(self, blob: bytes) -> None:
-        start = -(-len(blob) // SECTOR_BYTES) * SECTOR_BYTES
+    def set_best(self, slot_bytes: int, blob: bytes) -> None:
+        start = self.best_offset(slot_bytes)
         self._area[start:start + len(blob)] = blob
 
     def _area_offset(self, lba: int, count: int) -> int | None:

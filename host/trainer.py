@@ -259,7 +259,8 @@ class Trainer:
         if self.ckpt_path.is_file():  # the image's header says where the checkpoint area is
             self.blocks.set_checkpoint(self.ckpt_path.read_bytes())
             if self.identity.guard and self.best_path.is_file():
-                self.blocks.set_best(self.best_path.read_bytes())
+                self.blocks.set_best(self.identity.checkpoint_bytes,
+                                     self.best_path.read_bytes())
             return self._command(session, "loading the checkpoint", p.Command.LOAD.value).value
         self._command(session, "resetting the parameters", p.Command.RESET.value)
         if self.identity.selects_block:
@@ -291,7 +292,7 @@ class Trainer:
 
     def _save_best(self, size: int) -> None:
         """RUN/best.bin: the guard's slot, so a reset resumes with the same best."""
-        blob = self.blocks.best(size)
+        blob = self.blocks.best(self.identity.checkpoint_bytes, size)
         try:
             checkpoint.decode(blob, "the device's best parameters")
         except DataError as exc:

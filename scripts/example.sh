@@ -52,7 +52,7 @@ print(f"digits: {len(d['x'])} corrupted training images, {len(d['x_test'])} test
 PY
 .venv/bin/zocodegen pack "$out/digits.npz" -o "$out/digits.img" --model "$digits"
 .venv/bin/zocodegen build "$digits" --target qemu --emulate stm32f746 --train full \
-    --steps 539 --queries 50 --lr 0.003 -o "$out/digits_train"
+    --steps 486 --queries 50 -o "$out/digits_train"
 rm -rf "$out/run"  # a fresh run (an existing RUN would be resumed)
 .venv/bin/zocodegen train --qemu "$out/digits_train" --image "$out/digits.img" -o "$out/run" \
     --checkpoint-every 77

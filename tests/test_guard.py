@@ -123,3 +123,24 @@ def test_too_little_validation_data_is_refused(argv, message, tmp_path, capsys):
                  str(tmp_path / "run"), "--steps", "2"] + argv)
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_sparse_block_auto_with_the_defaults_through_the_cli(digits_image, tmp_path):
+    """`build --train sparse` and `simulate --mode sparse` with the CLI's defaults (block
+    trials, then lr trials and the guard on the chosen block), then `train --native`: the
+    same checkpoint and best parameters, and the guard's decisions in both metrics.csv."""
+    options = ["--steps", "6", "--queries", "2", "--trial-samples", "8", "--guard-every", "2"]
+    sim = tmp_path / "sim"
+    assert main(["simulate", str(MODEL), "--data", str(digits_image), "-o", str(sim),
+                 "--mode", "sparse", *options]) == 0
+    project = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", *options,
+                 "-o", str(project)]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--native", str(project), "--image", str(digits_image), "-o",
+                 str(run), "--checkpoint-every", "3"]) == 0
+    for name in ("checkpoint.bin", "best.bin"):
+        assert (run / name).read_bytes() == (sim / name).read_bytes(), name
+    decisions = [[(r.step, r.val_accuracy, r.event) for r in read_metrics(d / "metrics.csv")
+                  if r.val_accuracy is not None] for d in (sim, run)]
+    assert decisions[0] == decisions[1] and len(decisions[0]) == 4  # steps 0, 2, 4, 6

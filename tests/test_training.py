@@ -22,7 +22,9 @@ from zocodegen.frontends import load_model
 from zocodegen.host.image import pack_image, read_header
 from zocodegen.training import checkpoint, simulator
 from zocodegen.training.config import TrainConfig
+from zocodegen.training.data import load_dataset
 from zocodegen.training.plan import training_plan
+from zocodegen.training.runner import begin
 from zocodegen.training.update import learning_rate, round_half_away
 
 HAVE_ARM = bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
@@ -64,6 +66,21 @@ def _simulated(graph, plan, x, y, steps: int, sha: bytes) -> bytes:
         if record.step == steps:
             break
     return checkpoint.encode(simulator.to_checkpoint(plan, params, steps, sha))
+
+
+def _simulated_with_guard(model: Path, graph, config, image: Path, steps: int) -> bytes:
+    """The simulator's checkpoint after ``steps`` steps of a run started as the device starts
+    it (lr trials, the guard's baseline: runner.begin)."""
+    plan = training_plan(graph, config)
+    data = load_dataset(image, graph, plan.num_classes)
+    params = simulator.initial_params(graph, plan)
+    plan, state, guard = begin(graph, plan, params, data)
+    for record, params in simulator.run(graph, plan, params, data.x, data.y, guard=guard):
+        if record.step == steps:
+            break
+    sha = hashlib.sha256(model.read_bytes()).digest()
+    return checkpoint.encode(simulator.to_checkpoint(plan, params, steps, sha,
+                                                     guard.state if guard else state))
 
 
 def _firmware_checkpoint(model: Path, graph, config, engine, image: Path, steps: int,
@@ -128,6 +145,50 @@ def test_training_options_bit_exact_native(options, tmp_path):
     sha = hashlib.sha256(model.read_bytes()).digest()
     assert _firmware_checkpoint(model, graph, config, "native", image, 4) == \
         _simulated(graph, plan, x, y, 4, sha)
+
+
+NEW_OPTIONS = [  # issue 13's options on the models of the chains, K steps each
+    pytest.param(dict(estimator="np", batch=3, queries=3), 2, id="np-per-sample-batch3"),
+    # N Q = 1200 > 1024: the loss-difference clamp L = (2^31 - 1) / (N Q) is below 2^21
+    pytest.param(dict(batch=4, queries=300), 1, id="large-NQ"),
+    pytest.param(dict(queries=2, lr_auto=True, guard=True, guard_every=1, guard_samples=16),
+                 2, id="guard-lr-auto"),
+]
+
+
+@pytest.mark.parametrize("options, steps", NEW_OPTIONS)
+@pytest.mark.parametrize("spec", [pytest.param("shared:kws_ref_model.tflite", id="kws"),
+                                  pytest.param("fixture:onnx_qdq_int8.onnx", id="onnx_qdq_int8"),
+                                  pytest.param("fixture:digits_cnn.tflite", id="digits")])
+def test_new_training_options_bit_exact_native(spec, options, steps, tmp_path):
+    """Per-sample NP, a large N Q and the guard with --lr auto: the firmware's checkpoint
+    (guard state included) equals the simulator's, byte for byte."""
+    model = _resolve(spec)
+    graph = load_model(model)
+    config = TrainConfig(**{"steps": 4, "lr": 0.01, **options})
+    plan = training_plan(graph, config)
+    x, y = _data(graph, plan.num_classes, count=8 + 16)
+    path = tmp_path / "train.img"
+    pack_image(path, x[:8], y[:8], x_val=x[8:], y_val=y[8:], num_classes=plan.num_classes,
+               checkpoint_bytes=1 << 20)
+    got = _firmware_checkpoint(model, graph, config, "native", path, steps)
+    assert got == _simulated_with_guard(model, graph, config, path, steps)
+
+
+@NEEDS_ARM
+def test_per_sample_np_and_guard_bit_exact_qemu(tmp_path):
+    """The same on the emulated Cortex-M7: per-sample NP with N = 2 under the guard and lr
+    trials (digits CNN, where every layer is NP)."""
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    config = TrainConfig(steps=3, queries=2, batch=2, estimator="np", lr_auto=True, guard=True,
+                         guard_every=1, guard_samples=16)
+    x, y = _data(graph, 10, count=6 + 16)
+    path = tmp_path / "train.img"
+    pack_image(path, x[:6], y[:6], x_val=x[6:], y_val=y[6:], num_classes=10,
+               checkpoint_bytes=1 << 20)
+    assert _firmware_checkpoint(model, graph, config, "qemu", path, 3) == \
+        _simulated_with_guard(model, graph, config, path, 3)
 
 
 def test_sanitizers_clean_and_resume(tmp_path):

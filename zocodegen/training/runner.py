@@ -92,6 +92,31 @@ def _lr_trials(graph, plan: TrainingPlan, params, data: Dataset, x_val, y_val, s
     return lr
 
 
+def begin(graph, plan: TrainingPlan, params, data: Dataset,
+          ckpt: checkpoint.Checkpoint | None = None
+          ) -> tuple[TrainingPlan, GuardState, simulator.Guard | None]:
+    """A run's start as the device makes it: --lr auto trials and the guard's baseline on a
+    new run, the guard state from the checkpoint on a resumed one. Returns the plan with the
+    eta in use, that state, and the guard (None without). Prints what the device logs."""
+    config = plan.config
+    x_val, y_val, schedule = _validation(data, plan)
+    state = GuardState(float(np.float32(config.lr)))
+    if ckpt is not None:
+        state = simulator.guard_state(ckpt)
+    elif config.lr_auto:
+        state = replace(state, lr=_lr_trials(graph, plan, params, data, x_val, y_val, schedule))
+    plan = replace(plan, config=replace(config, lr=state.lr))
+    if not config.guard:
+        return plan, state, None
+    guard = simulator.Guard(x_val, y_val, schedule, state)
+    if ckpt is None:
+        score = guard.baseline(graph, plan, params)
+        print(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
+              f"records; before training {score.correct}/{len(y_val)} correct, loss "
+              f"{score.loss / 65536 / len(y_val):.4f}")
+    return plan, guard.state, guard
+
+
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
              progress: bool | None = None) -> RunSummary:
@@ -115,27 +140,20 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     else:
         plan = plans[0]
     params, first = simulator.initial_params(graph, plan), 0
-    x_val, y_val, schedule = _validation(data, plan)
-    state = GuardState(float(np.float32(config.lr)))
     if ckpt is not None:
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
-        state = simulator.guard_state(ckpt)
-    elif config.lr_auto:
-        state = replace(state, lr=_lr_trials(graph, plan, params, data, x_val, y_val, schedule))
-    plan = replace(plan, config=replace(plan.config, lr=state.lr))
+    plan, state, guard = begin(graph, plan, params, data, ckpt)
     best_path = out_dir / "best.bin"
-    guard, baseline = None, None
-    if config.guard:
-        guard = simulator.Guard(x_val, y_val, schedule, state)
+    baseline = None
+    if guard is not None:
         if ckpt is None:
-            score = baseline = guard.baseline(graph, plan, params)
+            baseline = guard.state.best
             checkpoint.save(best_path, simulator.to_checkpoint(plan, params, 0, sha, guard.state))
-            print(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
-                  f"records; before training {score.correct}/{len(y_val)} correct")
         elif state.started:
             guard.best_params = simulator.from_checkpoint(graph, plan,
                                                           checkpoint.load(best_path), sha)
+    y_val = None if guard is None else guard.y_val
     every = eval_every if eval_every is not None else max(1, config.steps // 20)
     has_test = data.x_test is not None
     before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
@@ -147,7 +165,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         "selection": None if selection is None else {
             "samples": selection.samples, "baseline_correct": selection.baseline,
             "correct": list(selection.correct), "block": selection.block},
-        "lr": state.lr, "guard_every": schedule.every if guard else None,
+        "lr": state.lr, "guard_every": guard.schedule.every if guard else None,
         "accuracy_before": before}, indent=2) + "\n")
     log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
     if not log.rows and (has_test or baseline is not None):
