@@ -98,6 +98,8 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    measured = rows  # accuracies: every row, the rows before the first step included
+    rows = [r for r in rows if not np.isnan(r.loss)]
     steps = [r.step for r in rows]
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     ax.plot(steps, [r.loss for r in rows], color="0.75", linewidth=0.6, label="loss (step)")
@@ -107,8 +109,8 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
         ax.plot(steps[window - 1:], smooth, color="C0", label=f"loss ({window}-step mean)")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
-    evaluated = [r for r in rows if r.accuracy is not None]
-    checked = [r for r in rows if r.val_accuracy is not None]
+    evaluated = [r for r in measured if r.accuracy is not None]
+    checked = [r for r in measured if r.val_accuracy is not None]
     if evaluated or checked:
         acc_ax = ax.twinx()
         if evaluated:

@@ -377,11 +377,13 @@ class Trainer:
         self.metrics.keep_through(step)
 
     def _plot(self) -> None:
-        rows = [r for r in self.metrics.rows if not math.isnan(r.loss)] if self.metrics else []
-        if rows:
+        rows = self.metrics.rows if self.metrics else []
+        if any(not math.isnan(r.loss) for r in rows):
+            eta = (f"auto: {self._record()['lr']:g}" if "lr" in self._record()
+                   else f"{self.identity.lr:g}")
             plot_curves(rows, self.run_dir / "curves.png",
                         f"{self.identity.target}: {self.identity.estimator}, "
-                        f"Q={self.identity.queries}, eta={self.identity.lr:g}")
+                        f"Q={self.identity.queries}, eta={eta}")
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:

@@ -60,3 +60,13 @@ def random_inputs(shape, dtype, count: int, seed: int = 0) -> list[np.ndarray]:
             scale = 0.5 * (1 + len(out) % 6)
             out.append((rng.standard_normal(shape) * scale).astype(np.float32))
     return out
+
+
+@pytest.fixture(scope="module")
+def module_build_cache(tmp_path_factory):
+    """A firmware build cache of the test module's own (ZOCODEGEN_CACHE), so builds are
+    shared by the module's tests and never touch the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
+    yield
+    mp.undo()

@@ -28,12 +28,8 @@ ENGINES = [pytest.param("native", id="native"),
 MODEL = FIXTURES / "digits_cnn.tflite"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
-    yield
-    mp.undo()
+#: firmware builds cached per module, away from the user's cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("module_build_cache")
 
 
 @pytest.fixture(scope="module")

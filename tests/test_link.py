@@ -35,12 +35,8 @@ TRAIN = ["--steps", "6", "--queries", "4", "--batch", "2", "--lr", "0.01", "--gu
 CONFIG = TrainConfig(steps=6, queries=4, batch=2, lr=0.01, guard=True, guard_every=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
-    yield
-    mp.undo()
+#: firmware builds cached per module, away from the user's cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("module_build_cache")
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,8 @@ NEEDS_ARM = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc and
 K_STEPS = 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
-    yield
-    mp.undo()
+#: firmware builds cached per module, away from the user's cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("module_build_cache")
 
 
 
@@ -189,6 +185,26 @@ def test_per_sample_np_and_guard_bit_exact_qemu(tmp_path):
                checkpoint_bytes=1 << 20)
     assert _firmware_checkpoint(model, graph, config, "qemu", path, 3) == \
         _simulated_with_guard(model, graph, config, path, 3)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_paper_setting_runs_on_the_f746_budget(engine, tmp_path):
+    """The paper's device setting, Q = 50 with gradient accumulation N = 100 (N Q = 5000,
+    five times the old cap), in firmware built for the STM32F746's 256 KB: one step equals
+    the simulator's, byte for byte."""
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    config = TrainConfig(steps=2, queries=50, batch=100, lr=0.01)
+    plan = training_plan(graph, config)
+    x, y = _data(graph, 10, count=100, seed=5)
+    image = _image(tmp_path, x, y, 10)
+    sha = hashlib.sha256(model.read_bytes()).digest()
+    artefact = cached_build(model, engine, graph=graph, train=config, emulate="stm32f746")
+    with FirmwareSession(graph, engine, artefact, icount=False) as session:
+        session.attach_image(image)
+        session.train(1)
+        got = session.save_checkpoint()
+    assert got == _simulated(graph, plan, x, y, 1, sha)
 
 
 def test_sanitizers_clean_and_resume(tmp_path):
@@ -389,3 +405,13 @@ def test_update_rounding_and_schedule():
         exact = 0.01 * 0.5 * (1 + np.cos(np.pi * t / steps))
         assert abs(float(learning_rate(0.01, t, steps, "cosine")) - exact) < 1e-8
     assert learning_rate(0.01, 5, 10, "constant") == np.float32(0.01)
+
+
+def test_a_batch_that_does_not_fit_is_refused(tmp_path, capsys):
+    """N = 1000 needs 500 KB of saved activations on a 256 KB board: one line that says what
+    needs how much and to lower --batch, exit 2."""
+    code = main(["build", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746",
+                 "--train", "full", "--batch", "1000", "-o", str(tmp_path / "fw")])
+    err = capsys.readouterr().err
+    assert code == 2 and "saved activations 500.0 KB" in err and "lower --batch" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -200,10 +200,10 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         log.close()
     checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha,
                                                        guard.state if guard else state))
-    rows = [r for r in log.rows if not np.isnan(r.loss)]
-    plot_curves(rows, out_dir / "curves.png",
+    plot_curves(log.rows, out_dir / "curves.png",
                 f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
-                f"eta={config.lr}")
+                f"eta={'auto: ' if config.lr_auto else ''}{state.lr:g}")
+    rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = json.loads((out_dir / "run.json").read_text())
     record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0)
