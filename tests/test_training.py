@@ -149,6 +149,8 @@ NEW_OPTIONS = [  # issue 13's options on the models of the chains, K steps each
     pytest.param(dict(batch=4, queries=300), 1, id="large-NQ"),
     pytest.param(dict(queries=2, lr_auto=True, guard=True, guard_every=1, guard_samples=16),
                  2, id="guard-lr-auto"),
+    # eta far too large: every layer's update is clipped to 1.5 LSB
+    pytest.param(dict(queries=3, lr=5.0, max_step=1.5), 2, id="update-clipping"),
 ]
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import REPO
 from zocodegen.reference.softmax import cross_entropy_q26, log_softmax_params
-from zocodegen.training.prng import draws, rademacher, step_seed, xorshift32
+from zocodegen.training.prng import draws, rademacher, sample_seed, step_seed, xorshift32
+from zocodegen.training.update import clipped_coefficient, raw_deltas, update_deltas
 
 KERNELS = REPO / "templates" / "kernels"
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs the host gcc")
@@ -21,7 +22,7 @@ DRIVER = r"""
 #include "zo_kernels.h"
 #include "zo_prng.h"
 
-/* stdin: "P seed count" -> draws; "S base step layer" -> seed;
+/* stdin: "P seed count" -> draws; "S base step layer" -> seed; "N seed n" -> sample seed;
  *        "L multiplier left_shift diff_min depth label v0 .. v{depth-1}" -> loss */
 int main(void)
 {
@@ -37,6 +38,10 @@ int main(void)
             unsigned long base, step, layer;
             if (scanf("%lu %lu %lu", &base, &step, &layer) != 3) return 2;
             printf("%lu\n", (unsigned long)zo_step_seed((uint32_t)base, (uint32_t)step, (uint32_t)layer));
+        } else if (kind == 'N') {
+            unsigned long seed, sample;
+            if (scanf("%lu %lu", &seed, &sample) != 2) return 2;
+            printf("%lu\n", (unsigned long)zo_sample_seed((uint32_t)seed, (uint32_t)sample));
         } else if (kind == 'L') {
             long m, shift, diff_min, depth, label;
             if (scanf("%ld %ld %ld %ld %ld", &m, &shift, &diff_min, &depth, &label) != 5) return 2;
@@ -103,6 +108,11 @@ def test_c_prng_matches_numpy(driver):
                                                            rng.integers(0, 64, 300))]
     lines = _run(driver, "".join(f"S {b} {t} {i}\n" for b, t, i in triples))
     assert [int(v) for v in lines[:len(triples)]] == [step_seed(*x) for x in triples]
+    pairs = [(int(s), int(n)) for s, n in zip(rng.integers(1, 2**32, 100),
+                                             rng.integers(0, 1000, 100))]
+    lines = _run(driver, "".join(f"N {s} {n}\n" for s, n in pairs))
+    assert [int(v) for v in lines[:len(pairs)]] == [sample_seed(*x) for x in pairs]
+    assert sample_seed(12345, 0) == 12345 and len({sample_seed(7, n) for n in range(1000)}) == 1000
 
 
 @needs_gcc
@@ -138,3 +148,44 @@ def test_cross_entropy_is_the_float_loss():
     z = logits.astype(np.float64) * scale
     ref = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1) - z[np.arange(50), labels]
     assert np.max(np.abs(q - ref)) < 1e-4
+
+
+def test_update_clipping_bounds_every_weight_step_and_keeps_direction():
+    rng = np.random.default_rng(1)
+    grad = rng.integers(-2**31, 2**31 - 1, 500)
+    channel_of = np.arange(500) % 5
+    inv_s2 = rng.uniform(1, 1000, 5).astype(np.float32)
+    coef = np.float32(1e-3)
+    largest = np.abs(raw_deltas(coef, inv_s2, grad, channel_of)).max()
+    assert largest > 2
+    clipped = clipped_coefficient(coef, largest, 2.0)
+    deltas = update_deltas(clipped, inv_s2, grad, channel_of)
+    assert np.abs(deltas).max() <= 2 and np.abs(deltas).max() >= 1
+    unclipped = update_deltas(coef, inv_s2, grad, channel_of)
+    assert np.all(np.sign(deltas[deltas != 0]) == np.sign(unclipped[deltas != 0]))
+    assert clipped_coefficient(coef, np.float32(1.5), 2.0) == coef  # small steps untouched
+    assert clipped_coefficient(coef, largest, 0.0) == coef  # 0: off
+
+
+def test_pre_activation_clamped_is_the_layer_output():
+    """NP's z: clamping it with the layer's activation range gives the kernel's output."""
+    from conftest import FIXTURES
+    from zocodegen.frontends import load_model
+    from zocodegen.reference.common import output_range
+    from zocodegen.reference.executor import run_all
+    from zocodegen.reference.registry import PRE_ACTIVATION
+    graph = load_model(FIXTURES / "digits_resnet.tflite")
+    x = np.random.default_rng(0).integers(-128, 128, (1, 8, 8, 1)).astype(np.int8)
+    values = run_all(graph, {graph.inputs[0]: x})
+    checked = 0
+    for op in graph.ops:
+        if op.type in PRE_ACTIVATION:
+            args = [None if not n else values[n] if n in values else graph.tensor(n).data
+                    for n in op.inputs]
+            z = PRE_ACTIVATION[op.type](op, graph, args)
+            lo, hi = output_range(graph, op)
+            assert np.array_equal(np.clip(z, lo, hi).reshape(values[op.outputs[0]].shape),
+                                  values[op.outputs[0]])
+            assert z.min() < lo or z.max() > hi or op.options.get("activation") == "NONE"
+            checked += 1
+    assert checked >= 5

@@ -194,6 +194,9 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
                         "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
                         "of two forwards each (simulator only)")
+    g.add_argument("--max-step", type=float, default=2.0, metavar="U",
+                   help="update clipping: a step moves no weight by more than U LSB, the "
+                        "layer's update scaled down as a whole (default 2; 0 turns it off)")
     g.add_argument("--no-scaling", action="store_true",
                    help="neither learning-rate scaling (both switches below)")
     g.add_argument("--no-gnorm-scaling", action="store_true",
@@ -226,6 +229,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
         raise UserError(f"--lr expects a number or auto, got '{args.lr}'") from None
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
+                       max_step=args.max_step,
                        guard_samples=args.guard_samples,
                        schedule=args.schedule, seed=args.seed, estimator=args.estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),

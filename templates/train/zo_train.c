@@ -125,12 +125,34 @@ static int32_t round_half_away(float x)
     return r;
 }
 
-/* round(coef * inv_s2[c] * (float)g * 2^-16), g already saturated to int32 */
-static int32_t update_delta(float coef, float inv_s2, int32_t g)
+/* coef * inv_s2[c] * (float)g * 2^-16 before rounding, g already saturated to int32 */
+static float raw_delta(float coef, float inv_s2, int32_t g)
 {
     const float coef_c = coef * inv_s2;
-    const float delta = (coef_c * (float)g) * 0x1p-16f;
-    return round_half_away(delta);
+    return (coef_c * (float)g) * 0x1p-16f;
+}
+
+static int32_t update_delta(float coef, float inv_s2, int32_t g)
+{
+    return round_half_away(raw_delta(coef, inv_s2, g));
+}
+
+/* Update clipping (docs/training.md): the largest |weight step| of the layer, in LSB. */
+static float weight_step(const zo_train_layer *L, float coef, uint32_t j, int32_t g, float largest)
+{
+    const float d = raw_delta(coef, L->weight_inv_s2[(j / L->channel_inner) % L->channels], g);
+    const float a = d < 0.0f ? -d : d;
+    return a > largest ? a : largest;
+}
+
+/* When the largest weight step exceeds max_step LSB, the whole update of the layer (weights
+ * and biases) is scaled down to it, keeping its direction; max_step 0 turns this off. */
+static float clipped_coefficient(const zo_train_model *m, float coef, float largest)
+{
+    if (m->max_step > 0.0f && largest > m->max_step) {
+        return coef * (m->max_step / largest);
+    }
+    return coef;
 }
 
 static void update_weight(const zo_train_layer *L, float coef, uint32_t j, int32_t g)
@@ -247,6 +269,11 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
         }
     }
+    float largest = 0.0f;
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        largest = weight_step(L, coef, j, g[j], largest);
+    }
+    coef = clipped_coefficient(m, coef, largest);
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         update_weight(L, coef, j, g[j]);
     }
@@ -315,6 +342,11 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
             advance_saved(m, L, 0);
         }
         const int8_t *a = (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset);
+        float largest = 0.0f; /* the outer product twice: no buffer of d_w */
+        for (uint32_t j = 0; j < L->weight_count; ++j) {
+            largest = weight_step(L, coef, j, sat_s32(weight_gradient(L, gz, a, j)), largest);
+        }
+        coef = clipped_coefficient(m, coef, largest);
         for (uint32_t j = 0; j < L->weight_count; ++j) {
             update_weight(L, coef, j, sat_s32(weight_gradient(L, gz, a, j)));
         }
@@ -344,6 +376,11 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
         }
     }
+    float largest = 0.0f;
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        largest = weight_step(L, coef, j, acc[j], largest);
+    }
+    coef = clipped_coefficient(m, coef, largest);
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         update_weight(L, coef, j, acc[j]);
     }

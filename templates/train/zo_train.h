@@ -104,6 +104,7 @@ typedef struct {
     int cosine;
     float inv_nq; /* 1 / (N Q) */
     int32_t diff_limit; /* |loss difference| clamp, Q16: (2^31 - 1) / (N Q) */
+    float max_step;     /* update clipping: largest weight step per update, LSB (0: off) */
     int32_t logits_op;
     uint32_t logits_offset;
     int32_t classes;

@@ -94,6 +94,7 @@ class TrainingCode:
     cosine: bool
     inv_nq: str
     diff_limit: int
+    max_step: str
     logits_op: int
     logits_offset: int
     classes: int
@@ -210,6 +211,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         _align(stride), grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
                         cfg.schedule == "cosine", c_float(plan.inv_nq), plan.diff_limit,
+                        c_float(np.float32(cfg.max_step)),
                         plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
                         arena.offsets[graph.inputs[0]], x.nbytes, guards, -(-largest // 512))

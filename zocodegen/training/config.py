@@ -28,6 +28,7 @@ class TrainConfig:
     schedule: str = "cosine"
     seed: int = 1
     estimator: str = "adaptive"
+    max_step: float = 2.0  # update clipping: no weight moves more than this many LSB a step
     gnorm_scaling: bool = True  # g_i = NQ / (NQ + d - 1), paper Eq. 8
     quant_scaling: bool = True  # 1 / s_c^2 (and NP's chain factor), paper Eq. 8
     layers: tuple[int, ...] = ()
@@ -59,6 +60,8 @@ class TrainConfig:
                             f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
                             "that keeps the int32 gradient sums exact would cut ordinary "
                             "differences; lower one of them")
+        if not self.max_step >= 0:
+            raise UserError(f"--max-step must be 0 (off) or positive (got {self.max_step})")
         if self.guard_every < 0 or self.guard_samples < 1:
             raise UserError("--guard-every must be 0 (auto) or more and --guard-samples at "
                             "least 1")

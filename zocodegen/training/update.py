@@ -50,14 +50,30 @@ def step_coefficient(eta_t: np.float32, gscale: np.float32, inv_nq: np.float32) 
     return F32(F32(eta_t * gscale) * inv_nq)
 
 
-def update_deltas(coef: np.float32, inv_s2: np.ndarray, grad: np.ndarray,
-                  channel_of: np.ndarray) -> np.ndarray:
-    """round(coef * inv_s2[c] * (float)g * 2^-16) per parameter (int64). ``grad`` is the
-    integer gradient, saturated to int32 first; ``channel_of`` maps parameter -> channel."""
+def raw_deltas(coef: np.float32, inv_s2: np.ndarray, grad: np.ndarray,
+               channel_of: np.ndarray) -> np.ndarray:
+    """coef * inv_s2[c] * (float)g * 2^-16 per parameter, float32 before rounding. ``grad``
+    is the integer gradient, saturated to int32 first; ``channel_of`` maps parameter ->
+    channel."""
     g = np.clip(np.asarray(grad, dtype=np.int64), INT32_MIN, INT32_MAX).astype(F32)
     coef_c = (coef * inv_s2.astype(F32)).astype(F32)[channel_of]
-    delta = ((coef_c * g).astype(F32) * Q16_ONE).astype(F32)
-    return round_half_away(delta)
+    return ((coef_c * g).astype(F32) * Q16_ONE).astype(F32)
+
+
+def update_deltas(coef: np.float32, inv_s2: np.ndarray, grad: np.ndarray,
+                  channel_of: np.ndarray) -> np.ndarray:
+    """round(coef * inv_s2[c] * (float)g * 2^-16) per parameter (int64)."""
+    return round_half_away(raw_deltas(coef, inv_s2, grad, channel_of))
+
+
+def clipped_coefficient(coef: np.float32, largest: np.float32, max_step: float) -> np.float32:
+    """Update clipping (docs/training.md): when the layer's largest weight step would exceed
+    ``max_step`` LSB, the whole update (weights and biases) is scaled down to it, keeping
+    its direction: coef * (max_step / largest) in float32. 0 turns it off."""
+    limit = F32(max_step)
+    if limit > 0 and F32(largest) > limit:
+        return F32(coef * F32(limit / F32(largest)))
+    return coef
 
 
 def apply_weights(weights: np.ndarray, deltas: np.ndarray) -> np.ndarray:
