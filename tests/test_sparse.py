@@ -28,7 +28,7 @@ NEEDS_QEMU = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc a
                                                       "qemu-system-arm (scripts/setup.sh)")
 MODEL = FIXTURES / "digits_cnn.tflite"
 #: Options where the trials disagree and a block other than 0 wins (block 3, +1).
-TRAIN = ["--train", "sparse", "--steps", "10", "--queries", "20", "--lr", "0.003", "--no-guard",
+TRAIN = ["--train", "sparse", "--steps", "10", "--queries", "20", "--lr", "0.01", "--no-guard",
          "--trial-samples", "64"]
 SIMULATE = ["--mode", "sparse", *TRAIN[2:]]
 #: A shorter run for QEMU, where every instruction is emulated.
