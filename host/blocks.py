@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .image import SECTOR_BYTES, ImageLayout, verify_image
+from .image import SECTOR_BYTES, ImageLayout, checkpoint_slot_bytes, verify_image
 from .link import protocol as p
 from .link.server import BlockServer
 
@@ -36,19 +36,14 @@ class ImageBlocks(BlockServer):
         """The first ``size`` bytes the device wrote into the checkpoint area."""
         return bytes(self._area[:size])
 
-    @staticmethod
-    def best_offset(slot_bytes: int) -> int:
-        """Where the training guard's slot starts in the area: after the first slot, which
-        holds the firmware's largest checkpoint rounded up to sectors (zo_train_io.h)."""
-        return -(-slot_bytes // SECTOR_BYTES) * SECTOR_BYTES
-
-    def best(self, slot_bytes: int, size: int) -> bytes:
-        """The best validated parameters the device keeps in the guard's slot."""
-        start = self.best_offset(slot_bytes)
+    def best(self, largest: int, size: int) -> bytes:
+        """The best validated parameters the device keeps in the guard's slot, which follows
+        the slot of the firmware's ``largest`` checkpoint (zo_train_io.h)."""
+        start = checkpoint_slot_bytes(largest)
         return bytes(self._area[start:start + size])
 
-    def set_best(self, slot_bytes: int, blob: bytes) -> None:
-        start = self.best_offset(slot_bytes)
+    def set_best(self, largest: int, blob: bytes) -> None:
+        start = checkpoint_slot_bytes(largest)
         self._area[start:start + len(blob)] = blob
 
     def _area_offset(self, lba: int, count: int) -> int | None:

@@ -239,6 +239,16 @@ class ImageLayout:
         return layout
 
 
+def checkpoint_slot_bytes(checkpoint_bytes: int) -> int:
+    """One slot of the checkpoint area: a checkpoint rounded up to whole sectors. The area
+    holds two (zo_train_io.h): the run's checkpoint, then the training guard's best."""
+    return -(-int(checkpoint_bytes) // SECTOR_BYTES) * SECTOR_BYTES
+
+
+#: Slots of the checkpoint area: the run's checkpoint (S / L) and the guard's best.
+CHECKPOINT_SLOTS = 2
+
+
 def header_crc32(sector: bytes) -> int:
     """zlib.crc32 of the 512-byte header sector with its CRC field (bytes 12..15) zeroed."""
     data = bytearray(sector[:SECTOR_BYTES])

@@ -23,7 +23,7 @@ from ..training import checkpoint
 from ..training.guard import MIN_VAL_RECORDS
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
-from .image import ImageLayout
+from .image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
 from .link import protocol as p
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
 from .metrics import MetricsLog, MetricsRow, plot_curves
@@ -123,8 +123,8 @@ def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
                         f"scale {identity.input_scale:g}, zero point "
                         f"{identity.input_zero_point}")
     capacity = layout.checkpoint_sectors * 512
-    slots = 2 if identity.guard else 1  # the guard keeps its best parameters in a second slot
-    need = slots * -(-identity.checkpoint_bytes // 512) * 512
+    slots = CHECKPOINT_SLOTS if identity.guard else 1  # the guard's best: the second slot
+    need = slots * checkpoint_slot_bytes(identity.checkpoint_bytes)
     if capacity < need:
         raise UserError(f"{image}: checkpoint area of {capacity} bytes, the firmware's "
                         f"{'two checkpoints (run and best) need' if slots == 2 else 'checkpoint needs'}"

@@ -7,6 +7,7 @@
 
 #include "model.h"
 #include "zo_guard.h"
+#include "zo_log_line.h"
 #include "zo_requant.h"
 #include "zo_train_io.h"
 
@@ -16,34 +17,6 @@ typedef struct {
 } score;
 
 /* ---- log lines: "key=value" pairs the host parses (docs/link.md "Guard lines") -------- */
-
-typedef struct {
-    char text[128];
-    uint32_t len;
-} line;
-
-static void put_text(line *l, const char *t)
-{
-    while (*t && l->len + 1u < sizeof l->text) {
-        l->text[l->len++] = *t++;
-    }
-    l->text[l->len] = '\0';
-}
-
-static void put_u64(line *l, const char *key, uint64_t v)
-{
-    char digits[21];
-    int n = 0;
-    put_text(l, key);
-    do {
-        digits[n++] = (char)('0' + v % 10u);
-        v /= 10u;
-    } while (v);
-    while (n && l->len + 1u < sizeof l->text) {
-        l->text[l->len++] = digits[--n];
-    }
-    l->text[l->len] = '\0';
-}
 
 static uint32_t eta_ppm(float eta)
 {
@@ -122,16 +95,15 @@ static int restore_best(const zo_train_model *m, zo_train_state *s, zo_image *im
 static void check_line(zo_guard_log log, uint32_t step, const score *sc, uint32_t records,
                        const char *event, uint32_t halvings)
 {
-    line l;
-    l.len = 0u;
-    l.text[0] = '\0';
-    put_u64(&l, "guard check step=", step);
-    put_u64(&l, " correct=", sc->correct);
-    put_u64(&l, " of=", records);
-    put_u64(&l, " loss_q16=", (uint64_t)sc->loss);
-    put_text(&l, " event=");
-    put_text(&l, event);
-    put_u64(&l, " halvings=", halvings);
+    zo_log_line l;
+    zo_line_start(&l);
+    zo_line_u64(&l, "guard check step=", step);
+    zo_line_u64(&l, " correct=", sc->correct);
+    zo_line_u64(&l, " of=", records);
+    zo_line_u64(&l, " loss_q16=", (uint64_t)sc->loss);
+    zo_line_text(&l, " event=");
+    zo_line_text(&l, event);
+    zo_line_u64(&l, " halvings=", halvings);
     log(l.text);
 }
 
@@ -163,14 +135,13 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         if (rc != ZO_TRAIN_OK) {
             return rc;
         }
-        line l;
-        l.len = 0u;
-        l.text[0] = '\0';
-        put_u64(&l, "lr trial eta_ppm=", eta_ppm(g->candidates[k]));
-        put_u64(&l, " steps=", g->trial_steps);
-        put_u64(&l, " correct=", sc.correct);
-        put_u64(&l, " of=", records);
-        put_u64(&l, " loss_q16=", (uint64_t)sc.loss);
+        zo_log_line l;
+        zo_line_start(&l);
+        zo_line_u64(&l, "lr trial eta_ppm=", eta_ppm(g->candidates[k]));
+        zo_line_u64(&l, " steps=", g->trial_steps);
+        zo_line_u64(&l, " correct=", sc.correct);
+        zo_line_u64(&l, " of=", records);
+        zo_line_u64(&l, " loss_q16=", (uint64_t)sc.loss);
         log(l.text);
         if (k == 0u || sc.loss < best_loss) {
             best = k;
@@ -179,10 +150,9 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
     }
     zo_train_init(m, s); /* back to the flash parameters */
     s->lr = g->candidates[best];
-    line l;
-    l.len = 0u;
-    l.text[0] = '\0';
-    put_u64(&l, "lr chosen eta_ppm=", eta_ppm(s->lr));
+    zo_log_line l;
+    zo_line_start(&l);
+    zo_line_u64(&l, "lr chosen eta_ppm=", eta_ppm(s->lr));
     log(l.text);
     return ZO_TRAIN_OK;
 }

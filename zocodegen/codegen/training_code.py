@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..host.image import SECTOR_BYTES, checkpoint_slot_bytes
 from ..ir import Graph
 from ..planner import ArenaPlan, RamItem
 from ..training.checkpoint import encoded_size
@@ -214,4 +215,5 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         c_float(np.float32(cfg.max_step)),
                         plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
-                        arena.offsets[graph.inputs[0]], x.nbytes, guards, -(-largest // 512))
+                        arena.offsets[graph.inputs[0]], x.nbytes, guards,
+                        checkpoint_slot_bytes(largest) // SECTOR_BYTES)

@@ -76,11 +76,6 @@ class TrainConfig:
                 raise UserError("--trial-samples must be at least 1")
 
     @property
-    def scaling(self) -> bool:
-        """Both learning-rate scalings on (the paper's method)."""
-        return self.gnorm_scaling and self.quant_scaling
-
-    @property
     def selects_block(self) -> bool:
         """Sparse training whose block is chosen by trials (docs/training.md)."""
         return self.mode == "sparse" and self.block is None

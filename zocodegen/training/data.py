@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import DataError
 from ..frontends import load_model
-from ..host.image import MAGIC, ImageLayout, pack_image, read_image
+from ..host.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
+                          pack_image, read_image)
 from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
@@ -224,8 +225,8 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
             raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
         order = np.random.default_rng(shuffle).permutation(len(found["x"]))
         found["x"], found["y"] = found["x"][order], found["y"][order]
-    if checkpoint_bytes is None:  # two slots: the run's checkpoint and the guard's best
-        checkpoint_bytes = (2 * -(-need // 512) * 512 if need is not None
+    if checkpoint_bytes is None:
+        checkpoint_bytes = (CHECKPOINT_SLOTS * checkpoint_slot_bytes(need) if need is not None
                             else DEFAULT_CHECKPOINT_BYTES)
     x, y = found.pop("x"), found.pop("y")
     try:

@@ -26,7 +26,7 @@ from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
 from .prng import rademacher, sample_seed, step_seed
 from .update import (apply_biases, apply_weights, clipped_coefficient, learning_rate,
-                     raw_deltas, step_coefficient, update_deltas)
+                     raw_deltas, round_half_away, step_coefficient, update_deltas)
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 Params = dict[str, np.ndarray]  # weight / bias tensor name -> int8 / int32 array (IR shape)
@@ -165,9 +165,12 @@ def _update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
     coef = step_coefficient(eta_t, layer.gscale, plan.inv_nq)
     w = params[layer.weights]
     channel_of = (np.arange(layer.weight_count) // layer.channel_inner) % layer.channels
-    steps = np.abs(raw_deltas(coef, layer.weight_inv_s2, grad[0], channel_of))
-    coef = clipped_coefficient(coef, steps.max(), plan.config.max_step)
-    deltas = update_deltas(coef, layer.weight_inv_s2, grad[0], channel_of)
+    raw = raw_deltas(coef, layer.weight_inv_s2, grad[0], channel_of)
+    clipped = clipped_coefficient(coef, np.abs(raw).max(), plan.config.max_step)
+    if clipped != coef:  # only a clipped update is computed again
+        coef = clipped
+        raw = raw_deltas(coef, layer.weight_inv_s2, grad[0], channel_of)
+    deltas = round_half_away(raw)
     params[layer.weights] = apply_weights(w.reshape(-1), deltas).reshape(w.shape)
     if grad[1] is not None:
         deltas = update_deltas(coef, layer.bias_inv_s2, grad[1], np.arange(layer.channels))
