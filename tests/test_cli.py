@@ -126,3 +126,42 @@ def test_unreadable_input(tmp_path):
 def test_unknown_target():
     proc = zocodegen("inspect", FIXTURES / "multi_op.tflite", "--target", "esp32")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_infer_output_path_is_the_file_written(tmp_path):
+    """--output names exactly the file written (numpy would append .npy/.npz), and a path
+    the outputs cannot be written to as named is refused before anything runs."""
+    np.save(tmp_path / "x.npy", np.zeros((2, 16, 16, 3), np.int8))
+    for name in ("y.npy", "y.out"):  # multi_op has two outputs
+        proc = zocodegen("infer", FIXTURES / "multi_op.tflite", "--input", tmp_path / "x.npy",
+                         "--output", tmp_path / name)
+        assert_clean_error(proc, name, "2 outputs", f"pass --output {tmp_path / 'y.npz'} ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+    np.save(tmp_path / "d.npy", np.zeros((2, 8, 8, 1), np.int8))  # digits_cnn: one output
+    proc = zocodegen("infer", FIXTURES / "digits_cnn.tflite", "--input", tmp_path / "d.npy",
+                     "--output", tmp_path / "y.bin")
+    assert_clean_error(proc, "y.bin", f"pass --output {tmp_path / 'y.npy'} ")
+    for name in ("y.npy", "y.npz"):
+        proc = zocodegen("infer", FIXTURES / "digits_cnn.tflite", "--input", tmp_path / "d.npy",
+                         "--output", tmp_path / name, check_rc=0)
+        assert proc.stderr.strip().endswith(f"-> {tmp_path / name}"), proc.stderr
+        got = np.load(tmp_path / name)
+        y = got if name.endswith(".npy") else got["StatefulPartitionedCall:0"]
+        assert y.shape == (2, 10)
+    proc = zocodegen("infer", FIXTURES / "multi_op.tflite", "--input", tmp_path / "x.npy",
+                     "--output", tmp_path / "m.npz", check_rc=0)
+    assert proc.stderr.strip().endswith(f"-> {tmp_path / 'm.npz'}"), proc.stderr
+    assert len(np.load(tmp_path / "m.npz").files) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npy", "m.npz", "x.npy", "y.npy",
+                                                         "y.npz"]
+
+
+def test_corrupted_flatbuffer(tmp_path):
+    """A flatbuffer offset that points past the end: refused before the reader follows it."""
+    data = bytearray((FIXTURES / "multi_op.tflite").read_bytes())
+    data[0:4] = (len(data) + 64).to_bytes(4, "little")  # the root table offset
+    bad = tmp_path / "bad_root.tflite"
+    bad.write_bytes(data)
+    assert_clean_error(zocodegen("inspect", bad), "bad_root.tflite: not a valid TFLite "
+                       "flatbuffer", "points past the end of the file")

@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="inputs with a leading batch axis (.npz keyed by input name when "
                         "the model has several inputs)")
     p.add_argument("--output", type=Path, required=True, metavar="Y.npy",
-                   help="where to write outputs (.npz when the model has several outputs)")
+                   help="where to write outputs: .npy for one output, .npz keyed by output "
+                        "name (required when the model has several outputs)")
     p.add_argument("--engine", choices=ENGINES, default="reference",
                    help="reference: the bit-exact numpy golden model; native: the generated C "
                         "built with the host compiler; qemu: the generated C on an emulated "
@@ -292,12 +293,27 @@ def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def write_outputs(graph: Graph, path: Path, outputs: dict[str, np.ndarray]) -> None:
+def check_output_path(graph: Graph, path: Path) -> None:
+    """Refuse an --output the outputs cannot be written to as named, before anything runs."""
+    suffix = path.suffix.lower()
+    if len(graph.outputs) > 1 and suffix != ".npz":
+        raise UserError(f"{path}: the model has {len(graph.outputs)} outputs "
+                        f"({', '.join(graph.outputs)}); pass --output "
+                        f"{path.with_suffix('.npz')} (one array per output name)")
+    if suffix not in (".npy", ".npz"):
+        raise UserError(f"{path}: pass --output {path.with_suffix('.npy')} (or .npz, keyed "
+                        "by output name)")
+
+
+def write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
+    """Write exactly ``path`` (numpy would append .npy/.npz to a name without it): .npz keyed
+    by output name, .npy for the one output."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if len(outputs) == 1:
-        np.save(path, next(iter(outputs.values())))
-    else:
-        np.savez(path, **outputs)
+    with path.open("wb") as f:
+        if path.suffix.lower() == ".npz":
+            np.savez(f, **outputs)
+        else:
+            np.save(f, next(iter(outputs.values())))
 
 
 def _sample_outputs(graph: Graph, engine: str, model: Path, target: str,
@@ -314,6 +330,7 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, target: str,
 
 def cmd_infer(args: argparse.Namespace) -> None:
     graph = load_model(args.model)
+    check_output_path(graph, args.output)
     inputs = read_inputs(graph, args.input)
     batch = next(iter(inputs.values())).shape[0]
     samples = [{n: x[i:i + 1] for n, x in inputs.items()} for i in range(batch)]
@@ -326,7 +343,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
         cycles.append(count)
         for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
-    write_outputs(graph, args.output, {n: np.stack(v) for n, v in results.items()})
+    write_outputs(args.output, {n: np.stack(v) for n, v in results.items()})
     note = (f", {int(np.mean(cycles)):,} instructions per inference (qemu -icount)"
             if args.engine == "qemu" else "")
     print(f"{batch} sample(s) -> {args.output}{note}", file=sys.stderr)

@@ -3,7 +3,9 @@
 TFLite already uses the IR's layouts (NHWC, OHWI conv weights, 1HWC depthwise weights), so
 this frontend mostly normalises options: SAME/VALID become explicit pads, constant operands
 (PAD paddings, MEAN axes, TRANSPOSE perm, RESIZE size) become options, and everything the IR
-cannot express is refused with the op index, type and field named.
+cannot express is refused with the op index, type and field named. The buffer's structure is
+verified first (``flatbuffer_verify``), as the TFLite runtime does, because the generated
+reader follows offsets without checking them.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import tflite
 from ..errors import ModelError, UnsupportedOpError
 from ..ir import OP_TYPES, Graph, Op, Quantization, Tensor
 from .common import conv_output_size, printable_name, same_padding, unique_name
+from .flatbuffer_verify import InvalidFlatbuffer, verify_tflite
 
 _BUILTIN_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 _ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}
@@ -37,6 +40,10 @@ def load_tflite(path: Path) -> Graph:
     data = Path(path).read_bytes()
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise ModelError(f"{path}: not a TFLite model (no 'TFL3' file identifier)")
+    try:  # the reader below trusts every offset: check them all first, as the runtime does
+        verify_tflite(data)
+    except InvalidFlatbuffer as exc:
+        raise ModelError(f"{path}: not a valid TFLite flatbuffer: {exc}") from None
     try:
         model = tflite.Model.GetRootAs(data, 0)
         return _Reader(model, data, Path(path)).graph()
