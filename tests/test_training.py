@@ -241,7 +241,7 @@ def test_sanitizers_clean_and_resume(tmp_path):
 
 
 def test_memory_report_decomposes(tmp_path):
-    """Full training SRAM = trainable parameters + arena + gradient buffer (largest NP node
+    """Full training SRAM = trainable parameters (with CONV_2D's folded biases) + arena + gradient buffer (largest NP node
     gradient here) + saved activations + training state + stack + host link buffers; the ELF
     agrees."""
     model = shared_model("kws_ref_model.tflite")
@@ -251,8 +251,10 @@ def test_memory_report_decomposes(tmp_path):
     project = generate(model, BuildOptions("qemu", train=config), tmp_path / "p", graph)
     report = json.loads((tmp_path / "p" / "memory_report.json").read_text())
     items = {i.name: i.bytes for i in project.training.ram_items()}
+    folded = {l.op_index: l.channels for l in plan.layers if l.op.type == "CONV_2D"}
     params = sum(-(-l.weight_count // 8) * 8 + -(-4 * l.bias_count // 8) * 8
-                 for l in plan.layers)
+                 + -(-4 * folded.get(l.op_index, 0) // 8) * 8 for l in plan.layers)
+    assert folded  # CONV_2D layers also keep their folded biases (zo_conv.c) in SRAM
     assert items["trainable parameters"] == params
     np_need = max(4 * l.output_count for l in plan.layers if l.mode == "NP")
     assert items["gradient buffer"] >= plan.gradient_bytes() >= np_need

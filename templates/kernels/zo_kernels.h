@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-/* ---- CONV_2D / DEPTHWISE_CONV_2D (zo_conv.c) -------------------------------------------- */
+/* ---- CONV_2D (zo_conv.c) / DEPTHWISE_CONV_2D (zo_depthwise.c) ------------------------- */
 typedef struct {
     int32_t batches;
     int32_t in_h, in_w, in_c;
@@ -25,16 +25,29 @@ typedef struct {
     int32_t input_offset;      /* -input zero point */
     int32_t output_offset;     /* output zero point */
     int32_t act_min, act_max;  /* fused activation, in the output's int8 domain */
-    const int32_t *multiplier; /* per output channel, Q31 */
+    const int32_t *multiplier; /* per output channel, Q31, > 0 */
     const int32_t *shift;      /* per output channel, > 0 left */
+    int8_t *scratch;           /* zo_conv2d_im2col_s8: 2 k_h k_w in_c bytes (planned); else NULL */
 } zo_conv_params;
 
-/* weights OHWI [out_c][k_h][k_w][in_c]; bias [out_c] or NULL */
+/* Every convolution kernel has this signature (the training engine keeps the layer's). */
+typedef void (*zo_conv_kernel)(const zo_conv_params *p, const int8_t *input,
+                               const int8_t *weights, const int32_t *bias, int8_t *output);
+
+/* CONV_2D: weights OHWI [out_c][k_h][k_w][in_c]; `folded` = bias + input_offset * (sum of
+ * the channel's weights), never NULL (zo_conv.c says why). */
 void zo_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
-                  const int32_t *bias, int8_t *output);
-/* weights [1][k_h][k_w][in_c * depth_multiplier]; bias [out_c] or NULL */
+                  const int32_t *folded, int8_t *output);
+void zo_conv2d_1x1_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                      const int32_t *folded, int8_t *output); /* 1x1 stride 1, no pad */
+void zo_conv2d_im2col_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                         const int32_t *folded, int8_t *output); /* needs p->scratch */
+/* DEPTHWISE_CONV_2D: weights [1][k_h][k_w][in_c * depth_multiplier]; bias [out_c] or NULL */
 void zo_depthwise_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
                             const int32_t *bias, int8_t *output);
+void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
+                               const int8_t *weights, const int32_t *bias,
+                               int8_t *output); /* depth multiplier 1 */
 
 /* ---- FULLY_CONNECTED (zo_fully_connected.c) ---------------------------------------------- */
 typedef struct {

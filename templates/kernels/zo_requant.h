@@ -5,6 +5,8 @@
  *   zo_mbqm():        default (double rounding) form used by CONV_2D, DEPTHWISE_CONV_2D, ADD,
  *                     MUL, MEAN and int8 QUANTIZE:
  *                     RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(x << max(e,0), m), max(-e,0))
+ *   zo_mbqm_pos():    zo_mbqm for a positive multiplier (every generated one) without the
+ *                     64-bit division: the fast kernels' form.
  *   zo_mbqm_single(): single rounding, (x * m + 2^(30-e)) >> (31-e), what ai_edge_litert's
  *                     FULLY_CONNECTED uses.
  *
@@ -14,6 +16,8 @@
 #define ZO_REQUANT_H
 
 #include <stdint.h>
+
+#include "zo_simd.h"
 
 #define ZO_INT32_MIN ((int32_t)(-2147483647 - 1))
 #define ZO_INT32_MAX ((int32_t)2147483647)
@@ -32,9 +36,9 @@ static inline int32_t zo_srdhm(int32_t a, int32_t b)
 /* gemmlowp RoundingDivideByPOT: x / 2^exponent, rounding half away from zero (0 <= exponent <= 31). */
 static inline int32_t zo_rdbpot(int32_t x, int exponent)
 {
-    int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
+    int32_t mask = (int32_t)((1u << exponent) - 1u);
     int32_t remainder = x & mask;
-    int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    int32_t threshold = (mask >> 1) + (int32_t)((uint32_t)x >> 31);
     return (x >> exponent) + (remainder > threshold ? 1 : 0);
 }
 
@@ -45,6 +49,31 @@ static inline int32_t zo_mbqm(int32_t x, int32_t multiplier, int shift)
     int right = shift > 0 ? 0 : -shift;
     int32_t shifted = (int32_t)((uint32_t)x << left);
     return zo_rdbpot(zo_srdhm(shifted, multiplier), right);
+}
+
+/* zo_mbqm for multiplier > 0, the same integer in fewer instructions (zo_mbqm_shifts: with
+ * the shift split into left = max(shift, 0) and right = max(-shift, 0) once per channel).
+ *  - SRDHM's nudge makes it round half up, i.e. h = floor((x m + 2^30) / 2^31): SMLAL and a
+ *    shift; it saturates only for m = INT32_MIN, which a positive multiplier is not.
+ *  - RoundingDivideByPOT(h, r), r >= 1, rounds half away from zero:
+ *    floor((h + 2^(r-1) - [h < 0]) / 2^r) = floor((floor((h - [h < 0]) / 2^(r-1)) + 1) / 2)
+ *    (nested floors), taken as y = (h - [h < 0]) >> (r - 1), then (y >> 1) + (y & 1), which
+ *    cannot overflow (h > INT32_MIN, so h - 1 does not wrap). */
+static inline int32_t zo_mbqm_shifts(int32_t x, int32_t multiplier, int32_t left, int32_t right)
+{
+    int64_t product = (int64_t)(int32_t)((uint32_t)x << left) * multiplier + ((int64_t)1 << 30);
+    int32_t high = (int32_t)(product >> 31);
+    if (right == 0) {
+        return high;
+    }
+    int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> (right - 1);
+    return (y >> 1) + (y & 1);
+}
+
+static inline int32_t zo_mbqm_pos(int32_t x, int32_t multiplier, int32_t shift)
+{
+    int32_t left = shift > 0 ? shift : 0;
+    return zo_mbqm_shifts(x, multiplier, left, left - shift);
 }
 
 /* Single-rounding MultiplyByQuantizedMultiplier (ai_edge_litert FULLY_CONNECTED). */
@@ -72,6 +101,28 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
 {
     int64_t x = (int64_t)scaled + offset;
     return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
+}
+
+/* The per-channel output step of CONV_2D / DEPTHWISE_CONV_2D (multiplier > 0):
+ * clamp(MBQM(acc) + offset). QADD saturates where the sum would wrap, which the clamp then
+ * maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. */
+/* zo_requantize_channel with the channel's shift already split (see zo_mbqm_shifts). */
+static inline int8_t zo_requantize_shifts(int32_t acc, int32_t multiplier, int32_t left,
+                                          int32_t right, int32_t offset, int32_t lo, int32_t hi)
+{
+    int32_t x = zo_qadd(zo_mbqm_shifts(acc, multiplier, left, right), offset);
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    return (int8_t)x;
+}
+
+static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int32_t shift,
+                                           int32_t offset, int32_t lo, int32_t hi)
+{
+    int32_t x = zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset);
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    return (int8_t)x;
 }
 
 #endif /* ZO_REQUANT_H */

@@ -168,6 +168,25 @@ static void update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t
     L->bias[c] = sat_s32((int64_t)L->bias[c] - r);
 }
 
+/* CONV_2D's folded bias from the current weights and bias (zo_conv.c): after every change of
+ * a CONV layer's parameters, before its kernel runs again. */
+static void refold(const zo_train_layer *L)
+{
+    if (!L->folded) {
+        return;
+    }
+    const uint32_t inner = L->weight_count / L->folded_count;
+    const int8_t *w = L->weights;
+    for (uint32_t c = 0; c < L->folded_count; ++c) {
+        int32_t sum = 0;
+        for (uint32_t k = 0; k < inner; ++k) {
+            sum += *w++;
+        }
+        const int32_t bias = L->bias ? L->bias[c] : 0;
+        L->folded[c] = (int32_t)((uint32_t)bias + (uint32_t)L->input_offset * (uint32_t)sum);
+    }
+}
+
 /* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
 
 /* The convolution / FC shaped outer product of the node gradient gz with the layer input a
@@ -251,11 +270,13 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
             for (uint32_t j = 0; j < L->weight_count; ++j) {
                 L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
             }
+            refold(L);
             run_layers(L->op, m->logits_op);
             m->query_sums[q] += loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
             memcpy(L->weights, backup, L->weight_count); /* exact, even where it saturated */
         }
     }
+    refold(L);
     memset(g, 0, L->weight_count * sizeof g[0]);
     uint32_t state = seed;
     for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
@@ -277,6 +298,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         update_weight(L, coef, j, g[j]);
     }
+    refold(L);
 }
 
 /* h(z + delta) of the layer for delta = -1 or +1, from sample n's saved input: the layer's
@@ -285,16 +307,11 @@ static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uin
                            int up, int8_t *out)
 {
     const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
-    switch (L->kind) {
-    case ZO_TRAIN_CONV:
-        zo_conv2d_s8(up ? L->conv_up : L->conv_down, a, L->weights, L->bias, out);
-        break;
-    case ZO_TRAIN_DEPTHWISE:
-        zo_depthwise_conv2d_s8(up ? L->conv_up : L->conv_down, a, L->weights, L->bias, out);
-        break;
-    default:
+    if (L->kind == ZO_TRAIN_FC) {
         zo_fully_connected_s8(up ? L->fc_up : L->fc_down, a, L->weights, L->bias, out);
-        break;
+    } else {
+        L->conv_kernel(up ? L->conv_up : L->conv_down, a, L->weights,
+                       L->folded ? L->folded : L->bias, out);
     }
 }
 
@@ -353,6 +370,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
         for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
             update_bias(L, coef, c, sat_s32(bias_gradient(L, gz, c)));
         }
+        refold(L);
         if (has_next) {
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
         }
@@ -387,6 +405,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
         update_bias(L, coef, c, acc[L->weight_count + c]);
     }
+    refold(L);
 }
 
 /* ---- the step ----------------------------------------------------------------------------- */
@@ -398,6 +417,9 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
         memcpy(L->weights, L->weights_flash, L->weight_count);
         if (L->bias) {
             memcpy(L->bias, L->bias_flash, L->bias_count * sizeof L->bias[0]);
+        }
+        if (L->folded) {
+            memcpy(L->folded, L->folded_flash, L->folded_count * sizeof L->folded[0]);
         }
     }
     zo_train_attach(m);
@@ -422,6 +444,9 @@ void zo_train_attach(const zo_train_model *m)
         if (L->bias_active) {
             *L->bias_active = L->bias;
         }
+        if (L->folded_active) {
+            *L->folded_active = L->folded;
+        }
     }
 }
 
@@ -434,6 +459,9 @@ void zo_train_detach(const zo_train_model *m)
         }
         if (L->bias_active) {
             *L->bias_active = L->bias_flash;
+        }
+        if (L->folded_active) {
+            *L->folded_active = L->folded_flash;
         }
     }
 }
@@ -650,6 +678,27 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     return ZO_TRAIN_OK;
 }
 
+/* The layers' parameters, after the header and the layer table. */
+static int read_parameters(const zo_train_model *m, zo_byte_source source, void *context)
+{
+    uint8_t skip[4];
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        if (source(context, (uint8_t *)L->weights, L->weight_count) != 0
+            || source(context, skip, pad4(L->weight_count) - L->weight_count) != 0) {
+            return ZO_TRAIN_ERR_IO;
+        }
+        for (uint32_t c = 0; c < L->bias_count; ++c) {
+            uint8_t b[4];
+            if (source(context, b, 4u) != 0) {
+                return ZO_TRAIN_ERR_IO;
+            }
+            L->bias[c] = (int32_t)get_u32(b);
+        }
+    }
+    return ZO_TRAIN_OK;
+}
+
 int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_source source,
                        void (*rewind)(void *context), void *context)
 {
@@ -668,19 +717,12 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
             return ZO_TRAIN_ERR_IO;
         }
     }
+    const int read = read_parameters(m, source, context);
     for (uint32_t i = 0; i < m->layer_count; ++i) {
-        const zo_train_layer *L = &m->layers[i];
-        if (source(context, (uint8_t *)L->weights, L->weight_count) != 0
-            || source(context, skip, pad4(L->weight_count) - L->weight_count) != 0) {
-            return ZO_TRAIN_ERR_IO;
-        }
-        for (uint32_t c = 0; c < L->bias_count; ++c) {
-            uint8_t b[4];
-            if (source(context, b, 4u) != 0) {
-                return ZO_TRAIN_ERR_IO;
-            }
-            L->bias[c] = (int32_t)get_u32(b);
-        }
+        refold(&m->layers[i]); /* also after a failed read: the folds match what is there */
+    }
+    if (read != ZO_TRAIN_OK) {
+        return read;
     }
     s->step = get_u32(h + 48);
     memcpy(&s->lr, h + 64, 4);

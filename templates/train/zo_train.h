@@ -49,10 +49,19 @@ typedef struct {
     int32_t *bias;    /* NULL when the layer has none */
     const int32_t *bias_flash;
     uint32_t bias_count;
+    /* CONV_2D: bias + input_offset x (sum of the channel's weights), what its kernels take
+     * instead of the bias (zo_conv.c); recomputed whenever weights or bias change. NULL for
+     * the other kinds. */
+    int32_t *folded;
+    const int32_t *folded_flash;
+    uint32_t folded_count;
+    int32_t input_offset;
     /* --block auto: the pointers model.c reads this layer's parameters through (flash or
      * the SRAM copy); NULL when model.c always reads the SRAM copy. */
     const int8_t **weights_active;
     const int32_t **bias_active;
+    const int32_t **folded_active;
+    zo_conv_kernel conv_kernel; /* CONV / DEPTHWISE: the kernel model.c runs (NP shifts) */
     uint32_t channels, channel_inner; /* weight j belongs to channel (j / inner) % channels */
     float gscale;                     /* N Q / (N Q + d - 1), or 1 without scaling */
     const float *weight_inv_s2;       /* per channel */

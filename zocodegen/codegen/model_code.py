@@ -75,7 +75,8 @@ def _train_copies(calls: tuple[Call, ...], symbol: str, suffix: str) -> tuple[Ca
     flash or at the block in SRAM (``<symbol>_weights_active``); the flash arrays stay the
     pristine originals."""
     names = {f"{symbol}_weights": f"{symbol}_weights{suffix}",
-             f"{symbol}_bias": f"{symbol}_bias{suffix}"}
+             f"{symbol}_bias": f"{symbol}_bias{suffix}",
+             f"{symbol}_folded": f"{symbol}_folded{suffix}"}
     return tuple(Call(c.function, c.params_type, c.params,
                       tuple(names.get(a, a) for a in c.args)) for c in calls)
 
@@ -90,7 +91,7 @@ def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = fr
         while symbol in symbols:
             symbol += "_"
         symbols.add(symbol)
-        code = LAYERS[op.type](op, LayerContext(graph, plan, symbol))
+        code = LAYERS[op.type](op, LayerContext(graph, plan, symbol, index))
         tensors = ([_tensor_line(graph, plan, "in", n) for n in op.inputs if n]
                    + [_tensor_line(graph, plan, "out", n) for n in op.outputs])
         calls = (_train_copies(code.calls, symbol, "_active" if switched else "_train")
@@ -98,7 +99,7 @@ def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = fr
         layers.append(Layer(index, c_comment(op.name), op.type,
                             f"layer_{index:02d}_{symbol}", c_comment(code.summary),
                             tuple(tensors), calls, code.note))
-        arrays.extend(code.arrays)
+        arrays.extend(a for a in code.arrays if index in trainable_ops or not a.training_only)
     return ModelCode(tuple(layers), tuple(arrays),
                      tuple(_io(graph, plan, n) for n in graph.inputs),
                      tuple(_io(graph, plan, n) for n in graph.outputs))

@@ -53,6 +53,12 @@ class TrainLayerCode:
     restart: tuple[Span, ...]
     geometry_type: str  # zo_conv_params / zo_fc_params
     geometry: tuple[tuple[str, str], ...]  # the layer's kernel parameters
+    kernel: str  # the kernel function model.c calls for this layer
+    folded_count: int  # CONV_2D: one folded bias per output channel (zo_conv.c); else 0
+
+    @property
+    def input_offset(self) -> str:
+        return dict(self.geometry)["input_offset"]
 
     def shifted(self, delta: int) -> tuple[tuple[str, str], ...]:
         """The kernel parameters with the output zero point moved by delta (NP: the kernel
@@ -62,7 +68,8 @@ class TrainLayerCode:
 
     @property
     def parameter_bytes(self) -> int:
-        return _align(self.weight_count) + _align(4 * self.bias_count)
+        return (_align(self.weight_count) + _align(4 * self.bias_count)
+                + _align(4 * self.folded_count))
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class TrainingCode:
         """The training buffers, for placement and the memory report (docs/training.md)."""
         return [
             RamItem("trainable parameters", self.parameter_bytes,
-                    "int8 weights + int32 biases, SRAM copies"
+                    "int8 weights + int32 biases (+ CONV_2D folded biases), SRAM copies"
                     + (f" of the largest of {len(self.models)} blocks (one in SRAM at a time)"
                        if self.selects_block else "")),
             RamItem("gradient buffer", 4 * self.gradient_words,
@@ -188,7 +195,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(c_float(v) for v in layer.weight_inv_s2),
                 tuple(c_float(v) for v in layer.bias_inv_s2),
                 arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
-                tuple(Span(*iv) for iv in intervals), call.params_type, call.params))
+                tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
+                call.function, layer.channels if layer.op.type == "CONV_2D" else 0))
         # what plan.gradient_bytes() counts, in words of the int32 region
         assert 4 * grad_words >= plan.gradient_bytes()
     plan = plans[0]

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from ..ir import Graph
 from .lifetimes import ALIAS_MODES, activation_names, align_up, alias_groups, tensor_lifetimes
+from .scratch import kernel_scratch, scratch_name
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class ArenaPlan:
     keep_alive: frozenset[str] = frozenset()
     lifetimes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     tensor_bytes: Mapping[str, int] = field(default_factory=dict)  # unpadded sizes
+    # op index -> offset of the kernel's working memory during that op (planner/scratch.py)
+    scratch_offsets: Mapping[int, int] = field(default_factory=dict)
 
     def buffer_of(self, tensor: str) -> Buffer:
         for buf in self.buffers:
@@ -191,7 +194,8 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     Tries every ordering heuristic with first- and best-fit under full sharing, views only and
     no sharing, then a bounded local search while the best is above the lower bound; the
     smallest arena wins (ties: the earlier, simpler candidate). ``keep_alive`` tensors live to
-    the end and are never overwritten in place.
+    the end and are never overwritten in place. Kernel scratch (``planner/scratch.py``) is
+    placed like a tensor that lives for its op only.
     """
     if alignment < 1:
         raise ValueError(f"alignment must be positive, got {alignment}")
@@ -204,11 +208,16 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     raw = {n: graph.tensors[n].nbytes for n in acts}
     sizes = {n: align_up(raw[n], alignment) for n in acts}
 
+    scratch = {scratch_name(graph, i): (i, align_up(n, alignment))
+               for i, n in kernel_scratch(graph).items()}
+    scratch_buffers = [Buffer((name,), size, i, i) for name, (i, size) in scratch.items()]
+
     best = None
     per_mode: dict[str, tuple[list[Buffer], tuple[str, ...]]] = {}
     for mode in ALIAS_MODES:
         groups = alias_groups(graph, lifetimes, keep, mode)
-        buffers = _make_buffers(groups.groups, sizes, lifetimes)
+        buffers = sorted(_make_buffers(groups.groups, sizes, lifetimes) + scratch_buffers,
+                         key=lambda b: (b.first, b.last, b.name))
         per_mode[mode] = (buffers, groups.ops)
         conflicts = _conflict_lists(buffers)
         candidates = sorted(_candidates(buffers, conflicts, alignment), key=lambda c: c[0])
@@ -248,12 +257,14 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
         in_place_ops=ops,
         lower_bound=live_peak(per_mode["in-place"][0]),
         greedy_by_size_bytes=baseline_bytes,
-        sum_of_activations=sum(sizes.values()),
+        sum_of_activations=sum(sizes.values()) + sum(b.size for b in scratch_buffers),
         strategy=strategy,
         alignment=alignment,
         keep_alive=keep,
         lifetimes=MappingProxyType(dict(lifetimes)),
         tensor_bytes=MappingProxyType(raw),
+        scratch_offsets=MappingProxyType({i: tensor_offsets[name]
+                                          for name, (i, _) in scratch.items()}),
     )
 
 

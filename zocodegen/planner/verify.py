@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..ir import Graph
 from .arena import ArenaPlan
 from .lifetimes import allows_in_place
+from .scratch import kernel_scratch
 
 
 class PlanError(AssertionError):
@@ -60,8 +61,12 @@ def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
             if overlap(a, b):
                 problems.append(f"graph inputs {a} and {b} overlap")
 
+    scratch = kernel_scratch(graph)
     for index, op in enumerate(graph.ops):
         reads = [n for n in dict.fromkeys(op.inputs) if n in span]
+        if index in scratch:
+            problems.extend(_scratch_problems(graph, plan, index, scratch[index], span, valid,
+                                              needed_until))
         for name in reads:
             if name not in valid and name not in lost:
                 problems.append(f"op {op.name} reads {name} after its bytes were overwritten")
@@ -97,6 +102,24 @@ def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
         if name in span and name not in valid and name not in lost:
             problems.append(f"graph output {name} was overwritten before the end")
     return problems
+
+
+def _scratch_problems(graph: Graph, plan: ArenaPlan, index: int, nbytes: int,
+                      span: dict[str, tuple[int, int]], valid: set[str],
+                      needed_until: dict[str, int]) -> list[str]:
+    """The kernel's scratch of op ``index`` may cover only bytes nobody needs: not its own
+    operands, not a value still to be read."""
+    op = graph.ops[index]
+    if index not in plan.scratch_offsets:
+        return [f"op {op.name}: no scratch offset ({nbytes} bytes needed)"]
+    start = plan.scratch_offsets[index]
+    end = start + nbytes
+    if start < 0 or end > plan.arena_bytes:
+        return [f"op {op.name}: scratch {start}..{end} outside the arena ({plan.arena_bytes})"]
+    operands = {n for n in list(op.inputs) + list(op.outputs) if n in span}
+    needed = operands | {n for n in valid if needed_until[n] > index}
+    return [f"op {op.name}: scratch {start}..{end} overlaps {name}"
+            for name in sorted(needed) if span[name][0] < end and start < span[name][1]]
 
 
 def verify(graph: Graph, plan: ArenaPlan) -> None:

@@ -26,6 +26,7 @@ class ConstArray:
     ctype: str
     values: np.ndarray
     comment: str
+    training_only: bool = False  # kept only when the layer trains (e.g. CONV_2D's raw bias)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class LayerContext:
     graph: Graph
     plan: ArenaPlan
     symbol: str  # C identifier prefix of this layer's constants, e.g. "conv_2d_3"
+    index: int  # the op's position in graph.ops
 
     def tensor_expr(self, name: str, const: bool) -> str:
         """C expression for a tensor: an arena pointer, or a constant array's name."""
