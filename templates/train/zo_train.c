@@ -19,6 +19,43 @@
 #define ZO_INT32_MIN_I64 (-(int64_t)2147483647 - 1)
 #define ZO_UPDATE_LIMIT 1073741824.0f /* 2^30: |rounded update| is clamped here */
 
+#ifdef ZO_PROFILE_TRAIN
+/*
+ * Profiling build (-DZO_PROFILE_TRAIN, benchmarks/training_overheads.py; normal builds
+ * compile the #else branch alone): the platform_cycles() of a step split by what the engine
+ * was doing (zo_train.h, ZO_PROFILE_*). One category runs at a time; ZO_PROFILE_BEGIN(c)
+ * charges the cycles since the last switch to the running category and makes c run until
+ * the ZO_PROFILE_END() of the same scope, so the categories add up to the step's count
+ * (the sample reads and the telemetry that the step leaves out, ZO_PROFILE_EXCLUDE leaves
+ * out of the running category).
+ * zo_train_step clears them when it starts and sends them after its end-of-step record.
+ */
+uint32_t zo_train_profile_cycles[ZO_PROFILE_COUNT];
+static uint32_t zo_train_profile_then;
+static int zo_train_profile_running = ZO_PROFILE_OTHER;
+
+static int zo_train_profile_switch(int category)
+{
+    const uint32_t now = platform_cycles();
+    const int previous = zo_train_profile_running;
+    zo_train_profile_cycles[previous] += now - zo_train_profile_then;
+    zo_train_profile_then = now;
+    zo_train_profile_running = category;
+    return previous;
+}
+
+#define ZO_PROFILE_BEGIN(category) \
+    const int zo_train_profile_previous = zo_train_profile_switch(category)
+#define ZO_PROFILE_END() ((void)zo_train_profile_switch(zo_train_profile_previous))
+/* the step leaves these cycles out (sample reads, telemetry): so does the running category */
+#define ZO_PROFILE_EXCLUDE(cycles) \
+    (zo_train_profile_cycles[zo_train_profile_running] -= (cycles))
+#else
+#define ZO_PROFILE_BEGIN(category) ((void)0)
+#define ZO_PROFILE_END() ((void)0)
+#define ZO_PROFILE_EXCLUDE(cycles) ((void)(cycles))
+#endif
+
 /* ---- small helpers ------------------------------------------------------------------- */
 
 static int8_t sat_s8(int32_t x)
@@ -40,24 +77,31 @@ static uint8_t *saved_slot(const zo_train_model *m, uint32_t n)
 static void save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
                        uint8_t *slot)
 {
+    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
     for (uint32_t k = 0; k < count; ++k) {
         memcpy(slot + spans[k].saved_offset, arena + spans[k].arena_offset, spans[k].bytes);
     }
+    ZO_PROFILE_END();
 }
 
 static void restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *arena,
                           const uint8_t *slot)
 {
+    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
     for (uint32_t k = 0; k < count; ++k) {
         memcpy(arena + spans[k].arena_offset, slot + spans[k].saved_offset, spans[k].bytes);
     }
+    ZO_PROFILE_END();
 }
 
 /* Cross-entropy of the logits in the arena, Q5.26 rounded to Q16 (2^-16 nats). */
 static int32_t loss_q16(const zo_train_model *m, int32_t label)
 {
+    ZO_PROFILE_BEGIN(ZO_PROFILE_LOSS);
     const int8_t *logits = (const int8_t *)(model_arena() + m->logits_offset);
-    return zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
+    const int32_t loss = zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
+    ZO_PROFILE_END();
+    return loss;
 }
 
 /* Delta l = l_q - l, clamped so that N Q of them sum exactly in int32 (docs/training.md). */
@@ -70,7 +114,9 @@ static int32_t loss_difference(const zo_train_model *m, int32_t loss, int32_t cl
 static void run_layers(int32_t first, int32_t last)
 {
     if (first <= last) {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
         model_run_range(first, last);
+        ZO_PROFILE_END();
     }
 }
 
@@ -175,6 +221,7 @@ static void refold(const zo_train_layer *L)
     if (!L->folded) {
         return;
     }
+    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
     const uint32_t inner = L->weight_count / L->folded_count;
     const int8_t *w = L->weights;
     for (uint32_t c = 0; c < L->folded_count; ++c) {
@@ -185,6 +232,7 @@ static void refold(const zo_train_layer *L)
         const int32_t bias = L->bias ? L->bias[c] : 0;
         L->folded[c] = (int32_t)((uint32_t)bias + (uint32_t)L->input_offset * (uint32_t)sum);
     }
+    ZO_PROFILE_END();
 }
 
 /* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
@@ -261,28 +309,42 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     uint8_t *arena = model_arena();
     int32_t *g = m->gradient;
     int8_t *backup = (int8_t *)(m->gradient + L->weight_count);
-    memcpy(backup, L->weights, L->weight_count);
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+        memcpy(backup, L->weights, L->weight_count);
+        ZO_PROFILE_END();
+    }
     memset(m->query_sums, 0, m->queries * sizeof m->query_sums[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
         uint32_t state = seed; /* every sample sees the same perturbations */
         for (uint32_t q = 0; q < m->queries; ++q) {
             restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-            for (uint32_t j = 0; j < L->weight_count; ++j) {
-                L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
+            {
+                ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+                for (uint32_t j = 0; j < L->weight_count; ++j) {
+                    L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
+                }
+                ZO_PROFILE_END();
             }
             refold(L);
             run_layers(L->op, m->logits_op);
             m->query_sums[q] += loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
+            ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
             memcpy(L->weights, backup, L->weight_count); /* exact, even where it saturated */
+            ZO_PROFILE_END();
         }
     }
     refold(L);
-    memset(g, 0, L->weight_count * sizeof g[0]);
-    uint32_t state = seed;
-    for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
-        for (uint32_t j = 0; j < L->weight_count; ++j) {
-            g[j] += zo_rademacher(&state) * m->query_sums[q];
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+        memset(g, 0, L->weight_count * sizeof g[0]);
+        uint32_t state = seed;
+        for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
+            for (uint32_t j = 0; j < L->weight_count; ++j) {
+                g[j] += zo_rademacher(&state) * m->query_sums[q];
+            }
         }
+        ZO_PROFILE_END();
     }
     if (L->next_op != L->op) {
         for (uint32_t n = 0; n < m->batch; ++n) {
@@ -290,6 +352,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
         }
     }
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     float largest = 0.0f;
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         largest = weight_step(L, coef, j, g[j], largest);
@@ -298,6 +361,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         update_weight(L, coef, j, g[j]);
     }
+    ZO_PROFILE_END();
     refold(L);
 }
 
@@ -306,6 +370,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
 static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uint32_t n,
                            int up, int8_t *out)
 {
+    ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
     const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
     if (L->kind == ZO_TRAIN_FC) {
         zo_fully_connected_s8(up ? L->fc_up : L->fc_down, a, L->weights, L->bias, out);
@@ -313,6 +378,7 @@ static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uin
         L->conv_kernel(up ? L->conv_up : L->conv_down, a, L->weights,
                        L->folded ? L->folded : L->bias, out);
     }
+    ZO_PROFILE_END();
 }
 
 /* Node gradient of sample n into gz (paper Eq. 9/10): each query feeds the next layer
@@ -332,17 +398,23 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
     for (uint32_t q = 0; q < m->queries; ++q) {
         restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
         uint32_t replay = state;
-        for (uint32_t k = 0; k < L->output_count; ++k) {
-            z[k] = zo_rademacher(&state) > 0 ? up[k] : down[k];
+        {
+            ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+            for (uint32_t k = 0; k < L->output_count; ++k) {
+                z[k] = zo_rademacher(&state) > 0 ? up[k] : down[k];
+            }
+            ZO_PROFILE_END();
         }
         run_layers(L->op + 1, m->logits_op);
         const int32_t delta = loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         for (uint32_t k = 0; k < L->output_count; ++k) {
             const int32_t xi = zo_rademacher(&replay);
             if (up[k] - down[k] == 2) {
                 gz[k] += xi * delta;
             }
         }
+        ZO_PROFILE_END();
     }
 }
 
@@ -358,6 +430,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
         if (has_next) {
             advance_saved(m, L, 0);
         }
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         const int8_t *a = (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset);
         float largest = 0.0f; /* the outer product twice: no buffer of d_w */
         for (uint32_t j = 0; j < L->weight_count; ++j) {
@@ -370,6 +443,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
         for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
             update_bias(L, coef, c, sat_s32(bias_gradient(L, gz, c)));
         }
+        ZO_PROFILE_END();
         refold(L);
         if (has_next) {
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
@@ -379,6 +453,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     memset(acc, 0, (L->weight_count + L->bias_count) * sizeof acc[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
         node_gradient(m, L, seed, n, gz);
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
         for (uint32_t j = 0; j < L->weight_count; ++j) {
             acc[j] = sat_s32((int64_t)acc[j] + sat_s32(weight_gradient(L, gz, a, j)));
@@ -387,6 +462,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
             acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
                                                + sat_s32(bias_gradient(L, gz, c)));
         }
+        ZO_PROFILE_END();
     }
     if (has_next) {
         for (uint32_t n = 0; n < m->batch; ++n) {
@@ -394,6 +470,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
             save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
         }
     }
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     float largest = 0.0f;
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         largest = weight_step(L, coef, j, acc[j], largest);
@@ -405,6 +482,7 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
         update_bias(L, coef, c, acc[L->weight_count + c]);
     }
+    ZO_PROFILE_END();
     refold(L);
 }
 
@@ -486,6 +564,13 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
     const float eta = zo_train_learning_rate(m, s, t);
     const zo_train_layer *first = &m->layers[0];
     const uint32_t step_start = platform_cycles();
+#ifdef ZO_PROFILE_TRAIN
+    for (int k = 0; k < ZO_PROFILE_COUNT; ++k) {
+        zo_train_profile_cycles[k] = 0u;
+    }
+    zo_train_profile_then = step_start;
+    zo_train_profile_running = ZO_PROFILE_OTHER;
+#endif
     uint32_t io_cycles = 0u; /* reading samples, sending telemetry: not the step's work */
     int64_t loss_sum = 0;
     for (uint32_t n = 0; n < m->batch; ++n) {
@@ -494,7 +579,9 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         const uint32_t read_start = platform_cycles();
         const int read = s->read_sample(s->sample_context, index, arena + m->input_offset,
                                         &label);
-        io_cycles += platform_cycles() - read_start;
+        const uint32_t read_cycles = platform_cycles() - read_start;
+        io_cycles += read_cycles;
+        ZO_PROFILE_EXCLUDE(read_cycles);
         if (read != 0) {
             return ZO_TRAIN_ERR_SAMPLE;
         }
@@ -519,10 +606,21 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         } else {
             estimate_np(m, L, seed, coef);
         }
-        io_cycles += report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
+        const uint32_t report_cycles =
+            report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
+        io_cycles += report_cycles;
+        ZO_PROFILE_EXCLUDE(report_cycles);
     }
     s->step = t + 1;
+#ifdef ZO_PROFILE_TRAIN
+    (void)zo_train_profile_switch(ZO_PROFILE_OTHER);
+#endif
     (void)report(s, t + 1, -1, mean_loss, eta, platform_cycles() - step_start - io_cycles);
+#ifdef ZO_PROFILE_TRAIN
+    for (int k = 0; k < ZO_PROFILE_COUNT; ++k) {
+        (void)report(s, t + 1, ZO_PROFILE_LAYER + k, mean_loss, eta, zo_train_profile_cycles[k]);
+    }
+#endif
     return ZO_TRAIN_OK;
 }
 

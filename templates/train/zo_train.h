@@ -92,6 +92,24 @@ typedef struct {
 } zo_train_telemetry;
 
 typedef void (*zo_telemetry_hook)(void *context, const zo_train_telemetry *record);
+#ifdef ZO_PROFILE_TRAIN
+
+/* Profiling build (-DZO_PROFILE_TRAIN, benchmarks/training_overheads.py): what a step's
+ * cycles went to. After its end-of-step record a step sends one record per category,
+ * layer ZO_PROFILE_LAYER + category, cycles the category's count; together
+ * they add up to the end-of-step record's cycles. */
+enum {
+    ZO_PROFILE_FORWARD, /* model kernels: clean, query and advance forwards, NP's h(z -+ 1) */
+    ZO_PROFILE_PERTURB, /* PRNG draws applying a perturbation: WP weights, NP nodes */
+    ZO_PROFILE_RESTORE, /* saved activations restored / saved, weight backup, refold */
+    ZO_PROFILE_LOSS,    /* cross-entropy of the logits */
+    ZO_PROFILE_UPDATE,  /* gradient (replayed PRNG, outer products) and the update */
+    ZO_PROFILE_OTHER,   /* everything else: loop control, seeds, loss differences */
+    ZO_PROFILE_COUNT
+};
+#define ZO_PROFILE_LAYER 1000
+extern uint32_t zo_train_profile_cycles[ZO_PROFILE_COUNT];
+#endif
 
 /* The training guard and --lr auto (docs/training.md "Training guard"), fixed at build. */
 typedef struct {
