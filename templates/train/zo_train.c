@@ -237,8 +237,23 @@ static void refold(const zo_train_layer *L)
 
 /* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
 
+/* [first, last) of the output positions o whose input position o * stride - pad + offset
+ * lies in [0, size): offset is the tap's k * dilation. */
+static void covered_outputs(int32_t offset, int32_t stride, int32_t pad, int32_t size,
+                            int32_t outputs, int32_t *first, int32_t *last)
+{
+    const int32_t lo = pad - offset; /* o * stride >= lo */
+    const int32_t hi = size + pad - offset; /* o * stride < hi */
+    int32_t f = lo > 0 ? (lo + stride - 1) / stride : 0;
+    int32_t l = hi > 0 ? (hi + stride - 1) / stride : 0;
+    *first = f < outputs ? f : outputs;
+    *last = l < outputs ? (l > *first ? l : *first) : outputs;
+}
+
 /* The convolution / FC shaped outer product of the node gradient gz with the layer input a
- * (zero point removed), for weight j; int64, exact. */
+ * (zero point removed), for weight j; int64, exact, so any order of the sum agrees with the
+ * simulator. Only the output positions whose tap falls inside the input are visited, with
+ * pointers stepping through gz and a (no bounds checks or index arithmetic per term). */
 static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
                                uint32_t j)
 {
@@ -265,18 +280,18 @@ static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const
         kh = ((int32_t)j / (p->in_c * p->k_w)) % p->k_h;
         o = (int32_t)j / (p->in_c * p->k_w * p->k_h);
     }
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+    int32_t oy0, oy1, ox0, ox1;
+    covered_outputs(kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h, &oy0, &oy1);
+    covered_outputs(kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w, &ox0, &ox1);
+    const int32_t offset = p->input_offset;
+    const int32_t a_step = p->stride_w * p->in_c;
+    for (int32_t oy = oy0; oy < oy1; ++oy) {
         const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
-        if (iy < 0 || iy >= p->in_h) {
-            continue;
-        }
-        for (int32_t ox = 0; ox < p->out_w; ++ox) {
-            const int32_t ix = ox * p->stride_w - p->pad_left + kw * p->dilation_w;
-            if (ix < 0 || ix >= p->in_w) {
-                continue;
-            }
-            acc += (int64_t)gz[(oy * p->out_w + ox) * p->out_c + o]
-                   * (a[(iy * p->in_w + ix) * p->in_c + ic] + p->input_offset);
+        const int32_t ix = ox0 * p->stride_w - p->pad_left + kw * p->dilation_w;
+        const int32_t *g = gz + (oy * p->out_w + ox0) * p->out_c + o;
+        const int8_t *x = a + (iy * p->in_w + ix) * p->in_c + ic;
+        for (int32_t ox = ox0; ox < ox1; ++ox, g += p->out_c, x += a_step) {
+            acc += (int64_t)*g * (*x + offset);
         }
     }
     return acc;
