@@ -251,24 +251,27 @@ static void covered_outputs(int32_t offset, int32_t stride, int32_t pad, int32_t
 }
 
 /* The convolution / FC shaped outer product of the node gradient gz with the layer input a
- * (zero point removed), for weight j; int64, exact, so any order of the sum agrees with the
- * simulator. Only the output positions whose tap falls inside the input are visited, with
- * pointers stepping through gz and a (no bounds checks or index arithmetic per term). */
-static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
-                               uint32_t j)
+ * (zero point removed), for weight j and, where it shares j's output channel and tap (a
+ * CONV_2D's next input channel), weight j + 1: int64, exact, so any order of the sum agrees
+ * with the simulator. Returns how many gradients it wrote to g (1 or 2). Only the output
+ * positions whose tap falls inside the input are visited, with pointers stepping through gz
+ * and a; a pair shares each load of gz. */
+static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
+                                 uint32_t j, int64_t g[2])
 {
-    int64_t acc = 0;
     if (L->kind == ZO_TRAIN_FC) {
         const zo_fc_params *p = L->fc_down;
         const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
+        int64_t acc = 0;
         for (int32_t r = 0; r < p->rows; ++r) {
             acc += (int64_t)gz[r * p->out_features + o]
                    * (a[r * p->in_features + k] + p->input_offset);
         }
-        return acc;
+        g[0] = acc;
+        return 1u;
     }
     const zo_conv_params *p = L->conv_down;
-    int32_t o, kh, kw, ic;
+    int32_t o, kh, kw, ic, pair = 0;
     if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
         o = (int32_t)j % p->out_c;
         kw = ((int32_t)j / p->out_c) % p->k_w;
@@ -279,22 +282,34 @@ static int64_t weight_gradient(const zo_train_layer *L, const int32_t *gz, const
         kw = ((int32_t)j / p->in_c) % p->k_w;
         kh = ((int32_t)j / (p->in_c * p->k_w)) % p->k_h;
         o = (int32_t)j / (p->in_c * p->k_w * p->k_h);
+        pair = ic + 1 < p->in_c;
     }
     int32_t oy0, oy1, ox0, ox1;
     covered_outputs(kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h, &oy0, &oy1);
     covered_outputs(kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w, &ox0, &ox1);
     const int32_t offset = p->input_offset;
     const int32_t a_step = p->stride_w * p->in_c;
+    int64_t acc0 = 0, acc1 = 0;
     for (int32_t oy = oy0; oy < oy1; ++oy) {
         const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
         const int32_t ix = ox0 * p->stride_w - p->pad_left + kw * p->dilation_w;
-        const int32_t *g = gz + (oy * p->out_w + ox0) * p->out_c + o;
+        const int32_t *gp = gz + (oy * p->out_w + ox0) * p->out_c + o;
         const int8_t *x = a + (iy * p->in_w + ix) * p->in_c + ic;
-        for (int32_t ox = ox0; ox < ox1; ++ox, g += p->out_c, x += a_step) {
-            acc += (int64_t)*g * (*x + offset);
+        if (pair) {
+            for (int32_t ox = ox0; ox < ox1; ++ox, gp += p->out_c, x += a_step) {
+                const int32_t gv = *gp;
+                acc0 += (int64_t)gv * (x[0] + offset);
+                acc1 += (int64_t)gv * (x[1] + offset);
+            }
+        } else {
+            for (int32_t ox = ox0; ox < ox1; ++ox, gp += p->out_c, x += a_step) {
+                acc0 += (int64_t)*gp * (x[0] + offset);
+            }
         }
     }
-    return acc;
+    g[0] = acc0;
+    g[1] = acc1;
+    return pair ? 2u : 1u;
 }
 
 static int64_t bias_gradient(const zo_train_layer *L, const int32_t *gz, uint32_t c)
@@ -448,12 +463,20 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
         ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         const int8_t *a = (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset);
         float largest = 0.0f; /* the outer product twice: no buffer of d_w */
-        for (uint32_t j = 0; j < L->weight_count; ++j) {
-            largest = weight_step(L, coef, j, sat_s32(weight_gradient(L, gz, a, j)), largest);
+        for (uint32_t j = 0; j < L->weight_count;) {
+            int64_t g[2];
+            const uint32_t count = weight_gradients(L, gz, a, j, g);
+            for (uint32_t k = 0; k < count; ++k, ++j) {
+                largest = weight_step(L, coef, j, sat_s32(g[k]), largest);
+            }
         }
         coef = clipped_coefficient(m, coef, largest);
-        for (uint32_t j = 0; j < L->weight_count; ++j) {
-            update_weight(L, coef, j, sat_s32(weight_gradient(L, gz, a, j)));
+        for (uint32_t j = 0; j < L->weight_count;) {
+            int64_t g[2];
+            const uint32_t count = weight_gradients(L, gz, a, j, g);
+            for (uint32_t k = 0; k < count; ++k, ++j) {
+                update_weight(L, coef, j, sat_s32(g[k]));
+            }
         }
         for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
             update_bias(L, coef, c, sat_s32(bias_gradient(L, gz, c)));
@@ -470,8 +493,12 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
         node_gradient(m, L, seed, n, gz);
         ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
-        for (uint32_t j = 0; j < L->weight_count; ++j) {
-            acc[j] = sat_s32((int64_t)acc[j] + sat_s32(weight_gradient(L, gz, a, j)));
+        for (uint32_t j = 0; j < L->weight_count;) {
+            int64_t g[2];
+            const uint32_t count = weight_gradients(L, gz, a, j, g);
+            for (uint32_t k = 0; k < count; ++k, ++j) {
+                acc[j] = sat_s32((int64_t)acc[j] + sat_s32(g[k]));
+            }
         }
         for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
             acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
