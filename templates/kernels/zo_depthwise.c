@@ -85,98 +85,163 @@ static inline void tap_window(int32_t origin, int32_t dilation, int32_t taps, in
     *last = hi;
 }
 
-/* One tap of four channels: x and w hold channels c..c+3 of an input pixel and of a filter
- * tap; SXTB16 splits them into (c, c+2) and (c+1, c+3). */
-static inline void tap_c4(uint32_t xv, uint32_t wv, uint32_t offset2, int32_t *a0, int32_t *a1,
-                          int32_t *a2, int32_t *a3)
+/* What the fast kernel keeps of zo_conv_params, read once (the int8 output stores may alias
+ * anything read through p, which would make the compiler reload every field). */
+typedef struct {
+    int32_t channels;      /* == in_c: depth multiplier 1 */
+    int32_t x_tap, x_row;  /* input bytes to the next tap in a row / to the next tap row */
+    int32_t w_row;         /* weight bytes to the next tap row */
+    int32_t x_pixel;       /* input bytes between horizontally adjacent output pixels */
+    uint32_t offset2;      /* input offset in both halfwords */
+    const int32_t *bias, *multiplier, *shift;
+    int32_t output_offset, act_min, act_max;
+} dw_layer;
+
+/* One tap of four channels for one pixel: x and w hold channels c..c+3 of an input pixel and
+ * of a filter tap, w already split by SXTB16 into (c, c+2) and (c+1, c+3). */
+static inline void tap_c4(uint32_t xv, uint32_t w_even, uint32_t w_odd, uint32_t offset2,
+                          int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
 {
     const uint32_t x_even = zo_sadd16(zo_sxtb16(xv), offset2);
     const uint32_t x_odd = zo_sadd16(zo_sxtb16_ror8(xv), offset2);
-    const uint32_t w_even = zo_sxtb16(wv), w_odd = zo_sxtb16_ror8(wv);
     *a0 = zo_smlabb(x_even, w_even, *a0);
     *a2 = zo_smlatt(x_even, w_even, *a2);
     *a1 = zo_smlabb(x_odd, w_odd, *a1);
     *a3 = zo_smlatt(x_odd, w_odd, *a3);
 }
 
+/* One tap of four channels for one pixel, or two (pair) sharing the weight load and split. */
+static inline __attribute__((always_inline)) void
+tap_pixels(const dw_layer *d, const int8_t *x, const int8_t *w, const int pair, int32_t *a0,
+           int32_t *a1, int32_t *a2, int32_t *a3, int32_t *b0, int32_t *b1, int32_t *b2,
+           int32_t *b3)
+{
+    const uint32_t wv = zo_read4(w);
+    const uint32_t w_even = zo_sxtb16(wv), w_odd = zo_sxtb16_ror8(wv);
+    tap_c4(zo_read4(x), w_even, w_odd, d->offset2, a0, a1, a2, a3);
+    if (pair) {
+        tap_c4(zo_read4(x + d->x_pixel), w_even, w_odd, d->offset2, b0, b1, b2, b3);
+    }
+}
+
+/* Channel c of one or two pixels: the channel's parameters are read once. */
+static inline void requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, int pair,
+                             int8_t *out0, int8_t *out1)
+{
+    const int32_t multiplier = d->multiplier[c], shift = d->shift[c];
+    const int32_t left = shift > 0 ? shift : 0, right = left - shift;
+    const int8_t y0 = zo_requantize_shifts(acc0, multiplier, left, right, d->output_offset,
+                                           d->act_min, d->act_max);
+    if (pair) {
+        const int8_t y1 = zo_requantize_shifts(acc1, multiplier, left, right, d->output_offset,
+                                               d->act_min, d->act_max);
+        out1[c] = y1;
+    }
+    out0[c] = y0;
+}
+
+/* Output pixel(s) whose tap window is `rows` x `row_taps` taps from x_first / w_first: one
+ * pixel, or (pair) two horizontally adjacent pixels with the same window, which share every
+ * weight load and split and every channel's requantization parameters. */
+static inline __attribute__((always_inline)) void
+window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32_t rows,
+          int32_t row_taps, const int pair, int8_t *out0, int8_t *out1)
+{
+    const int32_t channels = d->channels;
+    int32_t c = 0;
+    for (; c + 4 <= channels; c += 4) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        if (d->bias) {
+            a0 = d->bias[c];
+            a1 = d->bias[c + 1];
+            a2 = d->bias[c + 2];
+            a3 = d->bias[c + 3];
+        }
+        int32_t b0 = a0, b1 = a1, b2 = a2, b3 = a3;
+        const int8_t *x = x_first + c;
+        const int8_t *w = w_first + c;
+        for (int32_t r = rows; r > 0; --r, x += d->x_row, w += d->w_row) {
+            if (row_taps == 3) { /* a full row of a 3-wide filter: no loop control per tap */
+                tap_pixels(d, x, w, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
+                tap_pixels(d, x + d->x_tap, w + channels, pair, &a0, &a1, &a2, &a3, &b0, &b1,
+                           &b2, &b3);
+                tap_pixels(d, x + 2 * d->x_tap, w + 2 * channels, pair, &a0, &a1, &a2, &a3,
+                           &b0, &b1, &b2, &b3);
+                continue;
+            }
+            const int8_t *xt = x;
+            const int8_t *wt = w;
+            for (int32_t k = row_taps; k > 0; --k, xt += d->x_tap, wt += channels) {
+                tap_pixels(d, xt, wt, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
+            }
+        }
+        requant_c(d, c, a0, b0, pair, out0, out1);
+        requant_c(d, c + 1, a1, b1, pair, out0, out1);
+        requant_c(d, c + 2, a2, b2, pair, out0, out1);
+        requant_c(d, c + 3, a3, b3, pair, out0, out1);
+    }
+    for (; c < channels; ++c) { /* the last channels % 4 */
+        int32_t acc0 = d->bias ? d->bias[c] : 0, acc1 = acc0;
+        for (int32_t r = 0; r < rows; ++r) {
+            for (int32_t k = 0; k < row_taps; ++k) {
+                const int8_t *x = x_first + r * d->x_row + k * d->x_tap + c;
+                const int32_t w = w_first[r * d->w_row + k * channels + c];
+                acc0 += (x[0] + (int16_t)d->offset2) * w;
+                acc1 += pair ? (x[d->x_pixel] + (int16_t)d->offset2) * w : 0;
+            }
+        }
+        requant_c(d, c, acc0, acc1, pair, out0, out1);
+    }
+}
+
+static __attribute__((noinline)) void window_c4_one(const dw_layer *d, const int8_t *x_first, const int8_t *w_first,
+                          int32_t rows, int32_t row_taps, int8_t *out)
+{
+    window_c4(d, x_first, w_first, rows, row_taps, 0, out, out);
+}
+
+static __attribute__((noinline)) void window_c4_pair(const dw_layer *d, const int8_t *x_first, const int8_t *w_first,
+                           int32_t rows, int32_t row_taps, int8_t *out0, int8_t *out1)
+{
+    window_c4(d, x_first, w_first, rows, row_taps, 1, out0, out1);
+}
+
 void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
                                const int8_t *weights, const int32_t *bias, int8_t *output)
 {
-    /* locals: the int8 output stores may alias anything read through p */
-    const int32_t channels = p->out_c; /* == in_c: depth multiplier 1 */
-    const int32_t in_h = p->in_h, in_w = p->in_w, k_h = p->k_h, k_w = p->k_w;
-    const int32_t dilation_h = p->dilation_h, dilation_w = p->dilation_w;
-    const int32_t *multiplier = p->multiplier, *shift = p->shift;
-    const int32_t input_offset = p->input_offset, output_offset = p->output_offset;
-    const int32_t act_min = p->act_min, act_max = p->act_max;
-    const uint32_t offset2 = zo_dup16(input_offset);
-    const int32_t x_tap = dilation_w * channels;      /* next tap in an input row */
-    const int32_t x_row = dilation_h * in_w * channels; /* next tap row */
-    const int32_t w_row = k_w * channels;
+    const int32_t channels = p->out_c;
+    const dw_layer d = {
+        channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
+        p->k_w * channels, p->stride_w * channels, zo_dup16(p->input_offset), bias,
+        p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max};
+    const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w;
     for (int32_t b = 0; b < p->batches; ++b) {
         const int8_t *image = input + b * in_h * in_w * channels;
         for (int32_t oy = 0; oy < p->out_h; ++oy) {
             const int32_t y0 = oy * p->stride_h - p->pad_top;
             int32_t ky0, ky1;
-            tap_window(y0, dilation_h, k_h, in_h, &ky0, &ky1);
-            for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            tap_window(y0, p->dilation_h, p->k_h, in_h, &ky0, &ky1);
+            for (int32_t ox = 0; ox < out_w;) {
                 const int32_t x0 = ox * p->stride_w - p->pad_left;
-                int32_t kx0, kx1;
-                tap_window(x0, dilation_w, k_w, in_w, &kx0, &kx1);
-                const int32_t rows = ky1 - ky0, row_taps = kx1 - kx0;
+                int32_t kx0, kx1, next0 = 0, next1 = -1;
+                tap_window(x0, p->dilation_w, p->k_w, in_w, &kx0, &kx1);
+                if (ox + 1 < out_w) {
+                    tap_window(x0 + p->stride_w, p->dilation_w, p->k_w, in_w, &next0, &next1);
+                }
                 /* the window's first tap, in the input and in the weights */
-                const int8_t *x_first = image + ((y0 + ky0 * dilation_h) * in_w + x0
-                                                 + kx0 * dilation_w) * channels;
-                const int8_t *w_first = weights + (ky0 * k_w + kx0) * channels;
-                int32_t c = 0;
-                for (; c + 4 <= channels; c += 4) {
-                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-                    if (bias) {
-                        a0 = bias[c];
-                        a1 = bias[c + 1];
-                        a2 = bias[c + 2];
-                        a3 = bias[c + 3];
-                    }
-                    const int8_t *x = x_first + c;
-                    const int8_t *w = w_first + c;
-                    for (int32_t r = rows; r > 0; --r, x += x_row, w += w_row) {
-                        if (row_taps == 3) { /* the common full row of a 3-wide filter */
-                            tap_c4(zo_read4(x), zo_read4(w), offset2, &a0, &a1, &a2, &a3);
-                            tap_c4(zo_read4(x + x_tap), zo_read4(w + channels), offset2, &a0,
-                                   &a1, &a2, &a3);
-                            tap_c4(zo_read4(x + 2 * x_tap), zo_read4(w + 2 * channels), offset2,
-                                   &a0, &a1, &a2, &a3);
-                            continue;
-                        }
-                        const int8_t *xt = x;
-                        const int8_t *wt = w;
-                        for (int32_t k = row_taps; k > 0; --k, xt += x_tap, wt += channels) {
-                            tap_c4(zo_read4(xt), zo_read4(wt), offset2, &a0, &a1, &a2, &a3);
-                        }
-                    }
-                    output[c] = zo_requantize_channel(a0, multiplier[c], shift[c],
-                                                      output_offset, act_min, act_max);
-                    output[c + 1] = zo_requantize_channel(a1, multiplier[c + 1], shift[c + 1],
-                                                          output_offset, act_min, act_max);
-                    output[c + 2] = zo_requantize_channel(a2, multiplier[c + 2], shift[c + 2],
-                                                          output_offset, act_min, act_max);
-                    output[c + 3] = zo_requantize_channel(a3, multiplier[c + 3], shift[c + 3],
-                                                          output_offset, act_min, act_max);
+                const int8_t *x_first = image + ((y0 + ky0 * p->dilation_h) * in_w + x0
+                                                 + kx0 * p->dilation_w) * channels;
+                const int8_t *w_first = weights + (ky0 * p->k_w + kx0) * channels;
+                if (next0 == kx0 && next1 == kx1) { /* the next pixel has the same window */
+                    window_c4_pair(&d, x_first, w_first, ky1 - ky0, kx1 - kx0, output,
+                                   output + channels);
+                    output += 2 * channels;
+                    ox += 2;
+                } else {
+                    window_c4_one(&d, x_first, w_first, ky1 - ky0, kx1 - kx0, output);
+                    output += channels;
+                    ox += 1;
                 }
-                for (; c < channels; ++c) { /* the last channels % 4 */
-                    int32_t acc = bias ? bias[c] : 0;
-                    const int8_t *x = x_first + c;
-                    const int8_t *w = w_first + c;
-                    for (int32_t r = 0; r < rows; ++r) {
-                        for (int32_t k = 0; k < row_taps; ++k) {
-                            acc += (x[r * x_row + k * x_tap] + input_offset)
-                                   * w[r * w_row + k * channels];
-                        }
-                    }
-                    output[c] = zo_requantize_channel(acc, multiplier[c], shift[c],
-                                                      output_offset, act_min, act_max);
-                }
-                output += channels;
             }
         }
     }
