@@ -12,6 +12,17 @@ sample reads and the telemetry over the host link are left out), in instructions
 at Q = 1 and Q = 2 (one step each, repeatable to the instruction) and extrapolated to the
 paper's on-device Q = 50. Sparse steps are measured on block 0, the block whose partial
 forwards are longest (the most expensive one to train).
+
+    .venv/bin/python benchmarks/training.py --baseline 3694617 --write   # before/after too
+    .venv/bin/python benchmarks/training.py --at HEAD                    # a commit, not the tree
+
+--at REV / --baseline REV measure a commit with its own code (a `git worktree` of it, run by a
+worker subprocess of this script; benchmarks/revisions.py). The baseline is measured for
+instructions per step only, once per model and mode, on the first target where it fits.
+
+Runtime (2 shared cores): about 9 minutes with --baseline, of which the baseline's steps take
+about 3 (its 7 G instructions; fewer once the kernels are faster). QEMU firmware builds are
+cached (~/.cache/zocodegen or $ZOCODEGEN_CACHE); the memory rows always build their project.
 """
 from __future__ import annotations
 
@@ -22,20 +33,13 @@ import re
 import subprocess
 import sys
 import tempfile
+from contextlib import nullcontext, redirect_stdout
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-from zocodegen.build import cached_build  # noqa: E402
-from zocodegen.cli import main as zocodegen  # noqa: E402
-from zocodegen.frontends import load_model  # noqa: E402
-from zocodegen.host.devices import Firmware  # noqa: E402
-from zocodegen.host.image import pack_image  # noqa: E402
-from zocodegen.host.trainer import LaunchedDevice, Trainer  # noqa: E402
-from zocodegen.training.config import TrainConfig  # noqa: E402
+import revisions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
 MCUNET = REPO / "tests" / "fixtures" / "mcunet_in1.tflite"
@@ -61,6 +65,7 @@ def kb(n: float) -> str:
 def memory(model: Path, target: str, mode: str, tmp: Path) -> dict | str:
     """The plan's items and the linked firmware's sizes; the refusal's first words when the
     configuration does not fit."""
+    from zocodegen.cli import main as zocodegen
     out = tmp / f"{target}_{model.stem}_{mode}"
     try:
         code = zocodegen(["build", str(model), "--target", target, "--train", mode,
@@ -86,6 +91,13 @@ def memory(model: Path, target: str, mode: str, tmp: Path) -> dict | str:
 
 def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Path) -> int:
     """One training step's instructions under QEMU -icount with the target's budget."""
+    import numpy as np
+    from zocodegen.build import cached_build
+    from zocodegen.frontends import load_model
+    from zocodegen.host.devices import Firmware
+    from zocodegen.host.image import pack_image
+    from zocodegen.host.trainer import LaunchedDevice, Trainer
+    from zocodegen.training.config import TrainConfig
     graph = load_model(model)
     x = graph.tensor(graph.inputs[0])
     rng = np.random.default_rng(0)
@@ -105,45 +117,146 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
     return records[-1].cycles
 
 
-def table(target: str, tmp: Path) -> list[str]:
+def measure_rows(job: dict) -> list[dict]:
+    """Each of ``job["rows"]`` ({model, target, mode}) measured: memory (unless
+    ``job["memory"]`` is false) and instructions per step at Q = 1 and 2 (unless it does not
+    fit); ``error`` says why a row has no figures."""
+    results = []
+    # the build command's and the trainer's lines go to stderr, the tables alone to stdout
+    with tempfile.TemporaryDirectory() as tmp, redirect_stdout(sys.stderr):
+        for row in job["rows"]:
+            model, target, mode = Path(row["model"]), row["target"], row["mode"]
+            print(f"  {target} {model.name} {mode} ...", file=sys.stderr, flush=True)
+            result = dict(row)
+            try:
+                if job.get("memory", True):
+                    result["memory"] = memory(model, target, mode, Path(tmp))
+                if result.get("memory") != "does not fit":
+                    result["steps"] = [step_instructions(model, target, mode, q, Path(tmp))
+                                       for q in (1, 2)]
+            except Exception as exc:  # one row must not stop the others
+                text = str(exc).strip()
+                result["error"] = (text.splitlines()[0] if text else type(exc).__name__)[:300]
+                print(f"  {result['error']}", file=sys.stderr, flush=True)
+            results.append(result)
+    return results
+
+
+def worker(job_file: str, answer: str) -> None:
+    revisions.check_worker_code()
+    Path(answer).write_text(json.dumps(measure_rows(json.loads(Path(job_file).read_text()))))
+
+
+def measure_tree(tree: revisions.Tree, job: dict) -> list[dict]:
+    print(f"measuring {tree.label}", file=sys.stderr, flush=True)
+    if tree.is_working_tree:
+        return measure_rows(job)
+    return revisions.run_worker(Path(__file__), tree, job)
+
+
+def extrapolated(steps: list[int]) -> int:
+    one, two = steps
+    return one + (DEVICE_Q - 1) * (two - one)
+
+
+def label(mode: str) -> str:
+    return mode + (" (block 0 of 4)" if mode == "sparse" else "")
+
+
+def table(target: str, results: list[dict]) -> list[str]:
     lines = [f"**{target}**", "",
              "| model | mode | trainable parameters KB | arena KB | gradient buffer KB | "
              "SRAM KB (plan / linked) of budget | flash KB | instructions / step, Q=1 | "
              "Q=2 | Q=50 (extrapolated) | paper |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for model, mode in ROWS[target]:
-        paper = PAPER.get((target, model.name, mode), "")
-        m = memory(model, target, mode, tmp)
-        if isinstance(m, str):
-            lines.append(f"| {model.name} | {mode} | | | | {m} | | | | | {paper} |")
-            print(lines[-1], flush=True)
+    for r in results:
+        if r["target"] != target:
             continue
-        one, two = (step_instructions(model, target, mode, q, tmp) for q in (1, 2))
-        fifty = one + (DEVICE_Q - 1) * (two - one)
-        label = mode + (" (block 0 of 4)" if mode == "sparse" else "")
+        name, mode = Path(r["model"]).name, r["mode"]
+        paper = PAPER.get((target, name, mode), "")
+        m = r.get("memory")
+        if "error" in r or isinstance(m, str):
+            lines.append(f"| {name} | {mode} | | | | {r.get('error') or m} | | | | | {paper} |")
+            continue
+        one, two = r["steps"]
         lines.append(
-            f"| {model.name} | {label} | {kb(m['params'])} | {kb(m['arena'])} | "
+            f"| {name} | {label(mode)} | {kb(m['params'])} | {kb(m['arena'])} | "
             f"{kb(m['gradient'])} | {kb(m['plan'])} / {kb(m['ram'])} of {kb(m['budget'])} | "
-            f"{kb(m['flash'])} | {one:,} | {two:,} | {fifty:,} | {paper} |")
-        print(lines[-1], flush=True)
+            f"{kb(m['flash'])} | {one:,} | {two:,} | {extrapolated(r['steps']):,} | {paper} |")
+    return lines + [""]
+
+
+def baseline_rows(results: list[dict]) -> list[dict]:
+    """Each model and mode once, on the first target where the measured tree trained it."""
+    rows, seen = [], set()
+    for r in results:
+        key = (r["model"], r["mode"])
+        if key not in seen and "steps" in r:
+            seen.add(key)
+            rows.append(dict(model=r["model"], target=r["target"], mode=r["mode"]))
+    return rows
+
+
+def before_after(results: list[dict], before: list[dict], base: str, after: str) -> list[str]:
+    lines = [f"**Before/after**: instructions per training step (N = 1), before = commit "
+             f"{base}, after = {after}.", "",
+             "| model | mode | target budget | Q=1 before | Q=1 after | after / before "
+             "| Q=2 before | Q=2 after | after / before | Q=50 (extrapolated) before | after "
+             "| after / before |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    now = {(r["model"], r["target"], r["mode"]): r for r in results}
+    for b in before:
+        r = now[(b["model"], b["target"], b["mode"])]
+        name = Path(b["model"]).name
+        if "steps" not in b:
+            lines.append(f"| {name} | {label(b['mode'])} | {b['target']} | "
+                         f"{b.get('error', 'not measured')} |" + " |" * 8)
+            continue
+        pairs = list(zip(b["steps"], r["steps"])) + [(extrapolated(b["steps"]),
+                                                      extrapolated(r["steps"]))]
+        cells = [f"{x:,} | {y:,} | {y / x:.3f}" for x, y in pairs]
+        lines.append(f"| {name} | {label(b['mode'])} | {b['target']} | " + " | ".join(cells)
+                     + " |")
     return lines + [""]
 
 
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--target", choices=sorted(ROWS), action="append")
+    parser.add_argument("--at", metavar="REV",
+                        help="measure commit REV (a git worktree) instead of the working tree")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also measure commit REV's instructions per step (issue 15: 3694617)")
+    parser.add_argument("--only", metavar="NAME", action="append",
+                        help="only the rows whose model file name contains NAME (repeatable)")
     args = parser.parse_args()
-    lines = [f"Measured {datetime.date.today()} with `benchmarks/training.py`.", ""]
-    with tempfile.TemporaryDirectory() as tmp:
-        for target in args.target or sorted(ROWS):
-            lines += table(target, Path(tmp))
+    targets = args.target or sorted(ROWS)
+    job = dict(rows=[dict(model=str(model), target=target, mode=mode)
+                     for target in targets for model, mode in ROWS[target]
+                     if not args.only or any(n in model.name for n in args.only)])
+    with revisions.checkout(args.at) if args.at else nullcontext(revisions.working_tree()) \
+            as tree:
+        results = measure_tree(tree, job)
+        commit = tree.label
+    lines = [f"Measured {datetime.date.today()} at commit {commit} with "
+             f"`benchmarks/training.py`.", ""]
+    for target in targets:
+        lines += table(target, results)
+    if args.baseline:
+        with revisions.checkout(args.baseline) as base:
+            before = measure_tree(base, dict(rows=baseline_rows(results), memory=False))
+            lines += before_after(results, before, base.label, commit)
     text = "\n".join(lines)
     print(text)
     if args.write:
         doc = DOC.read_text()
         block = f"{BEGIN}\n{text}\n{END}"
-        doc = (re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), block, doc, flags=re.S)
+        doc = (re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
+                      flags=re.S)
                if BEGIN in doc else doc.rstrip() + "\n\n" + block + "\n")
         DOC.write_text(doc)
 
