@@ -182,13 +182,15 @@ static inline requant_ctx requant_of(const zo_conv_params *p)
 
 /* Channel c of two output pixels (acc0, acc1): the channel's parameters are read once, and
  * both results are computed before either is stored. */
-static inline void requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1,
-                                int8_t *y0, int8_t *y1)
+static inline __attribute__((always_inline)) void
+requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const int right_only,
+             int8_t *y0, int8_t *y1)
 {
     const int32_t multiplier = r->multiplier[c], shift = r->shift[c];
-    const int32_t left = shift > 0 ? shift : 0, right = left - shift;
-    const int8_t v0 = zo_requantize_shifts(acc0, multiplier, left, right, r->offset, r->lo, r->hi);
-    const int8_t v1 = zo_requantize_shifts(acc1, multiplier, left, right, r->offset, r->lo, r->hi);
+    const int8_t v0 = zo_requantize_split(acc0, multiplier, shift, right_only, r->offset, r->lo,
+                                          r->hi);
+    const int8_t v1 = zo_requantize_split(acc1, multiplier, shift, right_only, r->offset, r->lo,
+                                          r->hi);
     *y0 = v0;
     *y1 = v1;
 }
@@ -196,8 +198,10 @@ static inline void requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, i
 /* One or two output pixels for every output channel: rows r (and r + n when `pair`) of n
  * bytes (the same length as every filter), into out0 (and out1; with one pixel out1 is a
  * throwaway copy of out0's channel). */
-static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
-                        const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1)
+static inline __attribute__((always_inline)) void
+matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
+               const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1,
+               const int right_only)
 {
     const requant_ctx q = requant_of(p);
     const int32_t out_c = p->out_c;
@@ -208,13 +212,13 @@ static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int
         if (pair) {
             int32_t acc[4] = {folded[oc], folded[oc + 1], folded[oc], folded[oc + 1]};
             dot_2x2(r, w, n, acc);
-            requant_pair(&q, oc, acc[0], acc[2], &out0[oc], &out1[oc]);
-            requant_pair(&q, oc + 1, acc[1], acc[3], &out0[oc + 1], &out1[oc + 1]);
+            requant_pair(&q, oc, acc[0], acc[2], right_only, &out0[oc], &out1[oc]);
+            requant_pair(&q, oc + 1, acc[1], acc[3], right_only, &out0[oc + 1], &out1[oc + 1]);
         } else {
             int32_t acc[2] = {folded[oc], folded[oc + 1]};
             dot_1x2(r, w, n, acc);
-            requant_pair(&q, oc, acc[0], acc[0], &out0[oc], &spare[0]);
-            requant_pair(&q, oc + 1, acc[1], acc[1], &out0[oc + 1], &spare[1]);
+            requant_pair(&q, oc, acc[0], acc[0], right_only, &out0[oc], &spare[0]);
+            requant_pair(&q, oc + 1, acc[1], acc[1], right_only, &out0[oc + 1], &spare[1]);
         }
     }
     if (oc < out_c) { /* an odd last channel */
@@ -224,7 +228,18 @@ static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int
             acc0 += r[k] * w[k];
             acc1 += pair ? r[n + k] * w[k] : 0;
         }
-        requant_pair(&q, oc, acc0, acc1, &out0[oc], pair ? &out1[oc] : &spare[0]);
+        requant_pair(&q, oc, acc0, acc1, right_only, &out0[oc], pair ? &out1[oc] : &spare[0]);
+    }
+}
+
+/* matmul_rows_as specialised for the layer's requantization (right_shift_only). */
+static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
+                        const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1)
+{
+    if (p->right_shift_only) {
+        matmul_rows_as(p, r, n, pair, weights, folded, out0, out1, 1);
+    } else {
+        matmul_rows_as(p, r, n, pair, weights, folded, out0, out1, 0);
     }
 }
 

@@ -95,6 +95,7 @@ typedef struct {
     uint32_t offset2;      /* input offset in both halfwords */
     const int32_t *bias, *multiplier, *shift;
     int32_t output_offset, act_min, act_max;
+    int32_t right_only;    /* every shift < 0 (zo_requantize_split) */
 } dw_layer;
 
 /* One tap of four channels for one pixel: x and w hold channels c..c+3 of an input pixel and
@@ -125,16 +126,16 @@ tap_pixels(const dw_layer *d, const int8_t *x, const int8_t *w, const int pair, 
 }
 
 /* Channel c of one or two pixels: the channel's parameters are read once. */
-static inline void requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, int pair,
-                             int8_t *out0, int8_t *out1)
+static inline __attribute__((always_inline)) void
+requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, const int pair,
+          const int right_only, int8_t *out0, int8_t *out1)
 {
     const int32_t multiplier = d->multiplier[c], shift = d->shift[c];
-    const int32_t left = shift > 0 ? shift : 0, right = left - shift;
-    const int8_t y0 = zo_requantize_shifts(acc0, multiplier, left, right, d->output_offset,
-                                           d->act_min, d->act_max);
+    const int8_t y0 = zo_requantize_split(acc0, multiplier, shift, right_only, d->output_offset,
+                                          d->act_min, d->act_max);
     if (pair) {
-        const int8_t y1 = zo_requantize_shifts(acc1, multiplier, left, right, d->output_offset,
-                                               d->act_min, d->act_max);
+        const int8_t y1 = zo_requantize_split(acc1, multiplier, shift, right_only,
+                                              d->output_offset, d->act_min, d->act_max);
         out1[c] = y1;
     }
     out0[c] = y0;
@@ -145,7 +146,7 @@ static inline void requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t
  * weight load and split and every channel's requantization parameters. */
 static inline __attribute__((always_inline)) void
 window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32_t rows,
-          int32_t row_taps, const int pair, int8_t *out0, int8_t *out1)
+          int32_t row_taps, const int pair, const int right_only, int8_t *out0, int8_t *out1)
 {
     const int32_t channels = d->channels;
     int32_t c = 0;
@@ -175,10 +176,10 @@ window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32
                 tap_pixels(d, xt, wt, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
             }
         }
-        requant_c(d, c, a0, b0, pair, out0, out1);
-        requant_c(d, c + 1, a1, b1, pair, out0, out1);
-        requant_c(d, c + 2, a2, b2, pair, out0, out1);
-        requant_c(d, c + 3, a3, b3, pair, out0, out1);
+        requant_c(d, c, a0, b0, pair, right_only, out0, out1);
+        requant_c(d, c + 1, a1, b1, pair, right_only, out0, out1);
+        requant_c(d, c + 2, a2, b2, pair, right_only, out0, out1);
+        requant_c(d, c + 3, a3, b3, pair, right_only, out0, out1);
     }
     for (; c < channels; ++c) { /* the last channels % 4 */
         int32_t acc0 = d->bias ? d->bias[c] : 0, acc1 = acc0;
@@ -190,20 +191,28 @@ window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32
                 acc1 += pair ? (x[d->x_pixel] + (int16_t)d->offset2) * w : 0;
             }
         }
-        requant_c(d, c, acc0, acc1, pair, out0, out1);
+        requant_c(d, c, acc0, acc1, pair, right_only, out0, out1);
     }
 }
 
 static __attribute__((noinline)) void window_c4_one(const dw_layer *d, const int8_t *x_first, const int8_t *w_first,
                           int32_t rows, int32_t row_taps, int8_t *out)
 {
-    window_c4(d, x_first, w_first, rows, row_taps, 0, out, out);
+    if (d->right_only) {
+        window_c4(d, x_first, w_first, rows, row_taps, 0, 1, out, out);
+    } else {
+        window_c4(d, x_first, w_first, rows, row_taps, 0, 0, out, out);
+    }
 }
 
 static __attribute__((noinline)) void window_c4_pair(const dw_layer *d, const int8_t *x_first, const int8_t *w_first,
                            int32_t rows, int32_t row_taps, int8_t *out0, int8_t *out1)
 {
-    window_c4(d, x_first, w_first, rows, row_taps, 1, out0, out1);
+    if (d->right_only) {
+        window_c4(d, x_first, w_first, rows, row_taps, 1, 1, out0, out1);
+    } else {
+        window_c4(d, x_first, w_first, rows, row_taps, 1, 0, out0, out1);
+    }
 }
 
 void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
@@ -213,7 +222,8 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
     const dw_layer d = {
         channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
         p->k_w * channels, p->stride_w * channels, zo_dup16(p->input_offset), bias,
-        p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max};
+        p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max,
+        p->right_shift_only};
     const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w;
     for (int32_t b = 0; b < p->batches; ++b) {
         const int8_t *image = input + b * in_h * in_w * channels;

@@ -27,6 +27,7 @@ typedef struct {
     int32_t act_min, act_max;  /* fused activation, in the output's int8 domain */
     const int32_t *multiplier; /* per output channel, Q31, > 0 */
     const int32_t *shift;      /* per output channel, > 0 left */
+    int32_t right_shift_only;  /* 1: every shift < 0 (the fast kernels' cheaper requantization) */
     int8_t *scratch;           /* zo_conv2d_im2col_s8: 2 k_h k_w in_c bytes (planned); else NULL */
 } zo_conv_params;
 

@@ -70,6 +70,16 @@ static inline int32_t zo_mbqm_shifts(int32_t x, int32_t multiplier, int32_t left
     return (y >> 1) + (y & 1);
 }
 
+/* zo_mbqm_shifts when left = 0 and right >= 1 (shift < 0: a scale below 1/2, what almost
+ * every layer has): no shift of x and no test of right. */
+static inline int32_t zo_mbqm_right(int32_t x, int32_t multiplier, int32_t right)
+{
+    int64_t product = (int64_t)x * multiplier + ((int64_t)1 << 30);
+    int32_t high = (int32_t)(product >> 31);
+    int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> (right - 1);
+    return (y >> 1) + (y & 1);
+}
+
 static inline int32_t zo_mbqm_pos(int32_t x, int32_t multiplier, int32_t shift)
 {
     int32_t left = shift > 0 ? shift : 0;
@@ -111,6 +121,24 @@ static inline int8_t zo_requantize_shifts(int32_t acc, int32_t multiplier, int32
                                           int32_t right, int32_t offset, int32_t lo, int32_t hi)
 {
     int32_t x = zo_qadd(zo_mbqm_shifts(acc, multiplier, left, right), offset);
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    return (int8_t)x;
+}
+
+/* zo_requantize_shifts for a layer whose every shift is negative (right_only, decided by
+ * the generator): the channel's shift is then -right. */
+static inline int8_t zo_requantize_split(int32_t acc, int32_t multiplier, int32_t shift,
+                                         const int right_only, int32_t offset, int32_t lo,
+                                         int32_t hi)
+{
+    int32_t x;
+    if (right_only) {
+        x = zo_qadd(zo_mbqm_right(acc, multiplier, -shift), offset);
+    } else {
+        const int32_t left = shift > 0 ? shift : 0;
+        x = zo_qadd(zo_mbqm_shifts(acc, multiplier, left, left - shift), offset);
+    }
     x = x < lo ? lo : x;
     x = x > hi ? hi : x;
     return (int8_t)x;

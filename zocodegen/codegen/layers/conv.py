@@ -64,7 +64,7 @@ def conv_2d(op: Op, ctx: LayerContext) -> LayerCode:
         multiplier=f"{ctx.symbol}_multiplier", shift=f"{ctx.symbol}_shift")
     scratch = (f"(int8_t *)(model_arena_storage + {ctx.plan.scratch_offsets[ctx.index]})"
                if ctx.index in ctx.plan.scratch_offsets else "NULL")
-    params += fields(scratch=scratch)
+    params += fields(right_shift_only=bool(np.all(np.asarray(p.shift) < 0)), scratch=scratch)
     function = conv_kernel(g, op)
     summary = (f"{kh}x{kw} stride {op.options['stride'][0]}x{op.options['stride'][1]}, "
                f"{describe_padding(op)}, {op.options['activation']}")
