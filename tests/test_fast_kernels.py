@@ -1,7 +1,8 @@
 """The fast kernels (issue 15) against their references.
 
-* zo_mbqm_pos (the requantization the fast kernels use) equals TFLite's zo_mbqm on millions of
-  random and edge-case operands, built natively with the sanitizers;
+* zo_mbqm_pos and, for negative shifts, zo_mbqm_right (the requantizations the fast kernels
+  use) equal TFLite's zo_mbqm on millions of random and edge-case operands, built natively
+  with the sanitizers;
 * the generator picks the kernel variant per layer from its shape;
 * the portable path (-DZO_PORTABLE_KERNELS, the readable reference every fast path is tested
   against) stays bit-exact with the numpy reference: native builds otherwise run the fast
@@ -61,7 +62,9 @@ int main(void)
         }
         int shift = (int)(next() % 40u) - 31;
         shift = shift > 8 ? 8 : shift;
-        if (zo_mbqm(x, m, shift) != zo_mbqm_pos(x, m, shift)) {
+        const int32_t expected = zo_mbqm(x, m, shift);
+        if (expected != zo_mbqm_pos(x, m, shift)
+            || (shift < 0 && expected != zo_mbqm_right(x, m, -shift))) {
             if (bad++ < 5) {
                 printf("x=%d m=%d shift=%d\n", x, m, shift);
             }

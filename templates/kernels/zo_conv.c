@@ -187,9 +187,9 @@ requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const 
              int8_t *y0, int8_t *y1)
 {
     const int32_t multiplier = r->multiplier[c], shift = r->shift[c];
-    const int8_t v0 = zo_requantize_split(acc0, multiplier, shift, right_only, r->offset, r->lo,
+    const int8_t v0 = zo_requantize_channel(acc0, multiplier, shift, right_only, r->offset, r->lo,
                                           r->hi);
-    const int8_t v1 = zo_requantize_split(acc1, multiplier, shift, right_only, r->offset, r->lo,
+    const int8_t v1 = zo_requantize_channel(acc1, multiplier, shift, right_only, r->offset, r->lo,
                                           r->hi);
     *y0 = v0;
     *y1 = v1;

@@ -92,7 +92,8 @@ typedef struct {
     int32_t x_tap, x_row;  /* input bytes to the next tap in a row / to the next tap row */
     int32_t w_row;         /* weight bytes to the next tap row */
     int32_t x_pixel;       /* input bytes between horizontally adjacent output pixels */
-    uint32_t offset2;      /* input offset in both halfwords */
+    int32_t input_offset;
+    uint32_t offset2;      /* input_offset in both halfwords */
     const int32_t *bias, *multiplier, *shift;
     int32_t output_offset, act_min, act_max;
     int32_t right_only;    /* every shift < 0 (zo_requantize_split) */
@@ -131,10 +132,10 @@ requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, const int pa
           const int right_only, int8_t *out0, int8_t *out1)
 {
     const int32_t multiplier = d->multiplier[c], shift = d->shift[c];
-    const int8_t y0 = zo_requantize_split(acc0, multiplier, shift, right_only, d->output_offset,
+    const int8_t y0 = zo_requantize_channel(acc0, multiplier, shift, right_only, d->output_offset,
                                           d->act_min, d->act_max);
     if (pair) {
-        const int8_t y1 = zo_requantize_split(acc1, multiplier, shift, right_only,
+        const int8_t y1 = zo_requantize_channel(acc1, multiplier, shift, right_only,
                                               d->output_offset, d->act_min, d->act_max);
         out1[c] = y1;
     }
@@ -187,8 +188,8 @@ window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32
             for (int32_t k = 0; k < row_taps; ++k) {
                 const int8_t *x = x_first + r * d->x_row + k * d->x_tap + c;
                 const int32_t w = w_first[r * d->w_row + k * channels + c];
-                acc0 += (x[0] + (int16_t)d->offset2) * w;
-                acc1 += pair ? (x[d->x_pixel] + (int16_t)d->offset2) * w : 0;
+                acc0 += (x[0] + d->input_offset) * w;
+                acc1 += pair ? (x[d->x_pixel] + d->input_offset) * w : 0;
             }
         }
         requant_c(d, c, acc0, acc1, pair, right_only, out0, out1);
@@ -221,7 +222,8 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
     const int32_t channels = p->out_c;
     const dw_layer d = {
         channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
-        p->k_w * channels, p->stride_w * channels, zo_dup16(p->input_offset), bias,
+        p->k_w * channels, p->stride_w * channels, p->input_offset, zo_dup16(p->input_offset),
+        bias,
         p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max,
         p->right_shift_only};
     const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w;

@@ -100,9 +100,12 @@ static inline int32_t zo_mbqm_single(int32_t x, int32_t multiplier, int shift)
     return (int32_t)result;
 }
 
+/* max then min, two conditional moves each (the nested form compiles to branches) */
 static inline int8_t zo_clamp_s8(int32_t x, int32_t lo, int32_t hi)
 {
-    return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    return (int8_t)x;
 }
 
 /* scaled + zero point, clamped to [lo, hi]; the sum is formed in 64 bits so a saturated
@@ -113,44 +116,17 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
     return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
 }
 
-/* The per-channel output step of CONV_2D / DEPTHWISE_CONV_2D (multiplier > 0):
- * clamp(MBQM(acc) + offset). QADD saturates where the sum would wrap, which the clamp then
- * maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. */
-/* zo_requantize_channel with the channel's shift already split (see zo_mbqm_shifts). */
-static inline int8_t zo_requantize_shifts(int32_t acc, int32_t multiplier, int32_t left,
-                                          int32_t right, int32_t offset, int32_t lo, int32_t hi)
-{
-    int32_t x = zo_qadd(zo_mbqm_shifts(acc, multiplier, left, right), offset);
-    x = x < lo ? lo : x;
-    x = x > hi ? hi : x;
-    return (int8_t)x;
-}
-
-/* zo_requantize_shifts for a layer whose every shift is negative (right_only, decided by
- * the generator): the channel's shift is then -right. */
-static inline int8_t zo_requantize_split(int32_t acc, int32_t multiplier, int32_t shift,
-                                         const int right_only, int32_t offset, int32_t lo,
-                                         int32_t hi)
-{
-    int32_t x;
-    if (right_only) {
-        x = zo_qadd(zo_mbqm_right(acc, multiplier, -shift), offset);
-    } else {
-        const int32_t left = shift > 0 ? shift : 0;
-        x = zo_qadd(zo_mbqm_shifts(acc, multiplier, left, left - shift), offset);
-    }
-    x = x < lo ? lo : x;
-    x = x > hi ? hi : x;
-    return (int8_t)x;
-}
-
+/* The per-channel output step of the fast CONV_2D / DEPTHWISE_CONV_2D kernels (multiplier
+ * > 0): clamp(MBQM(acc) + offset). right_only (the generator's right_shift_only: every shift
+ * of the layer is negative) takes zo_mbqm_right. QADD saturates where the sum would wrap,
+ * which the clamp then maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. */
 static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int32_t shift,
-                                           int32_t offset, int32_t lo, int32_t hi)
+                                           const int right_only, int32_t offset, int32_t lo,
+                                           int32_t hi)
 {
-    int32_t x = zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset);
-    x = x < lo ? lo : x;
-    x = x > hi ? hi : x;
-    return (int8_t)x;
+    const int32_t scaled = right_only ? zo_mbqm_right(acc, multiplier, -shift)
+                                      : zo_mbqm_pos(acc, multiplier, shift);
+    return zo_clamp_s8(zo_qadd(scaled, offset), lo, hi);
 }
 
 #endif /* ZO_REQUANT_H */
