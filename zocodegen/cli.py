@@ -31,7 +31,7 @@ from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import TrainConfig, parse_layer_list
+from .training.config import TrainConfig, parse_bp_layers, parse_layer_list
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
 from .training.runner import simulate
@@ -204,6 +204,10 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="no gradient-norm scaling NQ/(NQ+d-1) (paper Eq. 8, Fig. 7 ablation)")
     g.add_argument("--no-quant-scaling", action="store_true",
                    help="no quantization-aware scaling 1/s^2 (paper Eq. 8, Fig. 7 ablation)")
+    g.add_argument("--bp-layers", default="0", metavar="C|auto",
+                   help="train the model's last C trainable layers by exact "
+                        "back-propagation, the rest by zeroth-order (ElasticZO's hybrid; "
+                        "default 0). auto: the largest C whose buffers fit the board")
     g.add_argument("--layers", metavar="LIST",
                    help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
     g.add_argument("--blocks", type=int, default=4, help="sparse mode: number of blocks")
@@ -236,6 +240,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
                        layers=parse_layer_list(args.layers),
+                       bp_layers=parse_bp_layers(args.bp_layers),
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 

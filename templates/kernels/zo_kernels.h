@@ -178,5 +178,9 @@ void zo_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *outp
 void zo_log_softmax_s8(const zo_softmax_params *p, const int8_t *input, int8_t *output);
 /* training loss: -log softmax(logits)[label] in Q5.26, with LOG_SOFTMAX's parameters */
 int32_t zo_cross_entropy_q26(const zo_softmax_params *p, const int8_t *logits, int32_t label);
+/* softmax(logits) - onehot(label), Q24, per class: the cross-entropy's gradient with respect
+ * to the dequantized logits (the training engine's back-propagation, zo_backprop.c) */
+void zo_softmax_gradient_q24(const zo_softmax_params *p, const int8_t *logits, int32_t label,
+                             int32_t *gradient);
 
 #endif /* ZO_KERNELS_H */

@@ -401,3 +401,24 @@ int32_t zo_cross_entropy_q26(const zo_softmax_params *p, const int8_t *logits, i
     }
     return zo_sat_sub(log_sum_q5, zo_scaled_diff_q5(p, diff));
 }
+
+/* softmax(logits) - onehot(label) in Q24 from the loss's own Q12.19 terms:
+ * p_j = round(term_j 2^24 / sum), half up (both are non-negative); the back-propagation of
+ * the training engine starts here (zo_backprop.c). numpy twin:
+ * zocodegen.reference.softmax.softmax_gradient_q24. */
+void zo_softmax_gradient_q24(const zo_softmax_params *p, const int8_t *logits, int32_t label,
+                             int32_t *gradient)
+{
+    const int32_t max_in_row = zo_row_max(logits, p->depth);
+    const uint32_t sum = zo_sum_of_exps_q12(p, logits, max_in_row);
+    for (int32_t c = 0; c < p->depth; ++c) {
+        const int32_t diff = (int32_t)logits[c] - max_in_row;
+        uint32_t term = 0u;
+        if (diff >= p->diff_min) {
+            const int32_t exp_q0 = zo_exp_on_negative_values_q5(zo_scaled_diff_q5(p, diff));
+            term = (uint32_t)zo_srmbpot(exp_q0, -ZO_SM_ACCUM_BITS);
+        }
+        const int64_t q = (int64_t)((((uint64_t)term << 24) + sum / 2u) / sum);
+        gradient[c] = (int32_t)(q - (c == label ? (int64_t)1 << 24 : 0));
+    }
+}

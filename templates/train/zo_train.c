@@ -260,7 +260,7 @@ static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, con
                                  uint32_t j, int64_t g[2])
 {
     if (L->kind == ZO_TRAIN_FC) {
-        const zo_fc_params *p = L->fc_down;
+        const zo_fc_params *p = L->fc;
         const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
         int64_t acc = 0;
         for (int32_t r = 0; r < p->rows; ++r) {
@@ -270,7 +270,7 @@ static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, con
         g[0] = acc;
         return 1u;
     }
-    const zo_conv_params *p = L->conv_down;
+    const zo_conv_params *p = L->conv;
     int32_t o, kh, kw, ic, pair = 0;
     if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
         o = (int32_t)j % p->out_c;
@@ -448,70 +448,72 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
     }
 }
 
-static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                        float coef)
+/* BP gradients are Q24 (zo_backprop.c): shift 8 rounds them to NP's Q16, half away from
+ * zero as RoundingDivideByPOT; NP's own are Q16 already (shift 0). */
+static int32_t parameter_gradient(int64_t g, int shift)
 {
-    uint8_t *arena = model_arena();
-    int32_t *gz = m->gradient; /* then h(z - 1), h(z + 1): d_a bytes each */
-    int32_t *acc = m->gradient + L->output_count + (2u * L->output_count + 3u) / 4u; /* N > 1 */
-    const int has_next = L->next_op != L->op;
-    if (m->batch == 1) {
-        node_gradient(m, L, seed, 0, gz);
-        if (has_next) {
-            advance_saved(m, L, 0);
-        }
-        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-        const int8_t *a = (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset);
-        float largest = 0.0f; /* the outer product twice: no buffer of d_w */
-        for (uint32_t j = 0; j < L->weight_count;) {
-            int64_t g[2];
-            const uint32_t count = weight_gradients(L, gz, a, j, g);
-            for (uint32_t k = 0; k < count; ++k, ++j) {
-                largest = weight_step(L, coef, j, sat_s32(g[k]), largest);
-            }
-        }
-        coef = clipped_coefficient(m, coef, largest);
-        for (uint32_t j = 0; j < L->weight_count;) {
-            int64_t g[2];
-            const uint32_t count = weight_gradients(L, gz, a, j, g);
-            for (uint32_t k = 0; k < count; ++k, ++j) {
-                update_weight(L, coef, j, sat_s32(g[k]));
-            }
-        }
-        for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
-            update_bias(L, coef, c, sat_s32(bias_gradient(L, gz, c)));
-        }
-        ZO_PROFILE_END();
-        refold(L);
-        if (has_next) {
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
-        }
-        return;
+    if (shift == 0) {
+        return sat_s32(g);
     }
-    memset(acc, 0, (L->weight_count + L->bias_count) * sizeof acc[0]);
-    for (uint32_t n = 0; n < m->batch; ++n) {
-        node_gradient(m, L, seed, n, gz);
-        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-        const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
-        for (uint32_t j = 0; j < L->weight_count;) {
-            int64_t g[2];
-            const uint32_t count = weight_gradients(L, gz, a, j, g);
-            for (uint32_t k = 0; k < count; ++k, ++j) {
-                acc[j] = sat_s32((int64_t)acc[j] + sat_s32(g[k]));
-            }
-        }
-        for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
-            acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
-                                               + sat_s32(bias_gradient(L, gz, c)));
-        }
-        ZO_PROFILE_END();
-    }
-    if (has_next) {
-        for (uint32_t n = 0; n < m->batch; ++n) {
-            advance_saved(m, L, n);
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+    const int64_t mask = ((int64_t)1 << shift) - 1;
+    const int64_t remainder = g & mask;
+    const int64_t threshold = (mask >> 1) + (g < 0 ? 1 : 0);
+    return sat_s32((g >> shift) + (remainder > threshold ? 1 : 0));
+}
+
+/* The update of a layer from one sample's node gradient gz and the layer input a (N = 1):
+ * the outer product twice (clipping, then the update), so no buffer of d_w is needed. */
+static void update_from_node_gradient(const zo_train_model *m, const zo_train_layer *L,
+                                      const int32_t *gz, const int8_t *a, int shift,
+                                      float coef)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    float largest = 0.0f;
+    for (uint32_t j = 0; j < L->weight_count;) {
+        int64_t g[2];
+        const uint32_t count = weight_gradients(L, gz, a, j, g);
+        for (uint32_t k = 0; k < count; ++k, ++j) {
+            largest = weight_step(L, coef, j, parameter_gradient(g[k], shift), largest);
         }
     }
+    coef = clipped_coefficient(m, coef, largest);
+    for (uint32_t j = 0; j < L->weight_count;) {
+        int64_t g[2];
+        const uint32_t count = weight_gradients(L, gz, a, j, g);
+        for (uint32_t k = 0; k < count; ++k, ++j) {
+            update_weight(L, coef, j, parameter_gradient(g[k], shift));
+        }
+    }
+    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+        update_bias(L, coef, c, parameter_gradient(bias_gradient(L, gz, c), shift));
+    }
+    ZO_PROFILE_END();
+    refold(L);
+}
+
+/* N > 1: one sample's parameter gradient added into acc (d_w int32, saturating) */
+static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
+                                     const int8_t *a, int shift, int32_t *acc)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    for (uint32_t j = 0; j < L->weight_count;) {
+        int64_t g[2];
+        const uint32_t count = weight_gradients(L, gz, a, j, g);
+        for (uint32_t k = 0; k < count; ++k, ++j) {
+            acc[j] = sat_s32((int64_t)acc[j] + parameter_gradient(g[k], shift));
+        }
+    }
+    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+        acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
+                                           + parameter_gradient(bias_gradient(L, gz, c), shift));
+    }
+    ZO_PROFILE_END();
+}
+
+/* N > 1: the update from the accumulated gradient (weights, then biases) */
+static void update_from_accumulator(const zo_train_model *m, const zo_train_layer *L,
+                                    const int32_t *acc, float coef)
+{
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     float largest = 0.0f;
     for (uint32_t j = 0; j < L->weight_count; ++j) {
@@ -526,6 +528,92 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     }
     ZO_PROFILE_END();
     refold(L);
+}
+
+static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                        float coef)
+{
+    uint8_t *arena = model_arena();
+    int32_t *gz = m->gradient; /* then h(z - 1), h(z + 1): d_a bytes each */
+    int32_t *acc = m->gradient + L->output_count + (2u * L->output_count + 3u) / 4u; /* N > 1 */
+    const int has_next = L->next_op != L->op;
+    if (m->batch == 1) {
+        node_gradient(m, L, seed, 0, gz);
+        if (has_next) {
+            advance_saved(m, L, 0);
+        }
+        update_from_node_gradient(m, L, gz,
+                                  (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset),
+                                  0, coef);
+        if (has_next) {
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
+        }
+        return;
+    }
+    memset(acc, 0, (L->weight_count + L->bias_count) * sizeof acc[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        node_gradient(m, L, seed, n, gz);
+        accumulate_node_gradient(L, gz,
+                                 (const int8_t *)(saved_slot(m, n) + L->input_saved_offset), 0,
+                                 acc);
+    }
+    if (has_next) {
+        for (uint32_t n = 0; n < m->batch; ++n) {
+            advance_saved(m, L, n);
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+        }
+    }
+    update_from_accumulator(m, L, acc, coef);
+}
+
+/* --bp-layers: layers[first..layer_count) by back-propagation through the head, from each
+ * sample's saved activations at the first of them (step t's network: the ZO layers'
+ * updates before did not touch them). The node gradients are exact and Q24; the updates
+ * are NP's, in forward order, after every sample's backward pass. */
+static void estimate_bp(const zo_train_model *m, uint32_t first, float eta)
+{
+    const zo_bp_head *h = m->head;
+    uint8_t *arena = model_arena();
+    const uint8_t *region = (const uint8_t *)m->gradient;
+    int32_t *acc = m->gradient + h->accumulator_offset;
+    memset(acc, 0, h->accumulator_words * sizeof acc[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        const zo_train_layer *F = &m->layers[first];
+        restore_spans(F->restart, F->restart_count, arena, saved_slot(m, n));
+        {
+            ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+            zo_bp_forward(m);
+            ZO_PROFILE_END();
+        }
+        {
+            ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+            zo_bp_backward(m, m->labels[n]);
+            ZO_PROFILE_END();
+        }
+        uint32_t offset = 0;
+        for (uint32_t k = 0; k < h->op_count; ++k) {
+            const zo_bp_op *op = &h->ops[k];
+            if (op->layer < 0) {
+                continue;
+            }
+            const zo_train_layer *L = &m->layers[op->layer];
+            const int32_t *gz = m->gradient + op->out_error;
+            const int8_t *a = (const int8_t *)(region + op->in_copy[0]);
+            if (m->batch == 1) {
+                update_from_node_gradient(m, L, gz, a, ZO_BP_GRADIENT_SHIFT,
+                                          (eta * L->gscale) * m->inv_nq);
+            } else {
+                accumulate_node_gradient(L, gz, a, ZO_BP_GRADIENT_SHIFT, acc + offset);
+                offset += L->weight_count + L->bias_count;
+            }
+        }
+    }
+    uint32_t offset = 0;
+    for (uint32_t i = first; m->batch > 1 && i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        update_from_accumulator(m, L, acc + offset, (eta * L->gscale) * m->inv_nq);
+        offset += L->weight_count + L->bias_count;
+    }
 }
 
 /* ---- the step ----------------------------------------------------------------------------- */
@@ -643,15 +731,20 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         const uint32_t layer_start = platform_cycles();
         const uint32_t seed = zo_step_seed(m->seed, t, L->seed_index);
         const float coef = (eta * L->gscale) * m->inv_nq;
+        int32_t last = (int32_t)i;
         if (L->mode == ZO_TRAIN_WP) {
             estimate_wp(m, L, seed, coef);
-        } else {
+        } else if (L->mode == ZO_TRAIN_NP) {
             estimate_np(m, L, seed, coef);
+        } else { /* the BP layers are the last ones: all of them at once */
+            estimate_bp(m, i, eta);
+            last = (int32_t)m->layer_count - 1;
         }
         const uint32_t report_cycles =
-            report(s, t, (int32_t)i, mean_loss, eta, platform_cycles() - layer_start);
+            report(s, t, last, mean_loss, eta, platform_cycles() - layer_start);
         io_cycles += report_cycles;
         ZO_PROFILE_EXCLUDE(report_cycles);
+        i = (uint32_t)last;
     }
     s->step = t + 1;
 #ifdef ZO_PROFILE_TRAIN

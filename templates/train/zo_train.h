@@ -9,10 +9,12 @@
 
 #include <stdint.h>
 
+#include "zo_backprop.h"
 #include "zo_kernels.h"
 
 #define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
 #define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's pre-activation, rerun from i + 1 */
+#define ZO_TRAIN_BP 2 /* back-propagation through the head (--bp-layers, zo_backprop.c) */
 
 #define ZO_TRAIN_CONV 0
 #define ZO_TRAIN_DEPTHWISE 1
@@ -39,7 +41,7 @@ typedef struct {
 
 typedef struct {
     uint8_t kind;     /* ZO_TRAIN_CONV / _DEPTHWISE / _FC */
-    uint8_t mode;     /* ZO_TRAIN_WP / ZO_TRAIN_NP */
+    uint8_t mode;     /* ZO_TRAIN_WP / ZO_TRAIN_NP / ZO_TRAIN_BP (always the last layers) */
     uint16_t seed_index; /* i of S(t, i) */
     uint16_t op;      /* model layer index */
     uint16_t next_op; /* first layer of the next trainable layer (== op when this is the last) */
@@ -72,9 +74,12 @@ typedef struct {
     uint32_t restart_count;
     const zo_train_span *next_restart;    /* what a forward from next_op needs */
     uint32_t next_restart_count;
+    /* the layer's kernel parameters: the geometry of the NP / BP outer product */
+    const zo_conv_params *conv; /* CONV / DEPTHWISE */
+    const zo_fc_params *fc;     /* FC */
     /* NP: the layer's kernel parameters with the output zero point moved by -1 / +1, so
      * the kernel writes h(z - 1) / h(z + 1), z the pre-activation and h the fused
-     * activation's clamp (docs/training.md); their geometry serves the outer product. */
+     * activation's clamp (docs/training.md). */
     const zo_conv_params *conv_down, *conv_up; /* CONV / DEPTHWISE */
     const zo_fc_params *fc_down, *fc_up;       /* FC */
 } zo_train_layer;
@@ -146,6 +151,7 @@ typedef struct {
     int32_t *labels;       /* [batch] */
     int32_t *query_sums;   /* [queries] */
     const zo_guard_config *guard; /* NULL: neither guard nor --lr auto */
+    const zo_bp_head *head;       /* --bp-layers: the head back-propagation runs through */
     uint32_t slot_sectors; /* checkpoint slots in the image's area: 0 = run, 1 = best */
 } zo_train_model;
 
@@ -166,6 +172,13 @@ typedef struct {
     zo_telemetry_hook telemetry; /* may be NULL */
     void *telemetry_context;
 } zo_train_state;
+
+/* --bp-layers (zo_backprop.c): the head's forward from the arena as it stands (the first BP
+ * layer's inputs restored), keeping the int8 copies the backward pass reads in the gradient
+ * region; then one sample's backward pass: every head error, the BP layers' output errors
+ * masked into their node gradients. */
+void zo_bp_forward(const zo_train_model *m);
+void zo_bp_backward(const zo_train_model *m, int32_t label);
 
 /* Copies the flash parameters to their SRAM copies and attaches them; step = 0,
  * schedule_steps = m->steps, eta = m->lr (0 with --lr auto: not chosen yet), no guard

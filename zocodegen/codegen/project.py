@@ -21,8 +21,9 @@ from ..ir import Graph
 from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message, kb, place,
                        plan_arena, report_dict, report_text)
 from ..target import TARGET_NAMES, Target, load_target, target_data
-from ..training.config import TrainConfig
-from ..training.plan import sparse_blocks, training_plans
+from ..training.backprop import largest_bp_layers
+from ..training.config import BP_AUTO, TrainConfig
+from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
@@ -61,6 +62,23 @@ class ProjectPlan:
     code: ModelCode
     board: Target
     training: TrainingCode | None = None
+
+
+def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """--bp-layers auto: the largest C that the head's backward rules allow and whose build
+    fits the board's SRAM budget (0 when none does; the budget check then speaks)."""
+    train = options.train
+    if train is None or train.bp_layers != BP_AUTO:
+        return options
+    board = load_target(options.board)
+    arena = plan_arena(graph)
+    _, logits_op = loss_head(graph)
+    for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
+        config = replace(train, bp_layers=c)
+        _, _, items = _layout(graph, arena, board, config)
+        if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
+            return replace(options, train=config)
+    return replace(options, train=replace(train, bp_layers=0))
 
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:

@@ -10,6 +10,9 @@ import numpy as np
 from ..host.image import SECTOR_BYTES, checkpoint_slot_bytes
 from ..ir import Graph
 from ..planner import ArenaPlan, RamItem
+from ..numerics import quantize_multiplier
+from ..reference.common import output_range
+from ..training.backprop import Head, backward_factors
 from ..training.checkpoint import encoded_size
 from ..training.guard import MIN_VAL_RECORDS, guard_schedule
 from ..training.plan import TrainingPlan
@@ -55,6 +58,7 @@ class TrainLayerCode:
     geometry: tuple[tuple[str, str], ...]  # the layer's kernel parameters
     kernel: str  # the kernel function model.c calls for this layer
     folded_count: int  # CONV_2D: one folded bias per output channel (zo_conv.c); else 0
+    defines: bool  # the first of the layer's entries (a BP head appears in every block)
 
     @property
     def input_offset(self) -> str:
@@ -70,6 +74,67 @@ class TrainLayerCode:
     def parameter_bytes(self) -> int:
         return (_align(self.weight_count) + _align(4 * self.bias_count)
                 + _align(4 * self.folded_count))
+
+
+BP_KINDS = {"FULLY_CONNECTED": "ZO_BP_FC", "CONV_2D": "ZO_BP_CONV",
+            "DEPTHWISE_CONV_2D": "ZO_BP_DEPTHWISE", "AVERAGE_POOL_2D": "ZO_BP_AVERAGE_POOL",
+            "MAX_POOL_2D": "ZO_BP_MAX_POOL", "MEAN": "ZO_BP_MEAN", "RESHAPE": "ZO_BP_RESHAPE",
+            "SQUEEZE": "ZO_BP_RESHAPE", "ADD": "ZO_BP_ADD"}
+NO_ERROR = "ZO_BP_NONE"
+
+
+@dataclass(frozen=True)
+class BpOpCode:
+    """One zo_bp_op (zo_backprop.h)."""
+
+    op: int
+    op_name: str
+    kind: str
+    propagate: bool
+    layer_symbol: str | None  # FC / CONV / DEPTHWISE: the trained layer's symbol
+    lo: int
+    hi: int
+    out_count: int
+    out_copy: int
+    out_error: int
+    in_count: int
+    in_copy: tuple[int, int]
+    in_error: tuple[str, str]
+    multipliers: tuple[int, ...]
+    shifts: tuple[int, ...]
+    geometry_type: str | None  # zo_pool_params / zo_mean_params (FC / CONV: the layer's)
+    geometry: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class BpCopy:
+    after_op: int
+    arena_offset: int
+    bytes: int
+    copy_offset: int
+
+
+@dataclass(frozen=True)
+class HeadCode:
+    """zo_bp_head of the build (the same head in every block's zo_train_model)."""
+
+    ops: tuple[BpOpCode, ...]
+    copies: tuple[BpCopy, ...]
+    first_op: int
+    last_op: int
+    error_words: int
+    scaled_offset: int
+    scaled_words: int
+    accumulator_offset: int
+    accumulator_words: int
+    copy_offset: int
+    logits_multiplier: int
+    logits_shift: int
+
+    @property
+    def words(self) -> int:
+        """The gradient-region words back-propagation needs (plan.backprop_bytes())."""
+        return self.copy_offset // 4 + sum(_align(c.bytes, 4) for c in self.copies) // 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +176,7 @@ class TrainingCode:
     input_bytes: int
     guards: tuple[GuardCode, ...] | None  # per zo_train_model; None: no guard, fixed eta
     slot_sectors: int  # sectors of each of the checkpoint area's two slots
+    head: HeadCode | None  # --bp-layers
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -120,7 +186,8 @@ class TrainingCode:
                     + (f" of the largest of {len(self.models)} blocks (one in SRAM at a time)"
                        if self.selects_block else "")),
             RamItem("gradient buffer", 4 * self.gradient_words,
-                    "largest per-layer need: NP node gradient / WP gradient + weight backup"),
+                    "largest per-layer need: NP node gradient / WP gradient + weight backup"
+                    + (" / the BP head's activations and errors" if self.head else "")),
             RamItem("saved activations", self.batch * self.saved_stride,
                     "per sample: what a forward from the current layer reads"),
             RamItem("training state", _align(4 * self.queries) + 2 * _align(4 * self.batch),
@@ -138,6 +205,10 @@ class TrainingCode:
     def block_layers(self, block: int) -> tuple[TrainLayerCode, ...]:
         first, count = self.models[block]
         return self.layers[first:first + count]
+
+    def layer_index(self, block: int, op: int) -> int:
+        """Index of the layer computing model op ``op`` in block ``block``'s layer table."""
+        return next(i for i, layer in enumerate(self.block_layers(block)) if layer.op == op)
 
 
 def _align(n: int, a: int = BUFFER_ALIGN) -> int:
@@ -166,11 +237,61 @@ def _spans(graph: Graph, arena: ArenaPlan, names: tuple[str, ...]
     return intervals, where
 
 
+def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPlan,
+              symbols: dict[int, str]) -> HeadCode:
+    """The head's descriptors: where each tensor's int8 copy and int32 error live in the
+    gradient region, and each op's backward factors as quantized multipliers."""
+    hd: Head = plan.head
+    error_at, words = {}, 0
+    for name, count in zip(hd.error_tensors, hd.error_counts):
+        error_at[name] = words
+        words += count
+    scaled_offset = words
+    accumulator_offset = scaled_offset + hd.scaled_count
+    accumulator_words = (sum(layer.d_w for layer in plan.bp_layers)
+                         if plan.config.batch > 1 else 0)
+    copy_offset = 4 * (accumulator_offset + accumulator_words)
+    made = {name: k for k in hd.ops for name in graph.ops[k].outputs}
+    copy_at, copies, pos = {}, [], 0
+    for name, size in sorted(zip(hd.saved, hd.saved_bytes), key=lambda t: made.get(t[0], -1)):
+        copy_at[name] = pos
+        copies.append(BpCopy(made.get(name, -1), arena.offsets[name], size, copy_offset + pos))
+        pos += _align(size, 4)
+    ops = []
+    for k in hd.ops:
+        op = graph.ops[k]
+        inputs = [n for n in op.inputs if n and not graph.tensor(n).is_constant]
+        if op.type != "ADD":
+            inputs = inputs[:1]
+        pairs = [quantize_multiplier(float(r)) for r in backward_factors(graph, op)]
+        lo, hi = output_range(graph, op) if op.type not in ("RESHAPE", "SQUEEZE") else (-129, 128)
+        geometry_type, geometry = None, ()
+        if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN"):
+            call = code.layers[k].calls[0]
+            geometry_type, geometry = call.params_type, call.params
+        in_copy = [copy_offset + copy_at[n] for n in inputs] + [0, 0]
+        in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR for n in inputs]
+        if op.type == "ADD":  # per input j of the op, as backward_factors orders them
+            in_copy = [copy_offset + copy_at.get(n, 0) for n in op.inputs]
+            in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR for n in op.inputs]
+        in_error += [NO_ERROR, NO_ERROR]
+        ops.append(BpOpCode(
+            k, op.name, BP_KINDS[op.type], hd.propagates(graph, k), symbols.get(k), lo, hi,
+            graph.tensor(op.outputs[0]).size, copy_offset + copy_at[op.outputs[0]],
+            error_at[op.outputs[0]], graph.tensor(op.inputs[0]).size,
+            (in_copy[0], in_copy[1]), (in_error[0], in_error[1]),
+            tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), geometry_type, geometry))
+    lm, ls = quantize_multiplier(float(np.float64(graph.tensor(plan.logits).quant.scalar_scale)))
+    return HeadCode(tuple(ops), tuple(copies), hd.first_op, hd.ops[-1], words, scaled_offset,
+                    hd.scaled_count, accumulator_offset, accumulator_words, copy_offset, lm, ls)
+
+
 def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                   plans: tuple[TrainingPlan, ...]) -> TrainingCode:
     """One zo_train_model per plan (several only for --block auto, one per block)."""
     layers, models, stride, grad_words = [], [], 0, 0
     cfg = plans[0].config
+    symbols: dict[int, str] = {}
     for block, plan in enumerate(plans):
         models.append((len(layers), len(plan.layers)))
         for k, layer in enumerate(plan.layers):
@@ -180,12 +301,16 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                        else layer.op_index)
             if layer.mode == "WP":
                 words = layer.weight_count + (layer.weight_count + 3) // 4
-            else:
+            elif layer.mode == "NP":
                 words = (layer.output_count + (2 * layer.output_count + 3) // 4
                          + (layer.d_w if cfg.batch > 1 else 0))
+            else:
+                words = 0  # the head's needs, below
             grad_words = max(grad_words, words)
             call = code.layers[layer.op_index].calls[0]
             symbol = call.args[1].rsplit("_weights", 1)[0]
+            defines = layer.op_index not in symbols
+            symbols[layer.op_index] = symbol
             layers.append(TrainLayerCode(
                 symbol, code.layers[layer.op_index].function,
                 code.layers[layer.op_index].op_name, KINDS[layer.op.type],
@@ -196,8 +321,12 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(c_float(v) for v in layer.bias_inv_s2),
                 arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
-                call.function, layer.channels if layer.op.type == "CONV_2D" else 0))
-        # what plan.gradient_bytes() counts, in words of the int32 region
+                call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines))
+    head = None
+    if plans[0].head is not None:
+        head = head_code(graph, arena, code, plans[0], symbols)
+        grad_words = max(grad_words, head.words)
+    for plan in plans:  # what plan.gradient_bytes() counts, in words of the int32 region
         assert 4 * grad_words >= plan.gradient_bytes()
     plan = plans[0]
     lp = plan.loss_params
@@ -224,4 +353,4 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
                         arena.offsets[graph.inputs[0]], x.nbytes, guards,
-                        checkpoint_slot_bytes(largest) // SECTOR_BYTES)
+                        checkpoint_slot_bytes(largest) // SECTOR_BYTES, head)

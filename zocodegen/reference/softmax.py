@@ -198,6 +198,26 @@ def cross_entropy_q26(logits: np.ndarray, labels: np.ndarray,
     return np.where(valid[rows, labels], loss, INT32_MAX)
 
 
+def softmax_gradient_q24(logits: np.ndarray, labels: np.ndarray,
+                         params: LogSoftmaxParams) -> np.ndarray:
+    """``softmax(logits) - onehot(label)`` per row in Q24 (int64), the cross-entropy's
+    gradient with respect to the dequantized logits, from the loss's own Q12.19 terms:
+    ``p_j = round(term_j 2^24 / sum)`` (half up; both non-negative). The training
+    engine's back-propagation starts here (training/backprop.py); C twin:
+    ``zo_softmax_gradient_q24``."""
+    diff = _rows_and_diffs(logits)
+    valid = diff >= params.diff_min
+    diff_q5 = multiply_by_quantized_multiplier(diff, params.input_multiplier,
+                                               params.input_left_shift)
+    exp_q0 = fp.exp_on_negative_values(diff_q5, SCALED_DIFF_INTEGER_BITS)
+    terms = np.where(valid, fp.rescale(exp_q0, 0, ACCUMULATION_INTEGER_BITS), 0)
+    total = wrap_int32(terms.sum(axis=1, keepdims=True)).astype(np.int64)
+    p = ((terms.astype(np.int64) << 24) + total // 2) // total
+    rows = np.arange(diff.shape[0])
+    p[rows, np.asarray(labels, dtype=np.int64).reshape(-1)] -= 1 << 24
+    return p
+
+
 def _check_output_quant(graph: Graph, op: Op, scale: float, zero_point: int) -> None:
     """TFLite's Prepare refuses other int8 output quantizations; so do we, since the kernels
     hard-code them."""

@@ -13,6 +13,7 @@ MODES = ("full", "sparse")
 #: cannot overflow (docs/training.md); above this N*Q the clamp (0.5 nats) would start to cut
 #: ordinary differences.
 MAX_SAMPLES_TIMES_QUERIES = 1 << 16
+BP_AUTO = -1  # --bp-layers auto, before the build resolves it
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class TrainConfig:
     gnorm_scaling: bool = True  # g_i = NQ / (NQ + d - 1), paper Eq. 8
     quant_scaling: bool = True  # 1 / s_c^2 (and NP's chain factor), paper Eq. 8
     layers: tuple[int, ...] = ()
+    bp_layers: int = 0  # the model's last C trainable layers by back-propagation (ElasticZO);
+    # BP_AUTO: the build picks the largest C that fits the board (resolve_bp_layers)
     mode: str = "full"
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
@@ -60,6 +63,8 @@ class TrainConfig:
                             f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
                             "that keeps the int32 gradient sums exact would cut ordinary "
                             "differences; lower one of them")
+        if self.bp_layers < BP_AUTO:
+            raise UserError(f"--bp-layers must be 0 or more, or auto (got {self.bp_layers})")
         if not self.max_step >= 0:
             raise UserError(f"--max-step must be 0 (off) or positive (got {self.max_step})")
         if self.guard_every < 0 or self.guard_samples < 1:
@@ -82,6 +87,17 @@ class TrainConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def parse_bp_layers(text: str) -> int:
+    """'--bp-layers C|auto' -> C or BP_AUTO."""
+    if text == "auto":
+        return BP_AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"--bp-layers expects a number of layers or auto, got '{text}'"
+                        ) from None
 
 
 def parse_layer_list(text: str | None) -> tuple[int, ...]:

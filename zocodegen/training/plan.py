@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import UserError
 from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
+from .backprop import Head, head, largest_bp_layers
 from .config import TrainConfig
 
 
@@ -30,8 +31,8 @@ class TrainableLayer:
     output_count: int  # d_a
     channels: int
     channel_inner: int
-    mode: str  # "WP" or "NP"
-    gscale: np.float32  # NQ / (NQ + d - 1)
+    mode: str  # "WP", "NP" or "BP" (back-propagation, --bp-layers)
+    gscale: np.float32  # NQ / (NQ + d - 1); BP: Q, so that the coefficient is eta / N
     weight_inv_s2: np.ndarray  # float32 (channels,)
     bias_inv_s2: np.ndarray  # float32 (channels,)
     crossing: tuple[str, ...]  # activations a forward from op_index needs from before it
@@ -74,6 +75,15 @@ class TrainingPlan:
     inv_nq: np.float32  # 1 / (N Q) (layer-wise) or 1 / (2 N Q) (MeZO's two-point estimate)
     queries_per_step: int  # queries per layer (WP/NP) or per step (MeZO: two forwards each)
     diff_limit: int  # |loss difference| clamp, Q16: (2^31 - 1) // (N Q), int32-exact sums
+    head: Head | None = None  # --bp-layers: the ops back-propagation runs through
+
+    @property
+    def zo_layers(self) -> tuple[TrainableLayer, ...]:
+        return tuple(layer for layer in self.layers if layer.mode != "BP")
+
+    @property
+    def bp_layers(self) -> tuple[TrainableLayer, ...]:
+        return tuple(layer for layer in self.layers if layer.mode == "BP")
 
     @property
     def forwards_per_step(self) -> int:
@@ -81,7 +91,7 @@ class TrainingPlan:
         n = self.config.batch
         if self.config.estimator == "mezo":
             return 2 * self.queries_per_step * n
-        return self.queries_per_step * len(self.layers) * n
+        return self.queries_per_step * len(self.zo_layers) * n
 
     @property
     def parameter_bytes(self) -> int:
@@ -96,7 +106,23 @@ class TrainingPlan:
                 return 5 * layer.weight_count
             return (6 * layer.output_count
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
-        return max(need(layer) for layer in self.layers)
+        return max([need(layer) for layer in self.zo_layers] + [self.backprop_bytes()])
+
+    def backprop_bytes(self) -> int:
+        """What back-propagation holds in the gradient region (paper Eq. 4): the head's int8
+        activations, an int32 error per head tensor, and with N > 1 an int32 gradient
+        accumulator per BP parameter. Sizes come from the plan's head (0 without one)."""
+        if self.head is None:
+            return 0
+        total = sum(_align4(size) for size in self.head.saved_bytes)
+        total += 4 * (sum(self.head.error_counts) + self.head.scaled_count)
+        if self.config.batch > 1:
+            total += 4 * sum(layer.d_w for layer in self.bp_layers)
+        return total
+
+
+def _align4(n: int) -> int:
+    return (n + 3) // 4 * 4
 
 
 def producers(graph: Graph) -> dict[str, int]:
@@ -156,7 +182,7 @@ def _inv_s2(graph: Graph, op: Op, mode: str, channels: int) -> tuple[np.ndarray,
     s_ref = s_c.max()
     w = np.full(channels, 1.0 / s_ref ** 2)
     b = np.full(channels, 1.0 / (s_in * s_ref) ** 2)
-    if mode == "NP":
+    if mode in ("NP", "BP"):
         chain = s_in * s_c / s_out
         w, b = w * chain, b * chain
     return w.astype(np.float32), b.astype(np.float32)
@@ -215,14 +241,39 @@ def _layer_bytes(graph: Graph, op: Op) -> int:
 
 
 def _candidates(graph: Graph, config: TrainConfig) -> tuple[list[int], int]:
-    """Trainable-layer indices the run may train (before sparse blocks), and the loss op."""
+    """Trainable-layer indices the run trains by zeroth-order (before sparse blocks): the
+    selected ones minus the back-propagated head; and the loss op."""
     _check_batch_one(graph)
     _, logits_op = loss_head(graph)
     all_ops = trainable_ops(graph)
     if not all_ops:
         raise UserError("the model has no CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED "
                         "layer to train")
-    return [i for i in _selected(config, len(all_ops)) if all_ops[i] <= logits_op], logits_op
+    bp = set(bp_layer_indices(graph, config))
+    return [i for i in _selected(config, len(all_ops))
+            if all_ops[i] <= logits_op and i not in bp], logits_op
+
+
+def bp_layer_indices(graph: Graph, config: TrainConfig) -> list[int]:
+    """--bp-layers C: the model's last C trainable layers (before the loss), trained by
+    back-propagation in every run and every sparse block. Refuses a C whose head holds an
+    op without a backward rule, naming the op and the largest C that works."""
+    c = config.bp_layers
+    if c == 0:
+        return []
+    _, logits_op = loss_head(graph)
+    all_ops = trainable_ops(graph)
+    usable = [i for i, k in enumerate(all_ops) if k <= logits_op]
+    largest = largest_bp_layers(graph, all_ops, logits_op)
+    if c > len(usable):
+        raise UserError(f"--bp-layers {c}: the model has {len(usable)} trainable layers "
+                        f"before its loss; the largest --bp-layers that works is {largest}")
+    try:
+        head(graph, all_ops[usable[-c]], logits_op)
+    except UserError as e:
+        raise UserError(f"--bp-layers {c}: back-propagation reaches {e}; the largest "
+                        f"--bp-layers that works is {largest}") from None
+    return usable[-c:]
 
 
 def sparse_blocks(graph: Graph, config: TrainConfig) -> list[list[int]]:
@@ -258,16 +309,19 @@ def training_plan(graph: Graph, config: TrainConfig) -> TrainingPlan:
 
 
 def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
-    """The plan that trains trainable layers ``chosen`` (indices, forward order)."""
+    """The plan that trains trainable layers ``chosen`` (indices, forward order) by
+    zeroth-order and the --bp-layers head by back-propagation."""
     logits, logits_op = loss_head(graph)
     all_ops = trainable_ops(graph)
+    bp = bp_layer_indices(graph, config)
     n = config.batch
     # MeZO (two-point SPSA): Q L / 2 queries of two full forwards each = the Q L forwards a
     # layer-wise step spends
     q = max(1, config.queries * len(chosen) // 2) if config.estimator == "mezo" else config.queries
+    mezo_factor = 2 if config.estimator == "mezo" else 1
     total_d = 0
     drafts = []
-    for i in chosen:
+    for i in chosen + bp:
         k = all_ops[i]
         op = graph.ops[k]
         weights = graph.tensor(op.inputs[1])
@@ -275,18 +329,22 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         bias_count = graph.tensor(bias).size if bias else 0
         channels, inner = _channels(graph, op)
         d_a = graph.tensor(op.outputs[0]).size
-        if config.estimator in ("wp", "mezo"):
+        if i in bp:
+            mode = "BP"
+        elif config.estimator in ("wp", "mezo"):
             mode = "WP"
         elif config.estimator == "np":
             mode = "NP"
         else:
             mode = "WP" if weights.size + bias_count < d_a else "NP"
-        total_d += weights.size
+        total_d += weights.size if mode != "BP" else 0
         drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
     layers = []
     for i, k, op, bias, w_count, b_count, d_a, channels, inner, mode in drafts:
         d = total_d if config.estimator == "mezo" else (w_count if mode == "WP" else d_a)
         gscale = np.float32(n * q / (n * q + d - 1) if config.gnorm_scaling else 1.0)
+        if mode == "BP":  # an exact gradient: coefficient eta gscale / (N Q) = eta / N
+            gscale = np.float32(mezo_factor * q)
         if config.quant_scaling:
             w_s2, b_s2 = _inv_s2(graph, op, mode, channels)
         else:
@@ -298,5 +356,6 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     classes = graph.tensor(logits).shape[-1]
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
-                        np.float32(1.0 / ((2 if config.estimator == "mezo" else 1) * n * q)), q,
-                        ((1 << 31) - 1) // (n * q))
+                        np.float32(1.0 / (mezo_factor * n * q)), q,
+                        ((1 << 31) - 1) // (n * q),
+                        head(graph, all_ops[bp[0]], logits_op) if bp else None)

@@ -22,6 +22,7 @@ from ..reference.common import output_range
 from ..reference.registry import KERNELS, PRE_ACTIVATION
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
+from .backprop import node_gradients, parameter_gradient
 from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
 from .prng import rademacher, sample_seed, step_seed
@@ -183,14 +184,14 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
     weights; per query the loss at theta + xi and at theta - xi (int8 saturation), two full
     forwards; g = sum_q (l+ - l-) xi, divided by 2 N Q through plan.inv_nq."""
     q, n = plan.queries_per_step, len(labels)
-    total = sum(layer.weight_count for layer in plan.layers)
+    total = sum(layer.weight_count for layer in plan.zo_layers)
     xi = rademacher(step_seed(plan.config.seed, t, 0), q * total).reshape(q, total)
     losses = []
     for sign in (1, -1):
         env = {graph.inputs[0]: _tile(xs, q)}
         env.update(params)
         pos = 0
-        for layer in plan.layers:
+        for layer in plan.zo_layers:
             env.update(_perturbed_params(layer, params, sign * xi[:, pos:pos + layer.weight_count],
                                          n))
             pos += layer.weight_count
@@ -199,9 +200,25 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
     d = loss_differences(plan, losses[0], losses[1]).sum(axis=1)
     grad = d @ xi.astype(np.int64)
     pos = 0
-    for layer in plan.layers:
+    for layer in plan.zo_layers:
         _update_layer(plan, layer, params, (grad[pos:pos + layer.weight_count], None), eta_t)
         pos += layer.weight_count
+
+
+def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
+             labels: np.ndarray, eta_t: np.float32) -> None:
+    """--bp-layers: the head's exact gradients from the clean forward's activations (the
+    ZO layers' updates do not reach them: step t's network, as the global update rule
+    wants), then each BP layer's update in forward order, as NP's with an exact node
+    gradient (training/backprop.py)."""
+    layers = plan.bp_layers
+    grads = node_gradients(graph, plan.head, env, params, labels, plan.logits,
+                           plan.loss_params, tuple(layer.op_index for layer in layers))
+    for layer in layers:
+        gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], grads[layer.op_index])
+        grad = (_accumulate_int32(parameter_gradient(gw)),
+                _accumulate_int32(parameter_gradient(gb)) if layer.bias else None)
+        _update_layer(plan, layer, params, grad, eta_t)
 
 
 def step_learning_rate(plan: TrainingPlan, t: int, halvings: int = 0) -> np.float32:
@@ -224,11 +241,13 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     if cfg.estimator == "mezo":
         _mezo_step(graph, plan, params, xs, labels, t, eta_t)
     else:
-        for layer in plan.layers:
+        for layer in plan.zo_layers:
             seed = step_seed(cfg.seed, t, layer.index)
             estimate = _wp_gradient if layer.mode == "WP" else _np_gradient
             grad = estimate(graph, plan, layer, params, env, labels, clean, seed)
             _update_layer(plan, layer, params, grad, eta_t)
+    if plan.head is not None:
+        _bp_step(graph, plan, params, env, labels, eta_t)
     return params, float(clean.mean()) / 65536.0
 
 
