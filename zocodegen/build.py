@@ -40,14 +40,18 @@ def generate(model_path: Path, options: BuildOptions, out_dir: Path,
     return plan
 
 
-def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "") -> Path:
-    """Run ``make goal`` in a generated project; returns the artefact it produced."""
+def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "",
+         soft_float: bool = False) -> Path:
+    """Run ``make goal`` in a generated project; returns the artefact it produced.
+    ``soft_float``: the QEMU firmware for a core without an FPU (-mfloat-abi=soft, the FPU
+    left off), the integer-only check of --estimator int8."""
     compiler = "cc" if goal == "native" else "arm-none-eabi-gcc"
     if shutil.which("make") is None or shutil.which(compiler) is None:
         raise UserError(f"building '{goal}' needs make and {compiler}; install them with "
                         f"{APT_HINT}")
     args = (["make", "-C", str(project), goal] + (["SANITIZE=1"] if sanitize else [])
-            + ([f"EXTRA_CFLAGS={extra_cflags}"] if extra_cflags else []))
+            + ([f"EXTRA_CFLAGS={extra_cflags}"] if extra_cflags else [])
+            + (["SOFT_FLOAT=1"] if soft_float else []))
     result = subprocess.run(args, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
@@ -62,7 +66,7 @@ def cache_root() -> Path:
 
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
-                 sanitize: bool = False, extra_cflags: str = "",
+                 sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
                  graph: Graph | None = None, train: TrainConfig | None = None) -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
@@ -74,7 +78,7 @@ def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
     digest = hashlib.sha256()
     for rel in sorted(files):
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
-    digest.update(f"{engine}:{sanitize}:{extra_cflags}".encode())
+    digest.update(f"{engine}:{sanitize}:{extra_cflags}:{soft_float}".encode())
     project = cache_root() / digest.hexdigest()[:24]
     artefact = project / ARTEFACTS["native-sanitize" if sanitize else engine]
     if artefact.is_file():
@@ -83,7 +87,7 @@ def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
     with tempfile.TemporaryDirectory(dir=project.parent) as tmp:
         staging = Path(tmp) / "project"
         write_project(files, staging)
-        make(staging, engine, sanitize, extra_cflags)
+        make(staging, engine, sanitize, extra_cflags, soft_float)
         if not artefact.is_file():  # another process may have finished first
             shutil.rmtree(project, ignore_errors=True)
             staging.rename(project)

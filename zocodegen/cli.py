@@ -191,10 +191,22 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="validation records per check (default 128)")
     g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
     g.add_argument("--seed", type=int, default=1, metavar="S")
-    g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo"), default="adaptive",
+    g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo", "int8"),
+                   default="adaptive",
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
                         "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
-                        "of two forwards each (simulator only)")
+                        "of two forwards each (simulator only); int8: ElasticZO-INT8, "
+                        "integer-only for cores without an FPU (sparse uniform perturbations, "
+                        "sign of the two-point difference, updates of --b-zo bits)")
+    g.add_argument("--r-max", type=int, default=7, metavar="R",
+                   help="int8: perturbations uniform on [-R, R] (default 7)")
+    g.add_argument("--p-zero", default="schedule", metavar="P|schedule",
+                   help="int8: share of zeros in a perturbation, or the paper's schedule "
+                        "0.33, 0.5, 0.9 from 0, 20 %%, 50 %% of the run (default)")
+    g.add_argument("--b-zo", type=int, default=1, metavar="BITS",
+                   help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
+    g.add_argument("--b-bp", type=int, default=3, metavar="BITS",
+                   help="int8 with --bp-layers: the BP update rounded to BITS bits (default 3)")
     g.add_argument("--max-step", type=float, default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
@@ -227,9 +239,16 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
         except ValueError:
             raise UserError(f"--block expects a block index or auto, got '{args.block}'"
                             ) from None
-    lr_auto = args.lr == "auto"
+    lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
+    p_zero = None
+    if args.p_zero != "schedule":
+        try:
+            p_zero = float(args.p_zero)
+        except ValueError:
+            raise UserError(f"--p-zero expects a number or schedule, got '{args.p_zero}'"
+                            ) from None
     try:
-        lr = 0.01 if lr_auto else float(args.lr)
+        lr = 0.01 if args.lr == "auto" else float(args.lr)
     except ValueError:
         raise UserError(f"--lr expects a number or auto, got '{args.lr}'") from None
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
@@ -241,6 +260,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
                        layers=parse_layer_list(args.layers),
                        bp_layers=parse_bp_layers(args.bp_layers),
+                       r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 

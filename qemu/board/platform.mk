@@ -19,6 +19,10 @@ QEMU_SIZE      ?= $(QEMU_CROSS)size
 QEMU_SYSTEM    ?= qemu-system-arm
 
 QEMU_ARCH      := -mcpu=cortex-m7 -mthumb -mfloat-abi=hard -mfpu=fpv5-sp-d16
+ifeq ($(SOFT_FLOAT),1)
+# a core without an FPU: no FP instruction, soft-float libraries, the FPU left off at reset
+QEMU_ARCH      := -mcpu=cortex-m7 -mthumb -mfloat-abi=soft
+endif
 QEMU_CFLAGS    := $(QEMU_ARCH) -O2 -g -std=c99 -Wall -Wextra -ffp-contract=off \
                   -ffunction-sections -fdata-sections -fno-common -Iinclude
 QEMU_LDSCRIPT  := $(QEMU_DIR)/mps2_an500.ld

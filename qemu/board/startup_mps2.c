@@ -94,10 +94,14 @@ void Reset_Handler(void)
     uint32_t *dst;
     void (**fn)(void);
 
+#ifdef __ARM_FP
     /* FPU first, before any code that the compiler may give FP/SIMD registers to:
-     * CP10 and CP11 full access, then DSB + ISB so the next instruction sees it. */
+     * CP10 and CP11 full access, then DSB + ISB so the next instruction sees it. A
+     * soft-float build (-mfloat-abi=soft, the integer-only check of --estimator int8)
+     * leaves the FPU off, so that any FP instruction would fault. */
     ZO_REG32(ZO_SCB_CPACR) |= ZO_CPACR_CP10_CP11_FULL;
     __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
 
     ZO_REG32(ZO_SCB_VTOR) = (uint32_t)(uintptr_t)zo_vector_table;
 

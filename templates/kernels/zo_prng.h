@@ -53,4 +53,12 @@ static inline uint32_t zo_sample_seed(uint32_t seed, uint32_t sample)
     return h ? h : 0x6D2B79F5u;
 }
 
+/* The stochastic rounding's stream inside a layer's stream S (--estimator int8):
+ * fmix32(S ^ 0x5BD1E995), never 0. */
+static inline uint32_t zo_rounding_seed(uint32_t seed)
+{
+    uint32_t h = zo_fmix32(seed ^ 0x5BD1E995u);
+    return h ? h : 0x6D2B79F5u;
+}
+
 #endif /* ZO_PRNG_H */

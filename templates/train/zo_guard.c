@@ -18,10 +18,12 @@ typedef struct {
 
 /* ---- log lines: "key=value" pairs the host parses (docs/link.md "Guard lines") -------- */
 
+#if !ZO_TRAIN_INTEGER_ONLY
 static uint32_t eta_ppm(float eta)
 {
     return (uint32_t)(eta * 1e6f + 0.5f);
 }
+#endif
 
 /* ---- the measurement ------------------------------------------------------------------- */
 
@@ -108,6 +110,7 @@ static void check_line(zo_guard_log log, uint32_t step, const score *sc, uint32_
 }
 
 /* ---- --lr auto -------------------------------------------------------------------------- */
+#if !ZO_TRAIN_INTEGER_ONLY /* --estimator int8 has no eta to pick (its step is bits) */
 
 /* Each candidate trains trial_steps steps from the flash parameters at a constant eta on the
  * run's first samples; the lowest validation loss wins (the first, i.e. smallest, on ties). */
@@ -156,6 +159,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
     log(l.text);
     return ZO_TRAIN_OK;
 }
+#endif
 
 /* ---- the guard ----------------------------------------------------------------------------- */
 
@@ -171,9 +175,11 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
         return ZO_TRAIN_ERR_VAL;
     }
     int rc = ZO_TRAIN_OK;
+#if !ZO_TRAIN_INTEGER_ONLY
     if (s->lr == 0.0f) {
         rc = choose_lr(m, s, img, records, log);
     }
+#endif
     if (rc == ZO_TRAIN_OK && g->guard && s->best_step == ZO_TRAIN_NO_BEST) {
         score sc;
         rc = measure(m, img, records, &sc);

@@ -120,6 +120,7 @@ static void run_layers(int32_t first, int32_t last)
     }
 }
 
+#if !ZO_TRAIN_INTEGER_ONLY
 /* ---- learning rate ---------------------------------------------------------------------- */
 
 /* sin(y), |y| <= pi/2: Taylor to y^11 by Horner in y^2, float32 at every step. The
@@ -213,6 +214,8 @@ static void update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t
     const int32_t r = update_delta(coef, L->bias_inv_s2[c], g);
     L->bias[c] = sat_s32((int64_t)L->bias[c] - r);
 }
+
+#endif /* !ZO_TRAIN_INTEGER_ONLY */
 
 /* CONV_2D's folded bias from the current weights and bias (zo_conv.c): after every change of
  * a CONV layer's parameters, before its kernel runs again. */
@@ -333,6 +336,40 @@ static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint
     run_layers(L->op, (int32_t)L->next_op - 1);
 }
 
+/* BP gradients are Q24 (zo_backprop.c): shift 8 rounds them to NP's Q16, half away from
+ * zero as RoundingDivideByPOT; NP's own are Q16 already (shift 0). */
+static int32_t parameter_gradient(int64_t g, int shift)
+{
+    if (shift == 0) {
+        return sat_s32(g);
+    }
+    const int64_t mask = ((int64_t)1 << shift) - 1;
+    const int64_t remainder = g & mask;
+    const int64_t threshold = (mask >> 1) + (g < 0 ? 1 : 0);
+    return sat_s32((g >> shift) + (remainder > threshold ? 1 : 0));
+}
+
+/* N > 1: one sample's parameter gradient added into acc (d_w int32, saturating) */
+static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
+                                     const int8_t *a, int shift, int32_t *acc)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    for (uint32_t j = 0; j < L->weight_count;) {
+        int64_t g[2];
+        const uint32_t count = weight_gradients(L, gz, a, j, g);
+        for (uint32_t k = 0; k < count; ++k, ++j) {
+            acc[j] = sat_s32((int64_t)acc[j] + parameter_gradient(g[k], shift));
+        }
+    }
+    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+        acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
+                                           + parameter_gradient(bias_gradient(L, gz, c), shift));
+    }
+    ZO_PROFILE_END();
+}
+
+#if !ZO_TRAIN_INTEGER_ONLY
+
 static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                         float coef)
 {
@@ -448,19 +485,6 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
     }
 }
 
-/* BP gradients are Q24 (zo_backprop.c): shift 8 rounds them to NP's Q16, half away from
- * zero as RoundingDivideByPOT; NP's own are Q16 already (shift 0). */
-static int32_t parameter_gradient(int64_t g, int shift)
-{
-    if (shift == 0) {
-        return sat_s32(g);
-    }
-    const int64_t mask = ((int64_t)1 << shift) - 1;
-    const int64_t remainder = g & mask;
-    const int64_t threshold = (mask >> 1) + (g < 0 ? 1 : 0);
-    return sat_s32((g >> shift) + (remainder > threshold ? 1 : 0));
-}
-
 /* The update of a layer from one sample's node gradient gz and the layer input a (N = 1):
  * the outer product twice (clipping, then the update), so no buffer of d_w is needed. */
 static void update_from_node_gradient(const zo_train_model *m, const zo_train_layer *L,
@@ -489,25 +513,6 @@ static void update_from_node_gradient(const zo_train_model *m, const zo_train_la
     }
     ZO_PROFILE_END();
     refold(L);
-}
-
-/* N > 1: one sample's parameter gradient added into acc (d_w int32, saturating) */
-static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
-                                     const int8_t *a, int shift, int32_t *acc)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    for (uint32_t j = 0; j < L->weight_count;) {
-        int64_t g[2];
-        const uint32_t count = weight_gradients(L, gz, a, j, g);
-        for (uint32_t k = 0; k < count; ++k, ++j) {
-            acc[j] = sat_s32((int64_t)acc[j] + parameter_gradient(g[k], shift));
-        }
-    }
-    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
-        acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
-                                           + parameter_gradient(bias_gradient(L, gz, c), shift));
-    }
-    ZO_PROFILE_END();
 }
 
 /* N > 1: the update from the accumulated gradient (weights, then biases) */
@@ -566,16 +571,144 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     update_from_accumulator(m, L, acc, coef);
 }
 
+#endif /* !ZO_TRAIN_INTEGER_ONLY */
+
+#if ZO_TRAIN_INTEGER_ONLY
+/* ---- ElasticZO-INT8 (--estimator int8): integer only ---------------------------------- */
+
+/* p_zero of step t in Q16: --p-zero, or the paper's schedule 0.33, 0.5, 0.9 from 0, T/5, T/2 */
+static uint32_t p_zero_q16(const zo_train_model *m, const zo_train_state *s, uint32_t t)
+{
+    if (m->p_zero_q16 >= 0) {
+        return (uint32_t)m->p_zero_q16;
+    }
+    const uint32_t T = s->schedule_steps;
+    return 5u * t < T ? 21627u : (2u * t < T ? 32768u : 58982u);
+}
+
+/* z = m u: one draw, u = ((x >> 16) (2 r + 1) >> 16) - r, kept where (x & 0xFFFF) >= p */
+static int32_t int8_perturbation(uint32_t *state, int32_t r_max, uint32_t p_q16)
+{
+    const uint32_t x = zo_xorshift32(state);
+    const int32_t u = (int32_t)(((x >> 16) * (uint32_t)(2 * r_max + 1)) >> 16) - r_max;
+    return (x & 0xFFFFu) >= p_q16 ? u : 0;
+}
+
+/* The layer's update from its int32 gradient g (training/int8.py round_to_bits): with B the
+ * bit length of max |g|, magnitudes shift right by B - bits + halvings with stochastic
+ * rounding (up when the remainder exceeds the low bits of a rounding-stream draw);
+ * subtracted from the weights with int8 saturation. Biases keep their values. */
+static void round_update(const zo_train_layer *L, const int32_t *g, int32_t bits,
+                         uint32_t halvings, uint32_t seed)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    uint32_t largest = 0u;
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        const uint32_t a = g[j] < 0 ? 0u - (uint32_t)g[j] : (uint32_t)g[j];
+        largest = a > largest ? a : largest;
+    }
+    int32_t length = 0;
+    for (uint32_t v = largest; v; v >>= 1) {
+        ++length;
+    }
+    int32_t shift = length - bits + (int32_t)halvings;
+    shift = shift > 31 ? 31 : shift;
+    uint32_t state = zo_rounding_seed(seed);
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        int32_t d = g[j];
+        if (shift > 0) {
+            const uint32_t mask = (1u << shift) - 1u;
+            const uint32_t a = g[j] < 0 ? 0u - (uint32_t)g[j] : (uint32_t)g[j];
+            const uint32_t q = (a >> shift) + ((a & mask) > (zo_xorshift32(&state) & mask) ? 1u : 0u);
+            d = g[j] < 0 ? -(int32_t)q : (int32_t)q;
+        }
+        L->weights[j] = sat_s8((int32_t)L->weights[j] - d); /* |d| <= 2^31 >> 1 */
+    }
+    ZO_PROFILE_END();
+    refold(L);
+}
+
+/* Per query: the losses at theta + z and theta - z from layer L (every sample sees the same
+ * z), D_q = sum over the batch of the clamped differences; then G_j = sum_q sgn(D_q) z_qj,
+ * the saved activations advanced with the old weights, and the rounded update (Alg. 2). */
+static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
+                          const zo_train_layer *L, uint32_t seed)
+{
+    uint8_t *arena = model_arena();
+    int32_t *g = m->gradient;
+    int8_t *backup = (int8_t *)(m->gradient + L->weight_count);
+    const uint32_t p_q16 = p_zero_q16(m, s, s->step);
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+        memcpy(backup, L->weights, L->weight_count);
+        ZO_PROFILE_END();
+    }
+    memset(m->query_sums, 0, m->queries * sizeof m->query_sums[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        uint32_t state = seed;
+        for (uint32_t q = 0; q < m->queries; ++q) {
+            const uint32_t query = state;
+            int32_t loss[2];
+            for (int side = 0; side < 2; ++side) {
+                state = query;
+                restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+                {
+                    ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+                    for (uint32_t j = 0; j < L->weight_count; ++j) {
+                        const int32_t z = int8_perturbation(&state, m->r_max, p_q16);
+                        L->weights[j] = sat_s8(L->weights[j] + (side ? -z : z));
+                    }
+                    ZO_PROFILE_END();
+                }
+                refold(L);
+                run_layers(L->op, m->logits_op);
+                loss[side] = loss_q16(m, m->labels[n]);
+                ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+                memcpy(L->weights, backup, L->weight_count);
+                ZO_PROFILE_END();
+            }
+            m->query_sums[q] += loss_difference(m, loss[0], loss[1]);
+        }
+    }
+    refold(L);
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+        memset(g, 0, L->weight_count * sizeof g[0]);
+        uint32_t state = seed;
+        for (uint32_t q = 0; q < m->queries; ++q) { /* G_j = sum_q sgn(D_q) z_qj, replayed */
+            const int32_t sign = (m->query_sums[q] > 0) - (m->query_sums[q] < 0);
+            for (uint32_t j = 0; j < L->weight_count; ++j) {
+                g[j] += sign * int8_perturbation(&state, m->r_max, p_q16);
+            }
+        }
+        ZO_PROFILE_END();
+    }
+    if (L->next_op != L->op) {
+        for (uint32_t n = 0; n < m->batch; ++n) {
+            advance_saved(m, L, n);
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+        }
+    }
+    round_update(L, g, m->b_zo, s->halvings, seed);
+}
+#endif /* ZO_TRAIN_INTEGER_ONLY */
+
 /* --bp-layers: layers[first..layer_count) by back-propagation through the head, from each
  * sample's saved activations at the first of them (step t's network: the ZO layers'
  * updates before did not touch them). The node gradients are exact and Q24; the updates
  * are NP's, in forward order, after every sample's backward pass. */
-static void estimate_bp(const zo_train_model *m, uint32_t first, float eta)
+static void estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32_t first)
 {
     const zo_bp_head *h = m->head;
     uint8_t *arena = model_arena();
     const uint8_t *region = (const uint8_t *)m->gradient;
     int32_t *acc = m->gradient + h->accumulator_offset;
+#if ZO_TRAIN_INTEGER_ONLY
+    const int direct = 0; /* the rounding needs the whole gradient (its largest value) */
+#else
+    const float eta = zo_train_learning_rate(m, s, s->step);
+    const int direct = m->batch == 1; /* N = 1: the outer product twice, no accumulator */
+#endif
     memset(acc, 0, h->accumulator_words * sizeof acc[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
         const zo_train_layer *F = &m->layers[first];
@@ -599,9 +732,11 @@ static void estimate_bp(const zo_train_model *m, uint32_t first, float eta)
             const zo_train_layer *L = &m->layers[op->layer];
             const int32_t *gz = m->gradient + op->out_error;
             const int8_t *a = (const int8_t *)(region + op->in_copy[0]);
-            if (m->batch == 1) {
+            if (direct) {
+#if !ZO_TRAIN_INTEGER_ONLY
                 update_from_node_gradient(m, L, gz, a, ZO_BP_GRADIENT_SHIFT,
                                           (eta * L->gscale) * m->inv_nq);
+#endif
             } else {
                 accumulate_node_gradient(L, gz, a, ZO_BP_GRADIENT_SHIFT, acc + offset);
                 offset += L->weight_count + L->bias_count;
@@ -609,9 +744,14 @@ static void estimate_bp(const zo_train_model *m, uint32_t first, float eta)
         }
     }
     uint32_t offset = 0;
-    for (uint32_t i = first; m->batch > 1 && i < m->layer_count; ++i) {
+    for (uint32_t i = first; !direct && i < m->layer_count; ++i) {
         const zo_train_layer *L = &m->layers[i];
+#if ZO_TRAIN_INTEGER_ONLY /* weights only, b_bp bits (Alg. 2 line 11) */
+        round_update(L, acc + offset, m->b_bp, s->halvings,
+                     zo_step_seed(m->seed, s->step, L->seed_index));
+#else
         update_from_accumulator(m, L, acc + offset, (eta * L->gscale) * m->inv_nq);
+#endif
         offset += L->weight_count + L->bias_count;
     }
 }
@@ -691,7 +831,11 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
 {
     uint8_t *arena = model_arena();
     const uint32_t t = s->step;
+#if ZO_TRAIN_INTEGER_ONLY
+    const float eta = 0.0f; /* no learning rate: the updates are b_zo / b_bp bits */
+#else
     const float eta = zo_train_learning_rate(m, s, t);
+#endif
     const zo_train_layer *first = &m->layers[0];
     const uint32_t step_start = platform_cycles();
 #ifdef ZO_PROFILE_TRAIN
@@ -730,15 +874,21 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         const zo_train_layer *L = &m->layers[i];
         const uint32_t layer_start = platform_cycles();
         const uint32_t seed = zo_step_seed(m->seed, t, L->seed_index);
-        const float coef = (eta * L->gscale) * m->inv_nq;
         int32_t last = (int32_t)i;
-        if (L->mode == ZO_TRAIN_WP) {
-            estimate_wp(m, L, seed, coef);
-        } else if (L->mode == ZO_TRAIN_NP) {
-            estimate_np(m, L, seed, coef);
-        } else { /* the BP layers are the last ones: all of them at once */
-            estimate_bp(m, i, eta);
+        if (L->mode == ZO_TRAIN_BP) { /* the BP layers are the last ones: all at once */
+            estimate_bp(m, s, i);
             last = (int32_t)m->layer_count - 1;
+        } else {
+#if ZO_TRAIN_INTEGER_ONLY
+            estimate_int8(m, s, L, seed);
+#else
+            const float coef = (eta * L->gscale) * m->inv_nq;
+            if (L->mode == ZO_TRAIN_WP) {
+                estimate_wp(m, L, seed, coef);
+            } else {
+                estimate_np(m, L, seed, coef);
+            }
+#endif
         }
         const uint32_t report_cycles =
             report(s, t, last, mean_loss, eta, platform_cycles() - layer_start);

@@ -11,10 +11,12 @@
 
 #include "zo_backprop.h"
 #include "zo_kernels.h"
+#include "zo_train_config.h" /* ZO_TRAIN_INTEGER_ONLY */
 
 #define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
 #define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's pre-activation, rerun from i + 1 */
 #define ZO_TRAIN_BP 2 /* back-propagation through the head (--bp-layers, zo_backprop.c) */
+#define ZO_TRAIN_INT8 3 /* ElasticZO-INT8: two-point sign estimate, integer-only (int8.py) */
 
 #define ZO_TRAIN_CONV 0
 #define ZO_TRAIN_DEPTHWISE 1
@@ -152,6 +154,10 @@ typedef struct {
     int32_t *query_sums;   /* [queries] */
     const zo_guard_config *guard; /* NULL: neither guard nor --lr auto */
     const zo_bp_head *head;       /* --bp-layers: the head back-propagation runs through */
+    /* --estimator int8 (ZO_TRAIN_INTEGER_ONLY builds): perturbations uniform on
+     * [-r_max, r_max], zero where a draw's low 16 bits fall below p_zero (Q16; -1: the
+     * paper's schedule), updates of b_zo (ZO) / b_bp (BP) bits */
+    int32_t r_max, p_zero_q16, b_zo, b_bp;
     uint32_t slot_sectors; /* checkpoint slots in the image's area: 0 = run, 1 = best */
 } zo_train_model;
 
@@ -193,9 +199,11 @@ void zo_train_detach(const zo_train_model *m);
 /* One optimisation step on samples (step * N + n) mod sample_count. */
 int zo_train_step(const zo_train_model *m, zo_train_state *s);
 
+#if !ZO_TRAIN_INTEGER_ONLY
 /* eta_t: s->lr under the schedule over s->schedule_steps (float32 polynomial cosine,
  * identical on every target), times 2^-halvings. */
 float zo_train_learning_rate(const zo_train_model *m, const zo_train_state *s, uint32_t step);
+#endif
 
 /* Checkpoint (format: zocodegen/training/checkpoint.py) through a byte sink / source. */
 typedef int (*zo_byte_sink)(void *context, const uint8_t *bytes, uint32_t n);

@@ -236,7 +236,8 @@ LINK_BLOCKDEV = "blockdev_link.c"
 #: Block-device backends of templates/train that only the image reader's tests build
 #: (tests/test_image.py); generated projects use LINK_BLOCKDEV.
 TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
-ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2}  # HELLO's estimator field
+#: HELLO's estimator field: the index in training.config.ESTIMATORS (mezo has no firmware)
+ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2, "int8": 4}
 
 
 def _render_training(env: jinja2.Environment, render) -> None:
@@ -244,6 +245,7 @@ def _render_training(env: jinja2.Environment, render) -> None:
     model's training tables."""
     render("templates/project/training.c.j2", "src/training.c")
     render("templates/project/training.h.j2", "include/training.h")
+    render("templates/project/zo_train_config.h.j2", "include/zo_train_config.h")
     for template in _listing(env, "templates/train"):
         base = template.rsplit("/", 1)[1]
         if base not in TEST_BLOCKDEVS:

@@ -15,6 +15,7 @@ from ..reference.common import output_range
 from ..training.backprop import Head, backward_factors
 from ..training.checkpoint import encoded_size
 from ..training.guard import MIN_VAL_RECORDS, guard_schedule
+from ..training.int8 import q16
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
@@ -177,6 +178,11 @@ class TrainingCode:
     guards: tuple[GuardCode, ...] | None  # per zo_train_model; None: no guard, fixed eta
     slot_sectors: int  # sectors of each of the checkpoint area's two slots
     head: HeadCode | None  # --bp-layers
+    integer_only: bool  # --estimator int8: the engine's integer-only build
+    r_max: int
+    p_zero_q16: int  # -1: the paper's schedule
+    b_zo: int
+    b_bp: int
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -249,7 +255,7 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
     scaled_offset = words
     accumulator_offset = scaled_offset + hd.scaled_count
     accumulator_words = (sum(layer.d_w for layer in plan.bp_layers)
-                         if plan.config.batch > 1 else 0)
+                         if plan.config.batch > 1 or plan.config.integer_only else 0)
     copy_offset = 4 * (accumulator_offset + accumulator_words)
     made = {name: k for k in hd.ops for name in graph.ops[k].outputs}
     copy_at, copies, pos = {}, [], 0
@@ -299,7 +305,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
-            if layer.mode == "WP":
+            if layer.mode in ("WP", "INT8"):
                 words = layer.weight_count + (layer.weight_count + 3) // 4
             elif layer.mode == "NP":
                 words = (layer.output_count + (2 * layer.output_count + 3) // 4
@@ -353,4 +359,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         plan.logits_op,
                         arena.offsets[plan.logits], plan.num_classes, loss,
                         arena.offsets[graph.inputs[0]], x.nbytes, guards,
-                        checkpoint_slot_bytes(largest) // SECTOR_BYTES, head)
+                        checkpoint_slot_bytes(largest) // SECTOR_BYTES, head,
+                        cfg.integer_only, cfg.r_max,
+                        -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import UserError
 
-ESTIMATORS = ("adaptive", "wp", "np", "mezo")
+ESTIMATORS = ("adaptive", "wp", "np", "mezo", "int8")
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
 #: Loss differences are clamped to +-(2^31 - 1) // (N Q) so that the int32 gradient sums
@@ -36,6 +36,12 @@ class TrainConfig:
     bp_layers: int = 0  # the model's last C trainable layers by back-propagation (ElasticZO);
     # BP_AUTO: the build picks the largest C that fits the board (resolve_bp_layers)
     mode: str = "full"
+    # --estimator int8 (ElasticZO-INT8, training/int8.py): perturbation range, sparsity
+    # (None: the paper's schedule), bits of the ZO and the BP update
+    r_max: int = 7
+    p_zero: float | None = None
+    b_zo: int = 1
+    b_bp: int = 3
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
@@ -65,6 +71,15 @@ class TrainConfig:
                             "differences; lower one of them")
         if self.bp_layers < BP_AUTO:
             raise UserError(f"--bp-layers must be 0 or more, or auto (got {self.bp_layers})")
+        if not 1 <= self.r_max <= 127:
+            raise UserError(f"--r-max must be in 1..127 (got {self.r_max})")
+        if self.p_zero is not None and not 0 <= self.p_zero < 1:
+            raise UserError(f"--p-zero must be in [0, 1) or schedule (got {self.p_zero})")
+        if not (1 <= self.b_zo <= 8 and 1 <= self.b_bp <= 8):
+            raise UserError("--b-zo and --b-bp must be in 1..8 bits")
+        if self.estimator == "int8" and self.lr_auto:
+            raise UserError("--estimator int8 has no learning rate to pick: its step is "
+                            "--b-zo / --b-bp bits; drop --lr auto")
         if not self.max_step >= 0:
             raise UserError(f"--max-step must be 0 (off) or positive (got {self.max_step})")
         if self.guard_every < 0 or self.guard_samples < 1:
@@ -79,6 +94,11 @@ class TrainConfig:
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
             if self.trial_samples < 1:
                 raise UserError("--trial-samples must be at least 1")
+
+    @property
+    def integer_only(self) -> bool:
+        """ElasticZO-INT8: no floating point from perturbation to update."""
+        return self.estimator == "int8"
 
     @property
     def selects_block(self) -> bool:

@@ -31,7 +31,7 @@ class TrainableLayer:
     output_count: int  # d_a
     channels: int
     channel_inner: int
-    mode: str  # "WP", "NP" or "BP" (back-propagation, --bp-layers)
+    mode: str  # "WP", "NP", "INT8" (ElasticZO-INT8) or "BP" (back-propagation, --bp-layers)
     gscale: np.float32  # NQ / (NQ + d - 1); BP: Q, so that the coefficient is eta / N
     weight_inv_s2: np.ndarray  # float32 (channels,)
     bias_inv_s2: np.ndarray  # float32 (channels,)
@@ -91,7 +91,8 @@ class TrainingPlan:
         n = self.config.batch
         if self.config.estimator == "mezo":
             return 2 * self.queries_per_step * n
-        return self.queries_per_step * len(self.zo_layers) * n
+        sides = 2 if self.config.estimator == "int8" else 1  # INT8: theta + z and theta - z
+        return sides * self.queries_per_step * len(self.zo_layers) * n
 
     @property
     def parameter_bytes(self) -> int:
@@ -102,7 +103,7 @@ class TrainingPlan:
         and a backup copy of the weights; NP an int32 node gradient of d_a and the int8
         h(z - 1), h(z + 1) (plus an int32 weight-gradient accumulator when N > 1)."""
         def need(layer: TrainableLayer) -> int:
-            if layer.mode == "WP":
+            if layer.mode in ("WP", "INT8"):
                 return 5 * layer.weight_count
             return (6 * layer.output_count
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
@@ -116,7 +117,7 @@ class TrainingPlan:
             return 0
         total = sum(_align4(size) for size in self.head.saved_bytes)
         total += 4 * (sum(self.head.error_counts) + self.head.scaled_count)
-        if self.config.batch > 1:
+        if self.config.batch > 1 or self.config.integer_only:  # INT8 rounds the whole G
             total += 4 * sum(layer.d_w for layer in self.bp_layers)
         return total
 
@@ -331,6 +332,8 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         d_a = graph.tensor(op.outputs[0]).size
         if i in bp:
             mode = "BP"
+        elif config.estimator == "int8":
+            mode = "INT8"
         elif config.estimator in ("wp", "mezo"):
             mode = "WP"
         elif config.estimator == "np":
@@ -341,7 +344,8 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
     layers = []
     for i, k, op, bias, w_count, b_count, d_a, channels, inner, mode in drafts:
-        d = total_d if config.estimator == "mezo" else (w_count if mode == "WP" else d_a)
+        d = total_d if config.estimator == "mezo" else (w_count if mode in ("WP", "INT8")
+                                                         else d_a)
         gscale = np.float32(n * q / (n * q + d - 1) if config.gnorm_scaling else 1.0)
         if mode == "BP":  # an exact gradient: coefficient eta gscale / (N Q) = eta / N
             gscale = np.float32(mezo_factor * q)

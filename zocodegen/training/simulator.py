@@ -22,6 +22,7 @@ from ..reference.common import output_range
 from ..reference.registry import KERNELS, PRE_ACTIVATION
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
+from . import int8
 from .backprop import node_gradients, parameter_gradient
 from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
@@ -205,8 +206,35 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
         pos += layer.weight_count
 
 
+def _int8_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                   env: dict, labels: np.ndarray, seed: int, t: int) -> np.ndarray:
+    """ElasticZO-INT8's two-point sign estimate for one layer (training/int8.py): G_j =
+    sum_q sgn(sum_n l+ - l-) z_qj, int64."""
+    cfg = plan.config
+    q, n, d = cfg.queries, len(labels), layer.weight_count
+    z = int8.perturbations(seed, q * d, cfg.r_max, int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
+    z = z.reshape(q, d)
+    losses = []
+    for sign in (1, -1):
+        start = {name: _tile(env[name], q) for name in layer.crossing}
+        start.update(params)
+        start.update(_perturbed_params(layer, params, sign * z, n))
+        out = forward(graph, start, layer.op_index, plan.logits_op)
+        losses.append(losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n))
+    return int8.sign_gradient(z, loss_differences(plan, losses[0], losses[1]).sum(axis=1))
+
+
+def _int8_update(layer: TrainableLayer, params: Params, grad: np.ndarray, bits: int,
+                 halvings: int, seed: int) -> None:
+    """G rounded to ``bits`` bits (one more bit of shift per guard halving), subtracted from
+    the weights with int8 saturation; biases unchanged."""
+    w = params[layer.weights]
+    update = int8.round_to_bits(grad, bits, halvings, seed)
+    params[layer.weights] = int8.apply_update(w.reshape(-1), update).reshape(w.shape)
+
+
 def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
-             labels: np.ndarray, eta_t: np.float32) -> None:
+             labels: np.ndarray, eta_t: np.float32, t: int, halvings: int) -> None:
     """--bp-layers: the head's exact gradients from the clean forward's activations (the
     ZO layers' updates do not reach them: step t's network, as the global update rule
     wants), then each BP layer's update in forward order, as NP's with an exact node
@@ -216,6 +244,10 @@ def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
                            plan.loss_params, tuple(layer.op_index for layer in layers))
     for layer in layers:
         gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], grads[layer.op_index])
+        if plan.config.integer_only:  # weights only, rounded to b_BP bits (Alg. 2 line 11)
+            _int8_update(layer, params, _accumulate_int32(parameter_gradient(gw)),
+                         plan.config.b_bp, halvings, step_seed(plan.config.seed, t, layer.index))
+            continue
         grad = (_accumulate_int32(parameter_gradient(gw)),
                 _accumulate_int32(parameter_gradient(gb)) if layer.bias else None)
         _update_layer(plan, layer, params, grad, eta_t)
@@ -243,11 +275,15 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     else:
         for layer in plan.zo_layers:
             seed = step_seed(cfg.seed, t, layer.index)
+            if layer.mode == "INT8":
+                grad = _int8_gradient(graph, plan, layer, params, env, labels, seed, t)
+                _int8_update(layer, params, grad, cfg.b_zo, halvings, seed)
+                continue
             estimate = _wp_gradient if layer.mode == "WP" else _np_gradient
             grad = estimate(graph, plan, layer, params, env, labels, clean, seed)
             _update_layer(plan, layer, params, grad, eta_t)
     if plan.head is not None:
-        _bp_step(graph, plan, params, env, labels, eta_t)
+        _bp_step(graph, plan, params, env, labels, eta_t, t, halvings)
     return params, float(clean.mean()) / 65536.0
 
 
