@@ -31,7 +31,7 @@ from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import TrainConfig, parse_bp_layers, parse_layer_list
+from .training.config import BP_AUTO, TrainConfig, parse_bp_layers, parse_layer_list
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
 from .training.runner import simulate
@@ -397,6 +397,11 @@ def cmd_build(args: argparse.Namespace) -> None:
     if plan.training is not None:
         items = {i.name: i.bytes for i in plan.training.ram_items()}
         print("training: " + ", ".join(f"{k} {v:,} B" for k, v in items.items()))
+        if train.bp_layers == BP_AUTO:
+            chosen = sum(1 for layer in plan.training.layers
+                         if layer.mode == "ZO_TRAIN_BP" and layer.defines)
+            print(f"--bp-layers auto: the last {chosen} trainable layer(s) by back-propagation "
+                  f"(the largest C that fits the {plan.board.name} budget)")
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")
@@ -411,7 +416,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "
                f"{100 * result.accuracy_after:.1f}%")
     guard = f", {result.rollbacks} rollback(s)" if config.guard else ""
-    print(f"{result.steps} steps at eta {result.lr:g}{guard}, loss {result.first_loss:.3f} -> "
+    step = (f"int8 updates of {config.b_zo} bit(s)" if config.integer_only
+            else f"eta {result.lr:g}")
+    print(f"{result.steps} steps at {step}{guard}, loss {result.first_loss:.3f} -> "
           f"{result.last_loss:.3f} (mean of first / last 50 steps){acc}; "
           f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
     print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png", file=sys.stderr)

@@ -75,7 +75,10 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     _, logits_op = loss_head(graph)
     for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
         config = replace(train, bp_layers=c)
-        _, _, items = _layout(graph, arena, board, config)
+        try:
+            _, _, items = _layout(graph, arena, board, config)
+        except UserError:  # e.g. sparse training with no zeroth-order layer left
+            continue
         if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
             return replace(options, train=config)
     return replace(options, train=replace(train, bp_layers=0))

@@ -122,6 +122,10 @@ class TrainingPlan:
         return total
 
 
+#: the cross-entropy's Q12.19 sum of exponentials fits int32 below 2^12 terms
+MAX_CLASSES = 1 << 12
+
+
 def _align4(n: int) -> int:
     return (n + 3) // 4 * 4
 
@@ -282,6 +286,11 @@ def sparse_blocks(graph: Graph, config: TrainConfig) -> list[list[int]]:
     trainable-layer list) in ``config.blocks`` consecutive groups of nearly equal
     parameter bytes (docs/training.md)."""
     chosen, _ = _candidates(graph, config)
+    if not chosen:
+        raise UserError(f"sparse training needs a zeroth-order layer to put in blocks, and "
+                        f"--bp-layers {config.bp_layers} leaves none (the back-propagated "
+                        "layers train in every block); use --train full or a smaller "
+                        "--bp-layers")
     all_ops = trainable_ops(graph)
     sizes = [_layer_bytes(graph, graph.ops[all_ops[i]]) for i in chosen]
     return [chosen[a:b] for a, b in partition_blocks(sizes, config.blocks)]
@@ -358,6 +367,9 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
             crossing_tensors(graph, k + 1, logits_op)))
     classes = graph.tensor(logits).shape[-1]
+    if classes >= MAX_CLASSES:
+        raise UserError(f"the loss's fixed-point softmax sums at most {MAX_CLASSES - 1} "
+                        f"classes in int32; '{logits}' has {classes}")
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
                         np.float32(1.0 / (mezo_factor * n * q)), q,

@@ -127,6 +127,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     config = steps_for(config, epochs, len(data.x))
     if config.bp_layers == BP_AUTO:  # what `build --target stm32f746` would choose
         config = resolve_bp_layers(graph, BuildOptions("native", "stm32f746", config)).train
+        print(f"--bp-layers auto: the last {config.bp_layers} trainable layer(s) by "
+              "back-propagation (as `build --target stm32f746` picks)")
     plans = training_plans(graph, config)
     sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
     if out_dir.exists() and not out_dir.is_dir():
