@@ -62,14 +62,15 @@ def kb(n: float) -> str:
     return f"{n / 1024:,.1f}"
 
 
-def memory(model: Path, target: str, mode: str, tmp: Path) -> dict | str:
+def memory(model: Path, target: str, mode: str, tmp: Path, options: tuple[str, ...] = ()
+           ) -> dict | str:
     """The plan's items and the linked firmware's sizes; the refusal's first words when the
-    configuration does not fit."""
+    configuration does not fit. ``options``: more `build` options (e.g. --bp-layers 1)."""
     from zocodegen.cli import main as zocodegen
-    out = tmp / f"{target}_{model.stem}_{mode}"
+    out = tmp / f"{target}_{model.stem}_{mode}_{'_'.join(options).replace('-', '')}"
     try:
         code = zocodegen(["build", str(model), "--target", target, "--train", mode,
-                          "-o", str(out)])
+                          "-o", str(out), *options])
     except SystemExit as exc:
         code = exc.code
     if code != 0:
@@ -85,12 +86,15 @@ def memory(model: Path, target: str, mode: str, tmp: Path) -> dict | str:
     ram = sum(sections.get(s, 0) for s in (".stack", ".data", ".bss", ".zo_arena"))
     flash = sum(sections.get(s, 0) for s in (".isr_vector", ".text", ".rodata", ".data"))
     return dict(params=items["trainable parameters"], arena=items["arena"],
-                gradient=items["gradient buffer"], plan=report["sram"]["total_bytes"],
+                gradient=items["gradient buffer"], saved=items["saved activations"],
+                plan=report["sram"]["total_bytes"],
                 budget=report["sram"]["budget_bytes"], ram=ram, flash=flash)
 
 
-def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Path) -> int:
-    """One training step's instructions under QEMU -icount with the target's budget."""
+def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Path,
+                      options: dict | None = None) -> int:
+    """One training step's instructions under QEMU -icount with the target's budget;
+    ``options``: more TrainConfig fields (e.g. bp_layers=1, estimator="int8")."""
     import numpy as np
     from zocodegen.build import cached_build
     from zocodegen.frontends import load_model
@@ -107,10 +111,11 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
     pack_image(image, data, np.arange(2) % classes, num_classes=classes,
                checkpoint_bytes=1 << 20)
     config = TrainConfig(steps=1, queries=queries, mode=mode,
-                         block=0 if mode == "sparse" else None)
+                         block=0 if mode == "sparse" else None, **(options or {}))
     elf = cached_build(model, "qemu", emulate=target, train=config)
     records = []
-    run = tmp / f"run_{target}_{model.stem}_{mode}_{queries}"  # a new run: nothing to resume
+    tag = "_".join(f"{k}{v}" for k, v in sorted((options or {}).items()))
+    run = tmp / f"run_{target}_{model.stem}_{mode}_{queries}_{tag}"  # new: nothing to resume
     Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image, run,
             checkpoint_every=1, timeout=600, progress=False, on_step=records.append,
             log=lambda s: None).run()

@@ -30,12 +30,17 @@ needs_qemu = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc a
 
 
 @needs_arm
+@pytest.mark.parametrize("bp_layers", [0, 1])
 @pytest.mark.parametrize("target,train,sram_kb,flash_kb", [
     ("stm32h7b3", "full", 1024, 2048), ("stm32f746", "sparse", 256, 1024)])
-def test_paper_budget_links(tmp_path, target, train, sram_kb, flash_kb):
+def test_paper_budget_links(tmp_path, target, train, sram_kb, flash_kb, bp_layers):
+    """Also with the classifier trained by back-propagation (--bp-layers 1, issue 16)."""
     out = tmp_path / "fw"
     assert main(["build", str(MODEL), "--target", target, "--train", train,
-                 "-o", str(out)]) == 0
+                 "--bp-layers", str(bp_layers), "-o", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["training"]["bp_layers"] == bp_layers
+    assert (manifest["training"]["modes"][-1] == "BP") == (bp_layers == 1)
     _make(out, "firmware")
     report = json.loads((out / "memory_report.json").read_text())
     sections = _sections(out / "build" / target / "firmware.elf")

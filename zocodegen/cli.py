@@ -231,26 +231,22 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "samples, score it on the last S (default 64)")
 
 
-def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
-    block = None
-    if args.block != "auto":
-        try:
-            block = int(args.block)
-        except ValueError:
-            raise UserError(f"--block expects a block index or auto, got '{args.block}'"
-                            ) from None
-    lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
-    p_zero = None
-    if args.p_zero != "schedule":
-        try:
-            p_zero = float(args.p_zero)
-        except ValueError:
-            raise UserError(f"--p-zero expects a number or schedule, got '{args.p_zero}'"
-                            ) from None
+def _number(text: str, keyword: str, convert, message: str):
+    """An option that is a number or a keyword: None for the keyword."""
+    if text == keyword:
+        return None
     try:
-        lr = 0.01 if args.lr == "auto" else float(args.lr)
+        return convert(text)
     except ValueError:
-        raise UserError(f"--lr expects a number or auto, got '{args.lr}'") from None
+        raise UserError(f"{message}, got '{text}'") from None
+
+
+def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
+    block = _number(args.block, "auto", int, "--block expects a block index or auto")
+    lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
+    p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
+    lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
+    lr = 0.01 if lr is None else lr
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,

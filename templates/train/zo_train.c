@@ -215,6 +215,22 @@ static void update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t
     L->bias[c] = sat_s32((int64_t)L->bias[c] - r);
 }
 
+/* The weights' update from their whole int32 gradient g: clipped as a whole (update
+ * clipping), then applied. Returns the coefficient used, which the biases share. */
+static float update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
+                            float coef)
+{
+    float largest = 0.0f;
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        largest = weight_step(L, coef, j, g[j], largest);
+    }
+    coef = clipped_coefficient(m, coef, largest);
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        update_weight(L, coef, j, g[j]);
+    }
+    return coef;
+}
+
 #endif /* !ZO_TRAIN_INTEGER_ONLY */
 
 /* CONV_2D's folded bias from the current weights and bias (zo_conv.c): after every change of
@@ -420,14 +436,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
         }
     }
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    float largest = 0.0f;
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        largest = weight_step(L, coef, j, g[j], largest);
-    }
-    coef = clipped_coefficient(m, coef, largest);
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        update_weight(L, coef, j, g[j]);
-    }
+    (void)update_weights(m, L, g, coef);
     ZO_PROFILE_END();
     refold(L);
 }
@@ -520,14 +529,7 @@ static void update_from_accumulator(const zo_train_model *m, const zo_train_laye
                                     const int32_t *acc, float coef)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    float largest = 0.0f;
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        largest = weight_step(L, coef, j, acc[j], largest);
-    }
-    coef = clipped_coefficient(m, coef, largest);
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        update_weight(L, coef, j, acc[j]);
-    }
+    coef = update_weights(m, L, acc, coef);
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
         update_bias(L, coef, c, acc[L->weight_count + c]);
     }
