@@ -205,8 +205,8 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "0.33, 0.5, 0.9 from 0, 20 %%, 50 %% of the run (default)")
     g.add_argument("--b-zo", type=int, default=1, metavar="BITS",
                    help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
-    g.add_argument("--b-bp", type=int, default=3, metavar="BITS",
-                   help="int8 with --bp-layers: the BP update rounded to BITS bits (default 3)")
+    g.add_argument("--b-bp", type=int, default=1, metavar="BITS",
+                   help="int8 with --bp-layers: the BP update rounded to BITS bits (default 1)")
     g.add_argument("--max-step", type=float, default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")

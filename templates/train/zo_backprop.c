@@ -9,6 +9,8 @@
 #include "zo_requant.h"
 #include "zo_train.h"
 
+#if ZO_TRAIN_BACKPROP /* a build without --bp-layers leaves this file empty */
+
 static int32_t sat32(int64_t x)
 {
     return (int32_t)(x > INT32_MAX ? INT32_MAX : (x < INT32_MIN ? INT32_MIN : x));
@@ -230,3 +232,4 @@ void zo_bp_backward(const zo_train_model *m, int32_t label)
         }
     }
 }
+#endif /* ZO_TRAIN_BACKPROP */

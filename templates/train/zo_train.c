@@ -18,6 +18,9 @@
 #define ZO_INT32_MAX_I64 ((int64_t)2147483647)
 #define ZO_INT32_MIN_I64 (-(int64_t)2147483647 - 1)
 #define ZO_UPDATE_LIMIT 1073741824.0f /* 2^30: |rounded update| is clamped here */
+/* NP and BP turn a node gradient into parameter gradients (an INT8 build without BP
+ * layers has neither) */
+#define ZO_TRAIN_NODE_GRADIENTS (ZO_TRAIN_BACKPROP || !ZO_TRAIN_INTEGER_ONLY)
 
 #ifdef ZO_PROFILE_TRAIN
 /*
@@ -63,11 +66,13 @@ static int8_t sat_s8(int32_t x)
     return (int8_t)(x > 127 ? 127 : (x < -128 ? -128 : x));
 }
 
+#if ZO_TRAIN_NODE_GRADIENTS
 static int32_t sat_s32(int64_t x)
 {
     return (int32_t)(x > ZO_INT32_MAX_I64 ? ZO_INT32_MAX_I64
                                           : (x < ZO_INT32_MIN_I64 ? ZO_INT32_MIN_I64 : x));
 }
+#endif
 
 static uint8_t *saved_slot(const zo_train_model *m, uint32_t n)
 {
@@ -254,6 +259,19 @@ static void refold(const zo_train_layer *L)
     ZO_PROFILE_END();
 }
 
+/* ---- the two estimators ----------------------------------------------------------------- */
+
+/* After layer L's estimate: rerun L .. next_op - 1 with L's *old* parameters from each
+ * sample's saved activations and keep what the next trainable layer needs ("global
+ * update": every estimate of step t sees step t's network). */
+static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
+{
+    uint8_t *arena = model_arena();
+    restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+    run_layers(L->op, (int32_t)L->next_op - 1);
+}
+
+#if ZO_TRAIN_NODE_GRADIENTS
 /* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
 
 /* [first, last) of the output positions o whose input position o * stride - pad + offset
@@ -340,18 +358,6 @@ static int64_t bias_gradient(const zo_train_layer *L, const int32_t *gz, uint32_
     return acc;
 }
 
-/* ---- the two estimators ----------------------------------------------------------------- */
-
-/* After layer L's estimate: rerun L .. next_op - 1 with L's *old* parameters from each
- * sample's saved activations and keep what the next trainable layer needs ("global
- * update": every estimate of step t sees step t's network). */
-static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
-{
-    uint8_t *arena = model_arena();
-    restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-    run_layers(L->op, (int32_t)L->next_op - 1);
-}
-
 /* BP gradients are Q24 (zo_backprop.c): shift 8 rounds them to NP's Q16, half away from
  * zero as RoundingDivideByPOT; NP's own are Q16 already (shift 0). */
 static int32_t parameter_gradient(int64_t g, int shift)
@@ -383,6 +389,8 @@ static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
     }
     ZO_PROFILE_END();
 }
+
+#endif /* ZO_TRAIN_NODE_GRADIENTS */
 
 #if !ZO_TRAIN_INTEGER_ONLY
 
@@ -695,6 +703,7 @@ static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
 }
 #endif /* ZO_TRAIN_INTEGER_ONLY */
 
+#if ZO_TRAIN_BACKPROP
 /* --bp-layers: layers[first..layer_count) by back-propagation through the head, from each
  * sample's saved activations at the first of them (step t's network: the ZO layers'
  * updates before did not touch them). The node gradients are exact and Q24; the updates
@@ -757,6 +766,7 @@ static void estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32
         offset += L->weight_count + L->bias_count;
     }
 }
+#endif /* ZO_TRAIN_BACKPROP */
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
@@ -877,10 +887,13 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         const uint32_t layer_start = platform_cycles();
         const uint32_t seed = zo_step_seed(m->seed, t, L->seed_index);
         int32_t last = (int32_t)i;
+#if ZO_TRAIN_BACKPROP
         if (L->mode == ZO_TRAIN_BP) { /* the BP layers are the last ones: all at once */
             estimate_bp(m, s, i);
             last = (int32_t)m->layer_count - 1;
-        } else {
+        } else
+#endif
+        {
 #if ZO_TRAIN_INTEGER_ONLY
             estimate_int8(m, s, L, seed);
 #else

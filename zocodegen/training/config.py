@@ -41,7 +41,7 @@ class TrainConfig:
     r_max: int = 7
     p_zero: float | None = None
     b_zo: int = 1
-    b_bp: int = 3
+    b_bp: int = 1
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
