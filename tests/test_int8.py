@@ -151,7 +151,7 @@ def test_rounding_to_bits_is_bounded_and_unbiased():
 def test_perturbations_are_sparse_uniform():
     """u uniform on [-r, r] (every value, near-equal counts), zeros at the rate p_zero."""
     r, p = 7, 0.5
-    z = int8.perturbations(99, 200000, r, int8.q16(p))
+    z = int8.perturbations(99, 2, 100000, r, int8.q16(p))
     assert z.min() == -r and z.max() == r
     zeros = (z == 0).mean()
     assert abs(zeros - (p + (1 - p) / (2 * r + 1))) < 0.01

@@ -61,4 +61,12 @@ static inline uint32_t zo_rounding_seed(uint32_t seed)
     return h ? h : 0x6D2B79F5u;
 }
 
+/* Query q's stream inside a layer's stream S (--estimator int8): fmix32(S ^ (q + 1) *
+ * 0x2545F491), never 0. */
+static inline uint32_t zo_query_seed(uint32_t seed, uint32_t query)
+{
+    uint32_t h = zo_fmix32(seed ^ ((query + 1u) * 0x2545F491u));
+    return h ? h : 0x6D2B79F5u;
+}
+
 #endif /* ZO_PRNG_H */

@@ -305,7 +305,9 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
-            if layer.mode in ("WP", "INT8"):
+            if layer.mode == "INT8":
+                words = cfg.queries + (layer.weight_count + 3) // 4
+            elif layer.mode == "WP":
                 words = layer.weight_count + (layer.weight_count + 3) // 4
             elif layer.mode == "NP":
                 words = (layer.output_count + (2 * layer.output_count + 3) // 4

@@ -4,9 +4,10 @@ training"; C twin: templates/train/zo_train.c (ZO_TRAIN_INTEGER_ONLY).
 
 Per trainable layer i, step t, query q (layer-wise, like WP: perturbed copies restored
 exactly from a backup):
-  * z = m * u, drawn from XORShift32 seeded with S(t, i): one 32-bit draw x per weight,
-    u = ((x >> 16) (2 r + 1) >> 16) - r, uniform on [-r, r]; m = [(x & 0xFFFF) >= p_zero Q16],
-    Bernoulli(1 - p_zero);
+  * z = m * u, drawn from query q's own XORShift32 stream (``query_seed(S(t, i), q)``): one
+    32-bit draw x per weight, u = ((x >> 16) (2 r + 1) >> 16) - r, uniform on [-r, r];
+    m = [(x & 0xFFFF) >= p_zero Q16], Bernoulli(1 - p_zero). One stream per query lets the
+    device rebuild G_j weight by weight from Q generator states, so it never stores G;
   * the losses at theta + z and theta - z (int8 saturation), from layer i, in Q16; per query
     D_q = sum over the batch of the clamped differences, g_q = sgn(D_q) (Alg. 2 line 8);
   * G_j = sum_q g_q z_qj, int32;
@@ -40,9 +41,15 @@ def p_zero_q16(p_zero: float | None, step: int, steps: int) -> int:
     return q16(P_ZERO_SCHEDULE[phase])
 
 
-def perturbations(seed: int, count: int, r_max: int, p_q16: int) -> np.ndarray:
-    """The layer's perturbations, ``count`` = Q * d_w draws in query order (int32)."""
-    x = draws(seed, count).astype(np.int64)
+def query_seed(seed: int, query: int) -> int:
+    """Query q's stream inside a layer's stream S: fmix32(S ^ (q + 1) * 0x2545F491), 0
+    replaced."""
+    return fmix32((seed ^ ((query + 1) * 0x2545F491)) & MASK32) or ZERO_SEED_REPLACEMENT
+
+
+def perturbations(seed: int, queries: int, count: int, r_max: int, p_q16: int) -> np.ndarray:
+    """The layer's perturbations, (Q, d_w) int32: row q from query q's stream."""
+    x = np.stack([draws(query_seed(seed, q), count) for q in range(queries)]).astype(np.int64)
     u = (((x >> 16) * (2 * r_max + 1)) >> 16) - r_max
     return np.where((x & 0xFFFF) >= p_q16, u, 0).astype(np.int32)
 

@@ -103,7 +103,9 @@ class TrainingPlan:
         and a backup copy of the weights; NP an int32 node gradient of d_a and the int8
         h(z - 1), h(z + 1) (plus an int32 weight-gradient accumulator when N > 1)."""
         def need(layer: TrainableLayer) -> int:
-            if layer.mode in ("WP", "INT8"):
+            if layer.mode == "INT8":  # Q generator states + the weight backup; G is rebuilt
+                return 4 * self.config.queries + layer.weight_count
+            if layer.mode == "WP":
                 return 5 * layer.weight_count
             return (6 * layer.output_count
                     + (4 * layer.d_w if self.config.batch > 1 else 0))

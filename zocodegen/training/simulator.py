@@ -212,8 +212,7 @@ def _int8_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, para
     sum_q sgn(sum_n l+ - l-) z_qj, int64."""
     cfg = plan.config
     q, n, d = cfg.queries, len(labels), layer.weight_count
-    z = int8.perturbations(seed, q * d, cfg.r_max, int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
-    z = z.reshape(q, d)
+    z = int8.perturbations(seed, q, d, cfg.r_max, int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
     losses = []
     for sign in (1, -1):
         start = {name: _tile(env[name], q) for name in layer.crossing}
