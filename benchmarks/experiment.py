@@ -7,18 +7,23 @@ every cell each model is adapted on the corrupted adapt split by the bit-exact s
 (``zocodegen simulate``, the integers the firmware computes) with our method at its defaults
 and with MeZO at the same number of forward passes, over three training seeds, beside no
 adaptation and the FP32 back-propagation ceiling (tests/fixtures/ceilings.json). On one
-family the ablations of the paper's Fig. 7 / Table 5 are run as well.
+family the ablations of the paper's Fig. 7 / Table 5 are run as well. ElasticZO's hybrid
+(``--bp-layers C``: the last C trainable layers by exact integer back-propagation, the rest by
+our ZO) runs in every cell too, for C = 1 and 2 at the same budget, beside a memory table per
+model and method taken from the generated firmware's memory report (``zocodegen build
+--target stm32f746 --bp-layers C``, the paper's Eq. 2-4 and Fig. 4/5 in table form).
 
 Every run is one CLI call, ``zocodegen simulate MODEL --data CELL.npz -o RUN --epochs E
---queries Q --seed S [method options]``, run as a subprocess (two at a time: one per core of
-the machine the timings were taken on) so that the experiment measures exactly what a user
-gets. Finished runs are cached under build/experiment/ (a run whose run.json has
-``accuracy_after`` or whose result.json exists is not run again; delete the folder to start
-over after changing the engine or the data).
+--queries Q --seed S [method options]``, run as a subprocess (``--workers``, default two at a
+time: one per core of the machine the timings were taken on) so that the experiment measures
+exactly what a user gets. Finished runs are cached under build/experiment/ (a run whose
+run.json has ``accuracy_after`` or whose result.json exists is not run again; delete the
+folder to start over after changing the engine or the data).
 
     .venv/bin/python benchmarks/experiment.py            # run the grid, print the tables
     .venv/bin/python benchmarks/experiment.py --write    # also update docs/experiment.md + PNGs
     .venv/bin/python benchmarks/experiment.py --quick    # a tiny smoke grid (about a minute)
+    .venv/bin/python benchmarks/experiment.py --write --workers 1   # on a shared machine
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -41,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 from zocodegen.datasets import FAMILIES, SEVERITIES, family_npz  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
+from zocodegen.training.config import TrainConfig  # noqa: E402
+from zocodegen.training.plan import training_plan  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 MODELS = ("digits_cnn", "digits_resnet")
@@ -60,6 +68,10 @@ SEEDS = (1, 2, 3)
 #: above no adaptation, so there is a lot to recover and the methods separate.
 ABLATION_FAMILY = "blur"
 TUNED_LRS = ("0.003", "0.01", "0.03")
+#: ElasticZO's hybrid: the model's last C trainable layers by back-propagation (--bp-layers C).
+HYBRID_LAYERS = (1, 2)
+#: The board whose generated build's memory report gives the memory table.
+MEMORY_TARGET = "stm32f746"
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,14 @@ class Method:
 
 OURS = Method("ours", "ours (defaults: --lr auto, guard)", ())
 MEZO = Method("mezo", "MeZO (model-wise, same forward passes)", ("--estimator", "mezo"))
-GRID_METHODS = (OURS, MEZO)
+HYBRIDS = tuple(Method(f"hybrid-{c}", f"hybrid C={c}", ("--bp-layers", str(c)))
+                for c in HYBRID_LAYERS)
+#: Columns of the hybrid table that have no method in the engine yet: they are shown as
+#: "pending" (a reserved place, never an invented number). ElasticZO-INT8 (the paper's
+#: integer-only ZO of the feature layers) is being built; once ``zocodegen simulate`` has an
+#: option for it, add a Method to HYBRIDS and drop it from here.
+PENDING = ("ElasticZO-INT8",)
+GRID_METHODS = (OURS, MEZO) + HYBRIDS
 TUNED = tuple(Method(f"tuned-{lr}", f"ours, lr {lr}, no guard", ("--lr", lr, "--no-guard"))
               for lr in TUNED_LRS)
 ABLATION_METHODS = TUNED + (
@@ -84,7 +103,7 @@ ABLATION_METHODS = TUNED + (
 )
 METHODS = {m.key: m for m in GRID_METHODS + ABLATION_METHODS}
 #: The runs whose curves docs/experiment_grid_<model>.png shows.
-PLOTTED = ("ours", "mezo", "wp", "np", "sparse")
+PLOTTED = ("ours", "mezo", "wp", "np", "sparse", "hybrid-1", "hybrid-2")
 
 
 @dataclass(frozen=True)
@@ -133,15 +152,18 @@ class Run:
 
 @dataclass(frozen=True)
 class Result:
-    """Test accuracy before and after training, and the run's wall time (None if unknown)."""
+    """Test accuracy before and after training, the run's wall time and its query forwards
+    (what the CLI reports; None if unknown)."""
     before: float
     after: float
     seconds: float | None = None
+    forwards: int | None = None
 
 
 def grid_runs(grid: Grid) -> list[Run]:
-    """Every run of ``grid``: both grid methods in every cell, the ablations on the ablation
-    family's cells; MeZO first (the longest runs first pack the two workers best)."""
+    """Every run of ``grid``: the grid methods (ours, MeZO, the hybrids) in every cell, the
+    ablations on the ablation family's cells; MeZO first (the longest runs first pack the
+    two workers best)."""
     runs = [Run(m, f, s, method.key, seed) for m in grid.models for f, s in grid.cells
             for seed in grid.seeds for method in GRID_METHODS]
     runs += [Run(m, f, s, method.key, seed) for m in grid.models for f, s in grid.ablation_cells
@@ -182,10 +204,20 @@ def last_accuracy(metrics: Path) -> float | None:
     return float(values[-1]) if values else None
 
 
+def query_forwards(log: Path) -> int | None:
+    """The query forwards the CLI reports at the end of a run ("..., 38,880 query forwards"):
+    run.json does not carry them, and they are what "equal forward budgets" compares."""
+    if not log.is_file():
+        return None
+    found = re.findall(r"([\d,]+) query forwards", log.read_text())
+    return int(found[-1].replace(",", "")) if found else None
+
+
 def read_result(directory: Path) -> Result | None:
     """The result of a finished run, or None. Finished: run.json has ``accuracy_after``, or
     this script recorded the run's completion in result.json (the engine then had no
-    ``accuracy_after`` and the last test accuracy of metrics.csv stands for it)."""
+    ``accuracy_after`` and the last test accuracy of metrics.csv stands for it). The query
+    forwards come from result.json, else from the CLI's output in log.txt."""
     run_json, result_json = directory / "run.json", directory / "result.json"
     if not run_json.is_file():
         return None
@@ -196,7 +228,10 @@ def read_result(directory: Path) -> Result | None:
         after = extra.get("accuracy_after")
     if after is None or info.get("accuracy_before") is None:
         return None
-    return Result(float(info["accuracy_before"]), float(after), extra.get("seconds"))
+    forwards = extra.get("forwards")
+    if forwards is None:
+        forwards = query_forwards(directory / "log.txt")
+    return Result(float(info["accuracy_before"]), float(after), extra.get("seconds"), forwards)
 
 
 def execute(cli: Sequence[str], run: Run, grid: Grid, root: Path) -> tuple[Result | None, str]:
@@ -214,7 +249,8 @@ def execute(cli: Sequence[str], run: Run, grid: Grid, root: Path) -> tuple[Resul
         return None, f"exit {code}: {' | '.join(tail)}"
     (directory / "result.json").write_text(json.dumps({
         "command": cmd, "seconds": seconds,
-        "accuracy_after": last_accuracy(directory / "metrics.csv")}, indent=2) + "\n")
+        "accuracy_after": last_accuracy(directory / "metrics.csv"),
+        "forwards": query_forwards(directory / "log.txt")}, indent=2) + "\n")
     result = read_result(directory)
     return result, "" if result else "no test accuracy in run.json or metrics.csv"
 
@@ -358,6 +394,190 @@ def ablation_table(grid: Grid, results: dict[Run, Result], ceilings: dict) -> li
     return lines
 
 
+def seed_mean(results: dict[Run, Result], model: str, family: str, severity: int,
+              method: str, seeds: Sequence[int]) -> float | None:
+    """Mean test accuracy over the seeds, only when every seed finished (a comparison of
+    means over different seed sets would not be one)."""
+    values = after(results, model, family, severity, method, seeds)
+    return float(np.mean(values)) if len(values) == len(seeds) else None
+
+
+def mean_forwards(results: dict[Run, Result], model: str, method: str) -> float | None:
+    """Mean query forwards per run of one model and method over its finished runs."""
+    values = [r.forwards for run, r in results.items()
+              if (run.model, run.method) == (model, method) and r.forwards is not None]
+    return float(np.mean(values)) if values else None
+
+
+def hybrid_table(grid: Grid, results: dict[Run, Result], ceilings: dict) -> list[str]:
+    """Per model x family x severity: no adaptation, ZO only (ours), the hybrids, the pending
+    columns, the FP32 ceiling (mean ± std over the seeds); per model the mean over its cells
+    of the seed means and the query forwards per run (the budget each column spent)."""
+    methods = (OURS,) + HYBRIDS
+    heads = ["ZO only (ours)"] + [m.label for m in HYBRIDS] + list(PENDING)
+    lines = ["| model | corruption | severity | no adaptation | " + " | ".join(heads)
+             + " | FP32 BP ceiling |", "|---|---|---|" + "---|" * (len(heads) + 2)]
+    pending = ["pending"] * len(PENDING)
+    for model in grid.models:
+        starts, tops = [], []
+        means: dict[str, list[float]] = {m.key: [] for m in methods}
+        for family, severity in grid.cells:
+            start = before(results, model, family, severity)
+            top = ceiling(ceilings, model, family, severity)
+            starts += [start] if start is not None else []
+            tops += [top] if top is not None else []
+            cols = []
+            for method in methods:
+                values = after(results, model, family, severity, method.key, grid.seeds)
+                cols.append(pct(values))
+                mean = seed_mean(results, model, family, severity, method.key, grid.seeds)
+                means[method.key] += [mean] if mean is not None else []
+            lines.append(f"| {model} | {family} | {severity} | {fmt(start)} | "
+                         + " | ".join(cols + pending) + f" | {fmt(top)} |")
+        cells = len(grid.cells)
+
+        def mean_of(values: list[float]) -> str:
+            return f"**{fmt(float(np.mean(values)))}**" if len(values) == cells else "—"
+
+        lines.append(f"| **{model}** | **mean of {cells} cells** | | {mean_of(starts)} | "
+                     + " | ".join([mean_of(means[m.key]) for m in methods] + pending)
+                     + f" | {mean_of(tops)} |")
+        forwards = [mean_forwards(results, model, m.key) for m in methods]
+        lines.append(f"| {model} | query forwards per run | | 0 | "
+                     + " | ".join(["—" if f is None else f"{f:,.0f}" for f in forwards]
+                                  + pending) + " | — |")
+    return lines
+
+
+def differences(grid: Grid, results: dict[Run, Result], method: str
+                ) -> list[tuple[str, str, int, float]]:
+    """(model, family, severity, mean of ``method`` - mean of ours) over the seeds, for every
+    cell where both finished all seeds."""
+    found = []
+    for model in grid.models:
+        for family, severity in grid.cells:
+            other = seed_mean(results, model, family, severity, method, grid.seeds)
+            ours = seed_mean(results, model, family, severity, OURS.key, grid.seeds)
+            if other is not None and ours is not None:
+                found.append((model, family, severity, other - ours))
+    return found
+
+
+def points(delta: float) -> str:
+    """A difference of accuracies in percentage points, signed ('+1.2', '−0.3')."""
+    value = round(100 * delta, 1)
+    return f"+{value:.1f}" if value >= 0 else f"−{-value:.1f}"
+
+
+def hybrid_summary(grid: Grid, results: dict[Run, Result]) -> list[str]:
+    """Per hybrid: in how many cells its seed mean is at least ZO only's, the mean, worst and
+    best difference, and every cell where it falls below (so a loss is never hidden)."""
+    lines = []
+    for method in HYBRIDS:
+        diffs = differences(grid, results, method.key)
+        if not diffs:
+            lines.append(f"* **{method.label}**: no cell finished yet.")
+            continue
+        wins = sum(1 for *_, d in diffs if d >= -1e-12)
+        worst = min(diffs, key=lambda x: x[3])
+        best = max(diffs, key=lambda x: x[3])
+        losses = sorted((d for d in diffs if d[3] < -1e-12), key=lambda x: x[3])
+        where = "; ".join(f"{m} {f} {s} ({points(d)})" for m, f, s, d in losses)
+        lines.append(
+            f"* **{method.label} ≥ ZO only** (mean over the seeds) in **{wins} of "
+            f"{len(diffs)}** cells; difference to ZO only: mean "
+            f"{points(float(np.mean([d for *_, d in diffs])))} points, worst "
+            f"{points(worst[3])} ({worst[0]} {worst[1]} {worst[2]}), best {points(best[3])} "
+            f"({best[0]} {best[1]} {best[2]})."
+            + (f" Below ZO only: {where}." if losses else ""))
+    return lines
+
+
+# ----------------------------------------------------------------------------- memory
+#: The training items of a build's memory report, in the order of the paper's Eq. 2-4:
+#: parameters theta, the gradient region (ZO's gradient / BP's g and e), saved activations a.
+MEMORY_ITEMS = ("trainable parameters", "gradient buffer", "saved activations",
+                "training state")
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One row of the memory table: a model trained with C back-propagated layers, the
+    build's memory items (bytes, None if the build failed), the plan's BP head share of the
+    gradient region and its query forwards per step."""
+    model: str
+    label: str
+    bp_layers: int
+    items: dict[str, int] | None
+    head_bytes: int
+    forwards_per_step: int
+
+
+def memory_items(report: dict) -> dict[str, int]:
+    """Bytes per training item of a memory_report.json, plus ``sram``: the whole SRAM total
+    (arena, stack and host-link buffers included)."""
+    items = {item["name"]: int(item["bytes"]) for item in report["sram"]["items"]}
+    found = {name: items.get(name, 0) for name in MEMORY_ITEMS}
+    found["sram"] = int(report["sram"]["total_bytes"])
+    return found
+
+
+def build_memory(cli: Sequence[str], model: str, bp_layers: int, queries: int, root: Path
+                 ) -> dict[str, int] | None:
+    """`zocodegen build MODEL --target MEMORY_TARGET --train full --queries Q --bp-layers C`
+    (the runs' Q: the training state holds Q loss sums) into root/builds/ (half a second:
+    rebuilt every time, so it always reflects the engine) and its memory items; None if the
+    build fails (its output is in root/builds/MODEL-bpC.txt)."""
+    out = root / "builds" / f"{model}-bp{bp_layers}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [*cli, "build", str(FIXTURES / f"{model}.tflite"), "--target", MEMORY_TARGET,
+           "--train", "full", "--queries", str(queries), "--bp-layers", str(bp_layers),
+           "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    (out.parent / f"{model}-bp{bp_layers}.txt").write_text(done.stdout + done.stderr)
+    report_path = out / "memory_report.json"
+    if done.returncode != 0 or not report_path.is_file():
+        return None
+    return memory_items(json.loads(report_path.read_text()))
+
+
+def memory_rows(cli: Sequence[str], grid: Grid, root: Path) -> list[MemoryRow]:
+    """Per model: ZO only, the hybrids, and (memory only, never run) every layer by integer
+    back-propagation, the paper's "Full BP" of Eq. 2."""
+    rows = []
+    for model in grid.models:
+        graph = load_model(FIXTURES / f"{model}.tflite")
+        every = len(training_plan(graph, TrainConfig(queries=grid.queries)).layers)
+        variants = [("ZO only (ours)", 0)] + [(m.label, c) for m, c in zip(HYBRIDS,
+                                                                          HYBRID_LAYERS)]
+        variants.append((f"all layers by BP (C = {every}; memory only, not run)", every))
+        for label, c in variants:
+            plan = training_plan(graph, TrainConfig(queries=grid.queries, bp_layers=c))
+            rows.append(MemoryRow(model, label, c, build_memory(cli, model, c, grid.queries, root),
+                                  plan.backprop_bytes(), plan.forwards_per_step))
+    return rows
+
+
+def memory_table(rows: Sequence[MemoryRow]) -> list[str]:
+    """The memory rows in bytes: the training items, their sum, the whole SRAM and the
+    query forwards per step."""
+    lines = ["| model | method | trainable parameters | gradient region | of which BP head | "
+             "saved activations | training state | training total | SRAM total | "
+             "query forwards per step |", "|---|---|" + "---:|" * 8]
+    for row in rows:
+        if row.items is None:
+            cells = ["build failed"] + ["—"] * 6
+        else:
+            it = row.items
+            total = sum(it[name] for name in MEMORY_ITEMS)
+            cells = [f"{it['trainable parameters']:,}", f"{it['gradient buffer']:,}",
+                     f"{row.head_bytes:,}", f"{it['saved activations']:,}",
+                     f"{it['training state']:,}", f"{total:,}", f"{it['sram']:,}"]
+        lines.append(f"| {row.model} | {row.label} | " + " | ".join(cells)
+                     + f" | {row.forwards_per_step} |")
+    return lines
+
+
 def timing(results: dict[Run, Result]) -> tuple[float, dict[str, float]]:
     """Sum of the runs' wall times (seconds) and the mean per method."""
     per: dict[str, list[float]] = {}
@@ -369,7 +589,7 @@ def timing(results: dict[Run, Result]) -> tuple[float, dict[str, float]]:
 
 
 def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, workers: int,
-           images: Sequence[str]) -> str:
+           images: Sequence[str], memory: Sequence[MemoryRow] = ()) -> str:
     """The markdown that goes between the grid markers of docs/experiment.md."""
     total, per_method = timing(results)
     expected = len(grid_runs(grid))
@@ -377,7 +597,8 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
     lines = [
         f"Grid: {len(grid.models)} models x {len(grid.cells)} cells (corruption family x "
         f"severity) x {len(grid.seeds)} seeds (`--seed {', '.join(map(str, grid.seeds))}`) x "
-        f"{{ours, MeZO}}, plus the ablations on `{grid.ablation_family}`; {len(results)} of "
+        f"{{{', '.join(m.key for m in GRID_METHODS)}}}, plus the ablations on "
+        f"`{grid.ablation_family}`; {len(results)} of "
         f"{expected} runs finished. Every run: `zocodegen simulate MODEL --data CELL.npz "
         f"{budget} --queries {grid.queries} --seed S [method options]` on the cell's adapt "
         f"split (the simulator keeps a validation share of it for --lr auto and the guard); "
@@ -393,11 +614,36 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         "",
         *ablation_table(grid, results, ceilings),
         "",
-        f"Time: the runs took {total / 60:.0f} core-minutes of simulation, i.e. about "
-        f"{total / 60 / workers:.0f} minutes on {workers} workers; this invocation's wall time "
-        f"was {wall / 60:.1f} minutes (cached runs are not rerun). Mean seconds per run: "
+        "ElasticZO's hybrid (`--bp-layers C`: the model's last C trainable layers by exact "
+        "integer back-propagation, the others by our layer-wise ZO) against ZO only, same "
+        "cells, budget (`--epochs`, `--queries`, defaults) and seeds. The BP layers spend no "
+        "query forwards, so the hybrids run on fewer forward passes than ZO only (row "
+        "\"query forwards per run\": the CLI's count), plus one backward pass through the "
+        "head per sample. The --lr auto trials and the guard's checks come on top; the "
+        "engine sizes both as a share of the run's forwards, so the hybrids also check "
+        "less often. ElasticZO-INT8 is not in the engine yet: its column is reserved.",
+        "",
+        *hybrid_table(grid, results, ceilings),
+        "",
+        *hybrid_summary(grid, results),
+        "",
+        f"Time: the finished runs' wall times add up to {total / 60:.0f} minutes (about "
+        f"{total / 60 / WORKERS:.0f} minutes for the whole grid at {WORKERS} at a time); this "
+        f"invocation ran {workers} at a time and took {wall / 60:.1f} minutes (cached runs "
+        f"are not rerun). Mean seconds per run: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(per_method.items())) + ".",
     ]
+    if memory:
+        lines += ["", f"Memory per model and method (bytes, from the generated build's "
+                  f"memory report: `zocodegen build MODEL --target {MEMORY_TARGET} --train "
+                  f"full --queries {grid.queries} --bp-layers C`; the paper's Eq. 2-4 / "
+                  f"Fig. 4-5 in table form). The "
+                  f"gradient region is one buffer shared by the layers, sized by the largest "
+                  f"need: a ZO layer's gradient (+ weight backup), or the BP head's saved int8 "
+                  f"activations, int32 errors (and with N > 1 gradient accumulators), shown "
+                  f"as \"of which BP head\" (`TrainingPlan.backprop_bytes()`). The training "
+                  f"total is the four training items; the SRAM total adds the arena, the "
+                  f"stack and the host-link buffers.", "", *memory_table(memory)]
     if images:
         lines += ["", "Test accuracy (solid, at the evaluation points) and the guard's "
                   "validation accuracy (dotted) per step, seed "
@@ -503,17 +749,23 @@ def main() -> int:
                         help="update docs/experiment.md and its PNGs")
     parser.add_argument("--runs", type=Path, default=RUNS,
                         help=f"cache of run folders (default {RUNS.relative_to(ROOT)})")
-    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--workers", type=int, default=WORKERS,
+                        help=f"runs at a time (default {WORKERS}, one per core; 1 on a "
+                             "machine shared with other work)")
     args = parser.parse_args()
     if args.quick and args.write:
         parser.error("--quick results are a smoke test: they never go into docs/experiment.md")
     grid = QUICK if args.quick else FULL
     root = args.runs / grid.tag
     results, failures, wall = run_grid(grid, root, default_cli(), args.workers)
+    memory = memory_rows(default_cli(), grid, root)
+    failures += [f"build {row.model} --bp-layers {row.bp_layers} failed "
+                 f"({root}/builds/{row.model}-bp{row.bp_layers}.txt)"
+                 for row in memory if row.items is None]
     ceilings = json.loads(CEILINGS.read_text())
     images = plot_curves(grid, root, DOC.parent if args.write else root) if results else []
     text = report(grid, results, ceilings, wall, args.workers,
-                  [str(p) for p in images] if args.write else [])
+                  [str(p) for p in images] if args.write else [], memory)
     print(text)
     print(f"wall time {wall / 60:.1f} min")
     if args.write:

@@ -57,8 +57,9 @@ def fake_run(directory: Path, before: float, after: float | None, engine_after: 
 
 def test_full_grid_runs_and_commands(ex, tmp_path):
     runs = ex.grid_runs(ex.FULL)
-    # 2 models x 8 cells x 3 seeds x {ours, MeZO} + 2 models x 2 severities x 3 seeds x 8.
-    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 2 + 2 * 2 * 3 * 8
+    # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2}
+    # + 2 models x 2 severities x 3 seeds x 8 ablations.
+    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 4 + 2 * 2 * 3 * 8
     assert {r.method for r in runs[:48]} == {"mezo"}  # the longest runs first
     assert {(r.family, r.method) for r in runs if r.method == "sparse"} == {("blur", "sparse")}
     tuned = ex.Run("digits_resnet", "blur", 2, "tuned-0.03", 3)
@@ -72,6 +73,12 @@ def test_full_grid_runs_and_commands(ex, tmp_path):
     assert options["mezo"] == ("--estimator", "mezo")
     assert options["no-quant"] == ("--no-quant-scaling",)
     assert options["sparse"] == ("--mode", "sparse")
+    assert options["hybrid-1"] == ("--bp-layers", "1")
+    assert options["hybrid-2"] == ("--bp-layers", "2")
+    assert {(r.family, r.severity) for r in runs if r.method == "hybrid-2"} == set(ex.FULL.cells)
+    hybrid = ex.Run("digits_cnn", "fog", 1, "hybrid-1", 2)
+    assert ex.command(["zocodegen"], hybrid, ex.FULL, tmp_path)[-4:] == [
+        "--seed", "2", "--bp-layers", "1"]  # the same budget as ours, plus the option
     assert ex.FULL.tag == f"epochs-1-q{ex.QUERIES}" and ex.QUICK.tag != ex.FULL.tag
 
 
@@ -86,6 +93,21 @@ def test_results_and_cache(ex, tmp_path):
     assert ex.last_accuracy(tmp_path / "b" / "metrics.csv") == pytest.approx(0.7)
     fake_run(tmp_path / "c", 0.5, 0.7, engine_after=False, seconds=3.0)
     assert ex.read_result(tmp_path / "c") == ex.Result(0.5, 0.7, 3.0)
+
+
+def test_query_forwards(ex, tmp_path):
+    """The forwards come from the CLI's last line (runs cached before result.json had them)
+    or from result.json."""
+    assert ex.query_forwards(tmp_path / "missing.txt") is None
+    fake_run(tmp_path / "a", 0.5, 0.75, seconds=1.0)
+    (tmp_path / "a" / "log.txt").write_text(
+        "lr trial 0.03: 10 steps\n486 steps at eta 0.01, 0 rollback(s), test accuracy "
+        "80.6% -> 94.2%; 38,880 query forwards\n")
+    assert ex.query_forwards(tmp_path / "a" / "log.txt") == 38880
+    assert ex.read_result(tmp_path / "a") == ex.Result(0.5, 0.75, 1.0, 38880)
+    fake_run(tmp_path / "b", 0.5, 0.75)
+    (tmp_path / "b" / "result.json").write_text(json.dumps({"seconds": 2.0, "forwards": 960}))
+    assert ex.read_result(tmp_path / "b").forwards == 960
 
 
 def test_curve_and_rollbacks(ex, tmp_path):
@@ -124,6 +146,7 @@ def test_tables_and_doc(ex, tmp_path):
     assert "| WP only | — | — |" in ablation  # not run: shown, not invented
     text = ex.report(grid, results, ceilings, 60.0, 2, [str(tmp_path / "curves.png")])
     assert "![curves](curves.png)" in text and "1.0 minutes" in text
+    assert "| ZO only (ours) | hybrid C=1 | hybrid C=2 | ElasticZO-INT8 |" in text
 
     doc = tmp_path / "experiment.md"
     doc.write_text("# Intro\n\n<!-- experiment:start -->\nold digits\n<!-- experiment:end -->\n")
@@ -149,3 +172,66 @@ def test_one_real_run(ex, tmp_path):
     assert result.before == pytest.approx(0.8806, abs=1e-4)  # tests/fixtures/README.md
     assert 0.0 <= result.after <= 1.0 and result.seconds > 0
     assert ex.read_result(run.directory(tmp_path)) == result  # cached from now on
+
+
+def test_hybrid_table_and_summary(ex, tmp_path):
+    """ZO only against the hybrids per cell, their forwards, and a summary that names every
+    cell where a hybrid falls below ZO only."""
+    grid = ex.Grid(("digits_cnn",), (("fog", 1), ("fog", 2)), (1, 2), "fog",
+                   ("--epochs", "1"), 20)
+    scores = {"ours": (0.80, 0.90), "hybrid-1": (0.85, 0.95), "hybrid-2": (0.70, 0.80)}
+    results = {}
+    for severity, shift in ((1, 0.0), (2, -0.1)):
+        for method, accs in scores.items():
+            for seed, acc in zip(grid.seeds, accs):
+                results[ex.Run("digits_cnn", "fog", severity, method, seed)] = ex.Result(
+                    0.6, acc + shift, 10.0, {"ours": 800, "hybrid-1": 600,
+                                             "hybrid-2": 400}[method])
+    # hybrid-2 ties ours on fog 2 (one seed better, one worse: equal means)
+    results[ex.Run("digits_cnn", "fog", 2, "hybrid-2", 1)] = ex.Result(0.6, 0.75, 10.0, 400)
+    results[ex.Run("digits_cnn", "fog", 2, "hybrid-2", 2)] = ex.Result(0.6, 0.75, 10.0, 400)
+    ceilings = {"digits_cnn": {"fog/1": 0.97, "fog/2": 0.96}}
+    table = ex.hybrid_table(grid, results, ceilings)
+    assert table[0] == ("| model | corruption | severity | no adaptation | ZO only (ours) | "
+                        "hybrid C=1 | hybrid C=2 | ElasticZO-INT8 | FP32 BP ceiling |")
+    std = 100 * np.std([0.8, 0.9], ddof=1)
+    assert table[2] == (f"| digits_cnn | fog | 1 | 60.0 | 85.0 ± {std:.1f} | 90.0 ± {std:.1f} "
+                        f"| 75.0 ± {std:.1f} | pending | 97.0 |")
+    assert table[4] == ("| **digits_cnn** | **mean of 2 cells** | | **60.0** | **80.0** | "
+                        "**85.0** | **75.0** | pending | **96.5** |")
+    assert table[5] == ("| digits_cnn | query forwards per run | | 0 | 800 | 600 | 400 | "
+                        "pending | — |")
+    diffs = ex.differences(grid, results, "hybrid-2")
+    assert [(f, s) for _, f, s, _ in diffs] == [("fog", 1), ("fog", 2)]
+    assert diffs[0][3] == pytest.approx(-0.10) and diffs[1][3] == pytest.approx(0.0, abs=1e-12)
+    summary = ex.hybrid_summary(grid, results)
+    assert summary[0].startswith("* **hybrid C=1 ≥ ZO only** (mean over the seeds) in **2 of "
+                                 "2** cells; difference to ZO only: mean +5.0 points")
+    assert "Below" not in summary[0]
+    assert "in **1 of 2** cells" in summary[1]
+    assert "worst −10.0 (digits_cnn fog 1)" in summary[1]
+    assert summary[1].endswith("Below ZO only: digits_cnn fog 1 (−10.0).")
+    # A cell with a seed missing is not compared (its mean would be over other seeds).
+    del results[ex.Run("digits_cnn", "fog", 1, "hybrid-1", 2)]
+    assert [(f, s) for _, f, s, _ in ex.differences(grid, results, "hybrid-1")] == [("fog", 2)]
+
+
+def test_memory_table(ex, tmp_path):
+    """The memory items of a real build (the CLI spelling) and the table made of them."""
+    items = ex.build_memory(ex.default_cli(), "digits_cnn", 1, 20, tmp_path)
+    assert items is not None, (tmp_path / "builds" / "digits_cnn-bp1.txt").read_text()
+    assert set(items) == set(ex.MEMORY_ITEMS) | {"sram"}
+    assert items["trainable parameters"] > 0 and items["gradient buffer"] > 0
+    assert items["sram"] > sum(items[name] for name in ex.MEMORY_ITEMS)
+    report = json.loads((tmp_path / "builds" / "digits_cnn-bp1" / "memory_report.json"
+                         ).read_text())
+    assert ex.memory_items(report) == items
+    fixed = {"trainable parameters": 3000, "gradient buffer": 640, "saved activations": 512,
+             "training state": 96, "sram": 18000}
+    rows = [ex.MemoryRow("digits_cnn", "ZO only (ours)", 0, fixed, 0, 80),
+            ex.MemoryRow("digits_cnn", "hybrid C=2", 2, None, 8000, 40)]
+    table = ex.memory_table(rows)
+    assert table[2] == ("| digits_cnn | ZO only (ours) | 3,000 | 640 | 0 | 512 | 96 | 4,248 | "
+                        "18,000 | 80 |")
+    assert table[3] == ("| digits_cnn | hybrid C=2 | build failed | — | — | — | — | — | — "
+                        "| 40 |")
