@@ -86,10 +86,10 @@ OURS = Method("ours", "ours (defaults: --lr auto, guard)", ())
 MEZO = Method("mezo", "MeZO (model-wise, same forward passes)", ("--estimator", "mezo"))
 HYBRIDS = tuple(Method(f"hybrid-{c}", f"hybrid C={c}", ("--bp-layers", str(c)))
                 for c in HYBRID_LAYERS)
-#: Columns of the hybrid table that have no method in the engine yet: they are shown as
+#: Columns of the hybrid table that have no method in the grid yet: they are shown as
 #: "pending" (a reserved place, never an invented number). ElasticZO-INT8 (the paper's
-#: integer-only ZO of the feature layers) is being built; once ``zocodegen simulate`` has an
-#: option for it, add a Method to HYBRIDS and drop it from here.
+#: integer-only training, ``--estimator int8``) is still being built; once its options are
+#: settled, add a Method to HYBRIDS and drop it from here.
 PENDING = ("ElasticZO-INT8",)
 GRID_METHODS = (OURS, MEZO) + HYBRIDS
 TUNED = tuple(Method(f"tuned-{lr}", f"ours, lr {lr}, no guard", ("--lr", lr, "--no-guard"))
@@ -621,7 +621,8 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         "\"query forwards per run\": the CLI's count), plus one backward pass through the "
         "head per sample. The --lr auto trials and the guard's checks come on top; the "
         "engine sizes both as a share of the run's forwards, so the hybrids also check "
-        "less often. ElasticZO-INT8 is not in the engine yet: its column is reserved.",
+        "less often. ElasticZO-INT8 (`--estimator int8`) is not in the grid yet: its column "
+        "is reserved.",
         "",
         *hybrid_table(grid, results, ceilings),
         "",
