@@ -86,12 +86,18 @@ OURS = Method("ours", "ours (defaults: --lr auto, guard)", ())
 MEZO = Method("mezo", "MeZO (model-wise, same forward passes)", ("--estimator", "mezo"))
 HYBRIDS = tuple(Method(f"hybrid-{c}", f"hybrid C={c}", ("--bp-layers", str(c)))
                 for c in HYBRID_LAYERS)
-#: Columns of the hybrid table that have no method in the grid yet: they are shown as
-#: "pending" (a reserved place, never an invented number). ElasticZO-INT8 (the paper's
-#: integer-only training, ``--estimator int8``) is still being built; once its options are
-#: settled, add a Method to HYBRIDS and drop it from here.
-PENDING = ("ElasticZO-INT8",)
-GRID_METHODS = (OURS, MEZO) + HYBRIDS
+#: At an equal forward budget (the issue's comparison): the hybrid spends the queries its BP
+#: layer no longer needs on the ZO layers, Q L / (L - 1) each; ElasticZO-INT8's two-sided
+#: queries are two forwards each, so it runs Q / 2 (placeholders resolved per model by
+#: ``method_options``).
+EQUAL_BUDGET = (Method("hybrid-1-eq", "hybrid C=1, equal forwards",
+                       ("--bp-layers", "1", "--queries", "{q_equal:1}")),
+                Method("int8", "ElasticZO-INT8 (Q/2 two-sided)",
+                       ("--estimator", "int8", "--queries", "{q_half}")))
+#: Columns of the hybrid table that have no method in the grid yet: shown as "pending" (a
+#: reserved place, never an invented number).
+PENDING: tuple[str, ...] = ()
+GRID_METHODS = (OURS, MEZO) + HYBRIDS + EQUAL_BUDGET
 TUNED = tuple(Method(f"tuned-{lr}", f"ours, lr {lr}, no guard", ("--lr", lr, "--no-guard"))
               for lr in TUNED_LRS)
 ABLATION_METHODS = TUNED + (
@@ -187,11 +193,33 @@ def write_data(grid: Grid, root: Path) -> None:
             family_npz(path, quant, family, severity)
 
 
+def trainable_layers(model: str) -> int:
+    """L: the trainable layers of a model (every one is trained in the grid's runs)."""
+    graph = load_model(FIXTURES / f"{model}.tflite")
+    return len(training_plan(graph, TrainConfig()).layers)
+
+
+def method_options(method: Method, model: str, queries: int) -> list[str]:
+    """A method's options with the budget placeholders resolved for ``model``:
+    ``{q_equal:C}`` = Q L // (L - C), the queries per ZO layer that spend the forwards C BP
+    layers save; ``{q_half}`` = Q // 2."""
+    out = []
+    for option in method.options:
+        if option.startswith("{q_equal:"):
+            layers, c = trainable_layers(model), int(option[len("{q_equal:"):-1])
+            option = str(queries * layers // (layers - c))
+        elif option == "{q_half}":
+            option = str(queries // 2)
+        out.append(option)
+    return out
+
+
 def command(cli: Sequence[str], run: Run, grid: Grid, root: Path) -> list[str]:
     return [*cli, "simulate", str(FIXTURES / f"{run.model}.tflite"),
             "--data", str(data_path(root, run.model, run.family, run.severity)),
             "-o", str(run.directory(root)), *grid.budget, "--queries", str(grid.queries),
-            "--seed", str(run.seed), *METHODS[run.method].options]
+            "--seed", str(run.seed),
+            *method_options(METHODS[run.method], run.model, grid.queries)]
 
 
 def last_accuracy(metrics: Path) -> float | None:
@@ -413,8 +441,8 @@ def hybrid_table(grid: Grid, results: dict[Run, Result], ceilings: dict) -> list
     """Per model x family x severity: no adaptation, ZO only (ours), the hybrids, the pending
     columns, the FP32 ceiling (mean ± std over the seeds); per model the mean over its cells
     of the seed means and the query forwards per run (the budget each column spent)."""
-    methods = (OURS,) + HYBRIDS
-    heads = ["ZO only (ours)"] + [m.label for m in HYBRIDS] + list(PENDING)
+    methods = (OURS,) + HYBRIDS + EQUAL_BUDGET
+    heads = ["ZO only (ours)"] + [m.label for m in HYBRIDS + EQUAL_BUDGET] + list(PENDING)
     lines = ["| model | corruption | severity | no adaptation | " + " | ".join(heads)
              + " | FP32 BP ceiling |", "|---|---|---|" + "---|" * (len(heads) + 2)]
     pending = ["pending"] * len(PENDING)
@@ -473,7 +501,7 @@ def hybrid_summary(grid: Grid, results: dict[Run, Result]) -> list[str]:
     """Per hybrid: in how many cells its seed mean is at least ZO only's, the mean, worst and
     best difference, and every cell where it falls below (so a loss is never hidden)."""
     lines = []
-    for method in HYBRIDS:
+    for method in HYBRIDS + EQUAL_BUDGET:
         diffs = differences(grid, results, method.key)
         if not diffs:
             lines.append(f"* **{method.label}**: no cell finished yet.")

@@ -57,9 +57,9 @@ def fake_run(directory: Path, before: float, after: float | None, engine_after: 
 
 def test_full_grid_runs_and_commands(ex, tmp_path):
     runs = ex.grid_runs(ex.FULL)
-    # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2}
+    # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2, C=1 equal forwards, INT8}
     # + 2 models x 2 severities x 3 seeds x 8 ablations.
-    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 4 + 2 * 2 * 3 * 8
+    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 6 + 2 * 2 * 3 * 8
     assert {r.method for r in runs[:48]} == {"mezo"}  # the longest runs first
     assert {(r.family, r.method) for r in runs if r.method == "sparse"} == {("blur", "sparse")}
     tuned = ex.Run("digits_resnet", "blur", 2, "tuned-0.03", 3)
@@ -79,6 +79,14 @@ def test_full_grid_runs_and_commands(ex, tmp_path):
     hybrid = ex.Run("digits_cnn", "fog", 1, "hybrid-1", 2)
     assert ex.command(["zocodegen"], hybrid, ex.FULL, tmp_path)[-4:] == [
         "--seed", "2", "--bp-layers", "1"]  # the same budget as ours, plus the option
+    # equal forwards: digits_cnn has L = 4 trainable layers, so the ZO layers of C = 1 get
+    # Q 4 / 3 queries; INT8's two-sided queries are two forwards each: Q / 2
+    equal = ex.Run("digits_cnn", "fog", 1, "hybrid-1-eq", 1)
+    assert ex.command(["zocodegen"], equal, ex.FULL, tmp_path)[-4:] == [
+        "--bp-layers", "1", "--queries", str(ex.QUERIES * 4 // 3)]
+    int8 = ex.Run("digits_resnet", "fog", 1, "int8", 1)
+    assert ex.command(["zocodegen"], int8, ex.FULL, tmp_path)[-4:] == [
+        "--estimator", "int8", "--queries", str(ex.QUERIES // 2)]
     assert ex.FULL.tag == f"epochs-1-q{ex.QUERIES}" and ex.QUICK.tag != ex.FULL.tag
 
 
@@ -146,7 +154,8 @@ def test_tables_and_doc(ex, tmp_path):
     assert "| WP only | — | — |" in ablation  # not run: shown, not invented
     text = ex.report(grid, results, ceilings, 60.0, 2, [str(tmp_path / "curves.png")])
     assert "![curves](curves.png)" in text and "1.0 minutes" in text
-    assert "| ZO only (ours) | hybrid C=1 | hybrid C=2 | ElasticZO-INT8 |" in text
+    assert ("| ZO only (ours) | hybrid C=1 | hybrid C=2 | hybrid C=1, equal forwards | "
+            "ElasticZO-INT8 (Q/2 two-sided) |") in text
 
     doc = tmp_path / "experiment.md"
     doc.write_text("# Intro\n\n<!-- experiment:start -->\nold digits\n<!-- experiment:end -->\n")
@@ -193,14 +202,15 @@ def test_hybrid_table_and_summary(ex, tmp_path):
     ceilings = {"digits_cnn": {"fog/1": 0.97, "fog/2": 0.96}}
     table = ex.hybrid_table(grid, results, ceilings)
     assert table[0] == ("| model | corruption | severity | no adaptation | ZO only (ours) | "
-                        "hybrid C=1 | hybrid C=2 | ElasticZO-INT8 | FP32 BP ceiling |")
+                        "hybrid C=1 | hybrid C=2 | hybrid C=1, equal forwards | "
+                        "ElasticZO-INT8 (Q/2 two-sided) | FP32 BP ceiling |")
     std = 100 * np.std([0.8, 0.9], ddof=1)
     assert table[2] == (f"| digits_cnn | fog | 1 | 60.0 | 85.0 ± {std:.1f} | 90.0 ± {std:.1f} "
-                        f"| 75.0 ± {std:.1f} | pending | 97.0 |")
+                        f"| 75.0 ± {std:.1f} | — | — | 97.0 |")  # not run: shown, not invented
     assert table[4] == ("| **digits_cnn** | **mean of 2 cells** | | **60.0** | **80.0** | "
-                        "**85.0** | **75.0** | pending | **96.5** |")
+                        "**85.0** | **75.0** | — | — | **96.5** |")
     assert table[5] == ("| digits_cnn | query forwards per run | | 0 | 800 | 600 | 400 | "
-                        "pending | — |")
+                        "— | — | — |")
     diffs = ex.differences(grid, results, "hybrid-2")
     assert [(f, s) for _, f, s, _ in diffs] == [("fog", 1), ("fog", 2)]
     assert diffs[0][3] == pytest.approx(-0.10) and diffs[1][3] == pytest.approx(0.0, abs=1e-12)
