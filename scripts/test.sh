@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q "$@"
+# one worker per core (pytest-xdist); a file's tests stay on one worker, so the module-scoped
+# firmware build caches are built once
+exec .venv/bin/python -m pytest -q -n auto --dist loadfile "$@"

@@ -15,6 +15,30 @@ FIXTURE_TFLITE = ("mcunet_tiny.tflite", "mcunet_in1.tflite", "multi_op.tflite", 
 FIXTURE_ONNX = ("onnx_qdq_int8.onnx", "onnx_qdq_uint8.onnx", "onnx_qop_uint8.onnx")
 
 
+def softmax_driver(source: str, variant: str, tmp_path_factory) -> Path:
+    """A host C program (``source``) compiled with the kernels' zo_softmax.c, as the
+    generated projects build it (-Werror), ``variant`` "plain" or "sanitize" (ASan + UBSan;
+    skipped where gcc cannot link them). For tests comparing a C twin with numpy."""
+    import shutil
+    import subprocess
+    if shutil.which("gcc") is None:
+        pytest.skip("needs the host gcc")
+    folder = tmp_path_factory.mktemp("softmax_driver")
+    (folder / "driver.c").write_text(source)
+    exe = folder / "driver"
+    kernels = REPO / "templates" / "kernels"
+    flags = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
+    if variant == "sanitize":
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    result = subprocess.run(["gcc", *flags, f"-I{kernels}", str(folder / "driver.c"),
+                             str(kernels / "zo_softmax.c"), "-o", str(exe)],
+                            capture_output=True, text=True)
+    if result.returncode != 0 and variant == "sanitize" and "asan" in result.stderr:
+        pytest.skip("gcc cannot link the sanitizers here")
+    assert result.returncode == 0, result.stderr
+    return exe
+
+
 def shared_model(name: str) -> Path:
     """A model from ../shared/models, or skip: a user's fresh clone does not have it."""
     path = SHARED_MODELS / name

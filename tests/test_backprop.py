@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES
+from conftest import softmax_driver as build_softmax_driver
 from test_training import (NEEDS_ARM, _data, _firmware_checkpoint, _image, _resolve,
                            _simulated, _simulated_with_guard)
 from zocodegen.build import cached_build, generate
@@ -383,22 +383,7 @@ int main(void)
 
 @pytest.fixture(scope="module", params=["plain", "sanitize"])
 def softmax_driver(request, tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("needs the host gcc")
-    folder = tmp_path_factory.mktemp("bp_softmax")
-    (folder / "driver.c").write_text(SOFTMAX_DRIVER)
-    exe = folder / "driver"
-    kernels = REPO / "templates" / "kernels"
-    flags = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
-    if request.param == "sanitize":
-        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    result = subprocess.run(["gcc", *flags, f"-I{kernels}", str(folder / "driver.c"),
-                             str(kernels / "zo_softmax.c"), "-o", str(exe)],
-                            capture_output=True, text=True)
-    if result.returncode != 0 and request.param == "sanitize" and "asan" in result.stderr:
-        pytest.skip("gcc cannot link the sanitizers here")
-    assert result.returncode == 0, result.stderr
-    return exe
+    return build_softmax_driver(SOFTMAX_DRIVER, request.param, tmp_path_factory)
 
 
 def test_softmax_gradient_c_matches_numpy(softmax_driver):

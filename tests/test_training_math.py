@@ -8,12 +8,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import softmax_driver
 from zocodegen.reference.softmax import cross_entropy_q26, log_softmax_params
 from zocodegen.training.prng import draws, rademacher, sample_seed, step_seed, xorshift32
 from zocodegen.training.update import clipped_coefficient, raw_deltas, update_deltas
 
-KERNELS = REPO / "templates" / "kernels"
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs the host gcc")
 
 DRIVER = r"""
@@ -61,17 +60,7 @@ int main(void)
 
 @pytest.fixture(scope="module", params=["plain", "sanitize"])
 def driver(request, tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("needs the host gcc")
-    folder = tmp_path_factory.mktemp("train_math")
-    (folder / "driver.c").write_text(DRIVER)
-    exe = folder / "driver"
-    flags = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
-    if request.param == "sanitize":
-        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    subprocess.run(["gcc", *flags, f"-I{KERNELS}", str(folder / "driver.c"),
-                    str(KERNELS / "zo_softmax.c"), "-o", str(exe)], check=True)
-    return exe
+    return softmax_driver(DRIVER, request.param, tmp_path_factory)
 
 
 def _run(exe, text: str) -> list[str]:
