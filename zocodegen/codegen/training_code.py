@@ -266,21 +266,17 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
     ops = []
     for k in hd.ops:
         op = graph.ops[k]
-        inputs = [n for n in op.inputs if n and not graph.tensor(n).is_constant]
-        if op.type != "ADD":
-            inputs = inputs[:1]
+        # the activation input; ADD: each input j, as backward_factors orders them
+        inputs = op.inputs if op.type == "ADD" else op.inputs[:1]
         pairs = [quantize_multiplier(float(r)) for r in backward_factors(graph, op)]
         lo, hi = output_range(graph, op) if op.type not in ("RESHAPE", "SQUEEZE") else (-129, 128)
         geometry_type, geometry = None, ()
         if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN"):
             call = code.layers[k].calls[0]
             geometry_type, geometry = call.params_type, call.params
-        in_copy = [copy_offset + copy_at[n] for n in inputs] + [0, 0]
-        in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR for n in inputs]
-        if op.type == "ADD":  # per input j of the op, as backward_factors orders them
-            in_copy = [copy_offset + copy_at.get(n, 0) for n in op.inputs]
-            in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR for n in op.inputs]
-        in_error += [NO_ERROR, NO_ERROR]
+        in_copy = [copy_offset + copy_at.get(n, 0) for n in inputs] + [0, 0]
+        in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR
+                    for n in inputs] + [NO_ERROR, NO_ERROR]
         ops.append(BpOpCode(
             k, op.name, BP_KINDS[op.type], hd.propagates(graph, k), symbols.get(k), lo, hi,
             graph.tensor(op.outputs[0]).size, copy_offset + copy_at[op.outputs[0]],

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import UserError
 from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
-from .backprop import Head, head, largest_bp_layers
+from .backprop import Head, head, largest_bp_layers, linear_multipliers
 from .config import TrainConfig
 
 
@@ -184,13 +184,12 @@ def _inv_s2(graph: Graph, op: Op, mode: str, channels: int) -> tuple[np.ndarray,
     NP training of the digits CNN). NP additionally carries the exact chain factor
     s_in s_c / s_out from the output's int8 units to the parameters'."""
     s_in = np.float64(graph.tensor(op.inputs[0]).quant.scalar_scale)
-    s_out = np.float64(graph.tensor(op.outputs[0]).quant.scalar_scale)
     s_c = np.broadcast_to(graph.tensor(op.inputs[1]).quant.scale.astype(np.float64), (channels,))
     s_ref = s_c.max()
     w = np.full(channels, 1.0 / s_ref ** 2)
     b = np.full(channels, 1.0 / (s_in * s_ref) ** 2)
     if mode in ("NP", "BP"):
-        chain = s_in * s_c / s_out
+        chain = linear_multipliers(graph, op)  # s_in s_c / s_out
         w, b = w * chain, b * chain
     return w.astype(np.float32), b.astype(np.float32)
 

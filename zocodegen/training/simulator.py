@@ -83,16 +83,24 @@ def _perturbed_params(layer: TrainableLayer, params: Params, xi: np.ndarray, rep
     return {layer.weights: np.repeat(wq.astype(np.int8), repeat, axis=0)}
 
 
-def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
-    q, n = plan.config.queries, len(labels)
-    xi = rademacher(seed, q * layer.weight_count).reshape(q, layer.weight_count)
+def _perturbed_losses(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                      env: dict, labels: np.ndarray, xi: np.ndarray) -> np.ndarray:
+    """Q16 losses (Q, N) of the forwards from the layer with its weights perturbed by each
+    row of ``xi`` (int8 saturation), every sample seeing every perturbation."""
+    q, n = len(xi), len(labels)
     start = {name: _tile(env[name], q) for name in layer.crossing}
     start.update(params)
     start.update(_perturbed_params(layer, params, xi, n))
     out = forward(graph, start, layer.op_index, plan.logits_op)
-    losses = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
-    diffs = loss_differences(plan, losses, clean)
+    return losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
+
+
+def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
+    q = plan.config.queries
+    xi = rademacher(seed, q * layer.weight_count).reshape(q, layer.weight_count)
+    diffs = loss_differences(plan, _perturbed_losses(graph, plan, layer, params, env, labels,
+                                                     xi), clean)
     return diffs.sum(axis=1) @ xi.astype(np.int64), None  # g_j = sum_q D_q xi_qj
 
 
@@ -211,16 +219,11 @@ def _int8_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, para
     """ElasticZO-INT8's two-point sign estimate for one layer (training/int8.py): G_j =
     sum_q sgn(sum_n l+ - l-) z_qj, int64."""
     cfg = plan.config
-    q, n, d = cfg.queries, len(labels), layer.weight_count
-    z = int8.perturbations(seed, q, d, cfg.r_max, int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
-    losses = []
-    for sign in (1, -1):
-        start = {name: _tile(env[name], q) for name in layer.crossing}
-        start.update(params)
-        start.update(_perturbed_params(layer, params, sign * z, n))
-        out = forward(graph, start, layer.op_index, plan.logits_op)
-        losses.append(losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n))
-    return int8.sign_gradient(z, loss_differences(plan, losses[0], losses[1]).sum(axis=1))
+    z = int8.perturbations(seed, cfg.queries, layer.weight_count, cfg.r_max,
+                           int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
+    plus, minus = (_perturbed_losses(graph, plan, layer, params, env, labels, sign * z)
+                   for sign in (1, -1))
+    return int8.sign_gradient(z, loss_differences(plan, plus, minus).sum(axis=1))
 
 
 def _int8_update(layer: TrainableLayer, params: Params, grad: np.ndarray, bits: int,
