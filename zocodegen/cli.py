@@ -207,6 +207,16 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
     g.add_argument("--b-bp", type=int, default=1, metavar="BITS",
                    help="int8 with --bp-layers: the BP update rounded to BITS bits (default 1)")
+    g.add_argument("--perturbation", default="xorshift", metavar="xorshift|pool:N|rotating:n",
+                   help="where perturbations come from (PeZO): a fresh XORShift32 draw per "
+                        "value (default), a pool of N = 2^k - 1 values drawn at build time "
+                        "and kept in flash, or n rotating 8-bit LFSRs")
+    g.add_argument("--distribution", choices=("rademacher", "uniform"), default="rademacher",
+                   help="perturbation values: +-1 (default), or uniform int8 values scaled "
+                        "to a same-dimension Gaussian's norm (PeZO Eq. 3-5)")
+    g.add_argument("--two-sided", action="store_true",
+                   help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
+                        "loop): two forwards per query")
     g.add_argument("--max-step", type=float, default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
@@ -257,6 +267,8 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        layers=parse_layer_list(args.layers),
                        bp_layers=parse_bp_layers(args.bp_layers),
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
+                       perturbation=args.perturbation, distribution=args.distribution,
+                       two_sided=args.two_sided,
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 

@@ -11,6 +11,7 @@
 #include "model.h"
 #include "platform.h"
 #include "zo_crc32.h"
+#include "zo_perturb.h"
 #include "zo_prng.h"
 #include "zo_requant.h"
 #include "zo_train.h"
@@ -394,6 +395,35 @@ static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
 
 #if !ZO_TRAIN_INTEGER_ONLY
 
+/* Adds (sign +1) or subtracts (-1) the perturbation of stream p to the weights restored
+ * from the backup, with int8 saturation. */
+static void perturb_weights(const zo_train_layer *L, const int8_t *backup,
+                            zo_perturb_stream *p, int32_t sign)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+    for (uint32_t j = 0; j < L->weight_count; ++j) {
+        L->weights[j] = sat_s8(backup[j] + sign * zo_perturb_next(p));
+    }
+    ZO_PROFILE_END();
+}
+
+/* One WP query of sample n from the layer's restored input: the loss at the perturbed
+ * weights, which are then restored exactly (even where they saturated). */
+static int32_t weight_query_loss(const zo_train_model *m, const zo_train_layer *L,
+                                 const int8_t *backup, zo_perturb_stream *p, int32_t sign,
+                                 uint32_t n)
+{
+    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, n));
+    perturb_weights(L, backup, p, sign);
+    refold(L);
+    run_layers(L->op, m->logits_op);
+    const int32_t loss = loss_q16(m, m->labels[n]);
+    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+    memcpy(L->weights, backup, L->weight_count);
+    ZO_PROFILE_END();
+    return loss;
+}
+
 static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                         float coef)
 {
@@ -407,32 +437,29 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     }
     memset(m->query_sums, 0, m->queries * sizeof m->query_sums[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
-        uint32_t state = seed; /* every sample sees the same perturbations */
+        zo_perturb_stream stream; /* every sample sees the same perturbations */
+        zo_perturb_start(&stream, seed, L->perturb_shift);
         for (uint32_t q = 0; q < m->queries; ++q) {
-            restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-            {
-                ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
-                for (uint32_t j = 0; j < L->weight_count; ++j) {
-                    L->weights[j] = sat_s8(L->weights[j] + zo_rademacher(&state));
-                }
-                ZO_PROFILE_END();
-            }
-            refold(L);
-            run_layers(L->op, m->logits_op);
-            m->query_sums[q] += loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
-            ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
-            memcpy(L->weights, backup, L->weight_count); /* exact, even where it saturated */
-            ZO_PROFILE_END();
+#if ZO_TRAIN_TWO_SIDED
+            zo_perturb_stream minus = stream; /* -z: the same draws again */
+            const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
+            const int32_t base = weight_query_loss(m, L, backup, &minus, -1, n);
+#else
+            const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
+            const int32_t base = m->clean_q16[n];
+#endif
+            m->query_sums[q] += loss_difference(m, plus_loss, base);
         }
     }
     refold(L);
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         memset(g, 0, L->weight_count * sizeof g[0]);
-        uint32_t state = seed;
+        zo_perturb_stream stream;
+        zo_perturb_start(&stream, seed, L->perturb_shift);
         for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
             for (uint32_t j = 0; j < L->weight_count; ++j) {
-                g[j] += zo_rademacher(&state) * m->query_sums[q];
+                g[j] += zo_perturb_next(&stream) * m->query_sums[q];
             }
         }
         ZO_PROFILE_END();
@@ -449,20 +476,50 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     refold(L);
 }
 
-/* h(z + delta) of the layer for delta = -1 or +1, from sample n's saved input: the layer's
+/* NP precomputes h(z + delta) for every delta a perturbation can take: -1, +1 for
+ * Rademacher values, -2..2 for uniform ones (0: the clean h(z), which the queries
+ * overwrite in the arena). ZO_NP_SHIFT(x) is the buffer of delta x. */
+#if ZO_PERTURB_MAX == 1
+#define ZO_NP_SHIFTS 2u
+#define ZO_NP_SHIFT(x) ((x) > 0 ? 1u : 0u)
+#else
+#define ZO_NP_SHIFTS (2u * ZO_PERTURB_MAX + 1u)
+#define ZO_NP_SHIFT(x) ((uint32_t)((x) + ZO_PERTURB_MAX))
+#endif
+
+/* h(z + delta) of the layer for its k-th shift, from sample n's saved input: the layer's
  * own kernel with the output zero point moved by delta writes exactly that. */
 static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uint32_t n,
-                           int up, int8_t *out)
+                           uint32_t k, int8_t *out)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
     const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
     if (L->kind == ZO_TRAIN_FC) {
-        zo_fully_connected_s8(up ? L->fc_up : L->fc_down, a, L->weights, L->bias, out);
+        zo_fully_connected_s8(&L->fc_shifted[k], a, L->weights, L->bias, out);
     } else {
-        L->conv_kernel(up ? L->conv_up : L->conv_down, a, L->weights,
-                       L->folded ? L->folded : L->bias, out);
+        L->conv_kernel(&L->conv_shifted[k], a, L->weights, L->folded ? L->folded : L->bias,
+                       out);
     }
     ZO_PROFILE_END();
+}
+
+/* One NP query of sample n: the next layer sees h(z + sign xi) (xi from stream p); the
+ * loss of the forward from there. */
+static int32_t node_query_loss(const zo_train_model *m, const zo_train_layer *L,
+                               const int8_t *shifted, zo_perturb_stream *p, int32_t sign,
+                               uint32_t n)
+{
+    int8_t *z = (int8_t *)(model_arena() + L->output_offset);
+    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, n));
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+        for (uint32_t k = 0; k < L->output_count; ++k) {
+            z[k] = shifted[ZO_NP_SHIFT(sign * zo_perturb_next(p)) * L->output_count + k];
+        }
+        ZO_PROFILE_END();
+    }
+    run_layers(L->op + 1, m->logits_op);
+    return loss_q16(m, m->labels[n]);
 }
 
 /* Node gradient of sample n into gz (paper Eq. 9/10): each query feeds the next layer
@@ -471,29 +528,29 @@ static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uin
 static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                           uint32_t n, int32_t *gz)
 {
-    uint8_t *arena = model_arena();
-    int8_t *z = (int8_t *)(arena + L->output_offset);
-    int8_t *down = (int8_t *)(gz + L->output_count); /* h(z - 1) */
-    int8_t *up = down + L->output_count;              /* h(z + 1) */
-    shifted_output(m, L, n, 0, down);
-    shifted_output(m, L, n, 1, up);
+    int8_t *shifted = (int8_t *)(gz + L->output_count); /* h(z + delta), d_a bytes each */
+    const int8_t *down = shifted + ZO_NP_SHIFT(-1) * L->output_count;
+    const int8_t *up = shifted + ZO_NP_SHIFT(1) * L->output_count;
+    for (uint32_t k = 0; k < ZO_NP_SHIFTS; ++k) {
+        shifted_output(m, L, n, k, shifted + k * L->output_count);
+    }
     memset(gz, 0, L->output_count * sizeof gz[0]);
-    uint32_t state = zo_sample_seed(seed, n);
+    zo_perturb_stream stream;
+    zo_perturb_start(&stream, zo_sample_seed(seed, n), L->perturb_shift);
     for (uint32_t q = 0; q < m->queries; ++q) {
-        restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-        uint32_t replay = state;
-        {
-            ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
-            for (uint32_t k = 0; k < L->output_count; ++k) {
-                z[k] = zo_rademacher(&state) > 0 ? up[k] : down[k];
-            }
-            ZO_PROFILE_END();
-        }
-        run_layers(L->op + 1, m->logits_op);
-        const int32_t delta = loss_difference(m, loss_q16(m, m->labels[n]), m->clean_q16[n]);
+        zo_perturb_stream replay = stream;
+#if ZO_TRAIN_TWO_SIDED
+        zo_perturb_stream minus = stream;
+        const int32_t plus_loss = node_query_loss(m, L, shifted, &stream, 1, n);
+        const int32_t base = node_query_loss(m, L, shifted, &minus, -1, n);
+#else
+        const int32_t plus_loss = node_query_loss(m, L, shifted, &stream, 1, n);
+        const int32_t base = m->clean_q16[n];
+#endif
+        const int32_t delta = loss_difference(m, plus_loss, base);
         ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
         for (uint32_t k = 0; k < L->output_count; ++k) {
-            const int32_t xi = zo_rademacher(&replay);
+            const int32_t xi = zo_perturb_next(&replay);
             if (up[k] - down[k] == 2) {
                 gz[k] += xi * delta;
             }
@@ -549,8 +606,9 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
                         float coef)
 {
     uint8_t *arena = model_arena();
-    int32_t *gz = m->gradient; /* then h(z - 1), h(z + 1): d_a bytes each */
-    int32_t *acc = m->gradient + L->output_count + (2u * L->output_count + 3u) / 4u; /* N > 1 */
+    int32_t *gz = m->gradient; /* then h(z + delta): d_a bytes per shift */
+    int32_t *acc = m->gradient + L->output_count
+                   + (ZO_NP_SHIFTS * L->output_count + 3u) / 4u; /* N > 1 */
     const int has_next = L->next_op != L->op;
     if (m->batch == 1) {
         node_gradient(m, L, seed, 0, gz);

@@ -79,11 +79,13 @@ typedef struct {
     /* the layer's kernel parameters: the geometry of the NP / BP outer product */
     const zo_conv_params *conv; /* CONV / DEPTHWISE */
     const zo_fc_params *fc;     /* FC */
-    /* NP: the layer's kernel parameters with the output zero point moved by -1 / +1, so
-     * the kernel writes h(z - 1) / h(z + 1), z the pre-activation and h the fused
-     * activation's clamp (docs/training.md). */
-    const zo_conv_params *conv_down, *conv_up; /* CONV / DEPTHWISE */
-    const zo_fc_params *fc_down, *fc_up;       /* FC */
+    /* NP: the layer's kernel parameters with the output zero point moved by each delta a
+     * perturbation can take (ZO_NP_SHIFTS of them, zo_train.c), so the kernel writes
+     * h(z + delta), z the pre-activation and h the fused activation's clamp
+     * (docs/training.md). */
+    const zo_conv_params *conv_shifted; /* CONV / DEPTHWISE */
+    const zo_fc_params *fc_shifted;     /* FC */
+    int8_t perturb_shift; /* --distribution uniform with XORShift: the layer's scale */
 } zo_train_layer;
 
 /* Reads training sample `index` into the model input (arena) and its label. */

@@ -16,6 +16,7 @@ from ..training.backprop import Head, backward_factors
 from ..training.checkpoint import encoded_size
 from ..training.guard import MIN_VAL_RECORDS, guard_schedule
 from ..training.int8 import q16
+from ..training.perturbation import pool_values, rotating_shifts
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
@@ -30,6 +31,33 @@ class Span:
     arena_offset: int
     bytes: int
     saved_offset: int
+
+
+@dataclass(frozen=True)
+class PerturbCode:
+    """--perturbation / --distribution / --two-sided for zo_train_config.h and the flash
+    tables of training.c (zo_perturb.h)."""
+
+    source: str  # xorshift / pool / rotating
+    source_text: str  # as the user wrote it
+    size: int
+    distribution: str
+    max_magnitude: int
+    node_shifts: tuple[int, ...]  # NP: the deltas h(z + delta) is precomputed for
+    two_sided: bool
+    pool: tuple[int, ...]  # pool:N's values (flash)
+    cycle_shifts: tuple[int, ...]  # rotating + uniform: 256 shifts (flash)
+
+
+def perturb_code(plan: TrainingPlan) -> PerturbCode:
+    rule = plan.perturbation
+    kind, size = rule.source.kind, rule.source.size
+    pool = (tuple(int(v) for v in pool_values(rule.seed, size, rule.distribution))
+            if kind == "pool" else ())
+    shifts = (tuple(int(v) for v in rotating_shifts(size))
+              if kind == "rotating" and rule.distribution == "uniform" else ())
+    return PerturbCode(kind, str(rule.source), size or 1, rule.distribution,
+                       rule.max_magnitude, plan.node_shifts, plan.config.two_sided, pool, shifts)
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,7 @@ class TrainLayerCode:
     kernel: str  # the kernel function model.c calls for this layer
     folded_count: int  # CONV_2D: one folded bias per output channel (zo_conv.c); else 0
     defines: bool  # the first of the layer's entries (a BP head appears in every block)
+    perturb_shift: int = 0  # --distribution uniform, XORShift: the layer's scale
 
     @property
     def input_offset(self) -> str:
@@ -183,6 +212,7 @@ class TrainingCode:
     p_zero_q16: int  # -1: the paper's schedule
     b_zo: int
     b_bp: int
+    perturb: PerturbCode
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -306,7 +336,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             elif layer.mode == "WP":
                 words = layer.weight_count + (layer.weight_count + 3) // 4
             elif layer.mode == "NP":
-                words = (layer.output_count + (2 * layer.output_count + 3) // 4
+                words = (layer.output_count
+                         + (len(plan.node_shifts) * layer.output_count + 3) // 4
                          + (layer.d_w if cfg.batch > 1 else 0))
             else:
                 words = 0  # the head's needs, below
@@ -325,7 +356,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(c_float(v) for v in layer.bias_inv_s2),
                 arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
-                call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines))
+                call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
+                layer.perturb_shift))
     head = None
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)
@@ -359,4 +391,5 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         arena.offsets[graph.inputs[0]], x.nbytes, guards,
                         checkpoint_slot_bytes(largest) // SECTOR_BYTES, head,
                         cfg.integer_only, cfg.r_max,
-                        -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp)
+                        -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
+                        perturb_code(plan))

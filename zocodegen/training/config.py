@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import UserError
+from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
 ESTIMATORS = ("adaptive", "wp", "np", "mezo", "int8")
 SCHEDULES = ("cosine", "constant")
@@ -42,6 +43,11 @@ class TrainConfig:
     p_zero: float | None = None
     b_zo: int = 1
     b_bp: int = 1
+    # PeZO (training/perturbation.py): where the random numbers come from and their
+    # distribution; P-RGE's inner loop: +z and -z per query (WP / NP)
+    perturbation: str = "xorshift"
+    distribution: str = "rademacher"
+    two_sided: bool = False
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
@@ -80,6 +86,18 @@ class TrainConfig:
         if self.estimator == "int8" and self.lr_auto:
             raise UserError("--estimator int8 has no learning rate to pick: its step is "
                             "--b-zo / --b-bp bits; drop --lr auto")
+        parse_source(self.perturbation)
+        if self.distribution not in DISTRIBUTIONS:
+            raise UserError(f"--distribution must be one of {', '.join(DISTRIBUTIONS)}")
+        if self.estimator == "int8" and (self.perturbation != "xorshift"
+                                         or self.distribution != "rademacher"
+                                         or self.two_sided):
+            raise UserError("--estimator int8 draws its own sparse uniform perturbations, "
+                            "two-sided (ElasticZO Alg. 2): drop --perturbation, "
+                            "--distribution and --two-sided")
+        if self.estimator == "mezo" and self.two_sided:
+            raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
+                            "drop --two-sided")
         if not self.max_step >= 0:
             raise UserError(f"--max-step must be 0 (off) or positive (got {self.max_step})")
         if self.guard_every < 0 or self.guard_samples < 1:
@@ -99,6 +117,10 @@ class TrainConfig:
     def integer_only(self) -> bool:
         """ElasticZO-INT8: no floating point from perturbation to update."""
         return self.estimator == "int8"
+
+    @property
+    def perturbation_rule(self) -> Perturbation:
+        return Perturbation(parse_source(self.perturbation), self.distribution, self.seed)
 
     @property
     def selects_block(self) -> bool:

@@ -13,6 +13,7 @@ from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
 from .backprop import Head, head, largest_bp_layers, linear_multipliers
 from .config import TrainConfig
+from .perturbation import Perturbation
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class TrainableLayer:
     bias_inv_s2: np.ndarray  # float32 (channels,)
     crossing: tuple[str, ...]  # activations a forward from op_index needs from before it
     node_crossing: tuple[str, ...]  # the same for a forward from op_index + 1 (NP queries)
+    perturb_shift: int = 0  # --distribution uniform with XORShift: z = rdbpot(u, shift)
 
     @property
     def d_w(self) -> int:
@@ -72,7 +74,7 @@ class TrainingPlan:
     logits_op: int  # partial forwards stop after this op
     loss_params: LogSoftmaxParams
     num_classes: int
-    inv_nq: np.float32  # 1 / (N Q) (layer-wise) or 1 / (2 N Q) (MeZO's two-point estimate)
+    inv_nq: np.float32  # 1 / (N Q) (one-sided) or 1 / (2 N Q) (two-point: MeZO, --two-sided)
     queries_per_step: int  # queries per layer (WP/NP) or per step (MeZO: two forwards each)
     diff_limit: int  # |loss difference| clamp, Q16: (2^31 - 1) // (N Q), int32-exact sums
     head: Head | None = None  # --bp-layers: the ops back-propagation runs through
@@ -91,8 +93,24 @@ class TrainingPlan:
         n = self.config.batch
         if self.config.estimator == "mezo":
             return 2 * self.queries_per_step * n
-        sides = 2 if self.config.estimator == "int8" else 1  # INT8: theta + z and theta - z
-        return sides * self.queries_per_step * len(self.zo_layers) * n
+        return self.sides * self.queries_per_step * len(self.zo_layers) * n
+
+    @property
+    def sides(self) -> int:
+        """Forwards per query: 2 for the two-point estimates (theta + z and theta - z)."""
+        cfg = self.config
+        return 2 if cfg.two_sided or cfg.estimator in ("int8", "mezo") else 1
+
+    @property
+    def perturbation(self) -> Perturbation:
+        return self.config.perturbation_rule
+
+    @property
+    def node_shifts(self) -> tuple[int, ...]:
+        """The deltas NP precomputes h(z + delta) for: every value a draw can take (0 needs
+        the clean h(z) once uniform perturbations can be 0)."""
+        r = self.perturbation.max_magnitude
+        return tuple(d for d in range(-r, r + 1) if d or r > 1)
 
     @property
     def parameter_bytes(self) -> int:
@@ -101,13 +119,15 @@ class TrainingPlan:
     def gradient_bytes(self) -> int:
         """The one gradient region (docs/training.md): per layer, WP holds an int32 gradient
         and a backup copy of the weights; NP an int32 node gradient of d_a and the int8
-        h(z - 1), h(z + 1) (plus an int32 weight-gradient accumulator when N > 1)."""
+        h(z + delta) of every node shift (plus an int32 weight-gradient accumulator when
+        N > 1)."""
         def need(layer: TrainableLayer) -> int:
             if layer.mode == "INT8":  # Q generator states + the weight backup; G is rebuilt
                 return 4 * self.config.queries + layer.weight_count
             if layer.mode == "WP":
                 return 5 * layer.weight_count
-            return (6 * layer.output_count
+            shifted = _align4(len(self.node_shifts) * layer.output_count)
+            return (4 * layer.output_count + shifted
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
         return max([need(layer) for layer in self.zo_layers] + [self.backprop_bytes()])
 
@@ -329,7 +349,8 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     # MeZO (two-point SPSA): Q L / 2 queries of two full forwards each = the Q L forwards a
     # layer-wise step spends
     q = max(1, config.queries * len(chosen) // 2) if config.estimator == "mezo" else config.queries
-    mezo_factor = 2 if config.estimator == "mezo" else 1
+    sides = 2 if config.two_sided or config.estimator == "mezo" else 1
+    rule = config.perturbation_rule
     total_d = 0
     drafts = []
     for i in chosen + bp:
@@ -358,7 +379,7 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
                                                          else d_a)
         gscale = np.float32(n * q / (n * q + d - 1) if config.gnorm_scaling else 1.0)
         if mode == "BP":  # an exact gradient: coefficient eta gscale / (N Q) = eta / N
-            gscale = np.float32(mezo_factor * q)
+            gscale = np.float32(sides * q)
         if config.quant_scaling:
             w_s2, b_s2 = _inv_s2(graph, op, mode, channels)
         else:
@@ -366,13 +387,14 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         layers.append(TrainableLayer(
             i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
-            crossing_tensors(graph, k + 1, logits_op)))
+            crossing_tensors(graph, k + 1, logits_op),
+            rule.layer_shift(d) if mode in ("WP", "NP") else 0))
     classes = graph.tensor(logits).shape[-1]
     if classes >= MAX_CLASSES:
         raise UserError(f"the loss's fixed-point softmax sums at most {MAX_CLASSES - 1} "
                         f"classes in int32; '{logits}' has {classes}")
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
-                        np.float32(1.0 / (mezo_factor * n * q)), q,
+                        np.float32(1.0 / (sides * n * q)), q,
                         ((1 << 31) - 1) // (n * q),
                         head(graph, all_ops[bp[0]], logits_op) if bp else None)

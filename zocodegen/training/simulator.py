@@ -26,7 +26,7 @@ from . import int8
 from .backprop import node_gradients, parameter_gradient
 from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
-from .prng import rademacher, sample_seed, step_seed
+from .prng import sample_seed, step_seed
 from .update import (apply_biases, apply_weights, clipped_coefficient, learning_rate,
                      raw_deltas, round_half_away, step_coefficient, update_deltas)
 
@@ -97,11 +97,16 @@ def _perturbed_losses(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, p
 
 def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
                  env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
+    """g_j = sum_q D_q xi_qj with D_q the batch's summed loss differences: l(theta + xi_q) - l
+    (one-sided) or l(theta + xi_q) - l(theta - xi_q) (--two-sided, P-RGE's inner loop)."""
     q = plan.config.queries
-    xi = rademacher(seed, q * layer.weight_count).reshape(q, layer.weight_count)
-    diffs = loss_differences(plan, _perturbed_losses(graph, plan, layer, params, env, labels,
-                                                     xi), clean)
-    return diffs.sum(axis=1) @ xi.astype(np.int64), None  # g_j = sum_q D_q xi_qj
+    xi = plan.perturbation.values(seed, q * layer.weight_count, layer.perturb_shift
+                                  ).reshape(q, layer.weight_count)
+    plus = _perturbed_losses(graph, plan, layer, params, env, labels, xi)
+    base = (_perturbed_losses(graph, plan, layer, params, env, labels, -xi)
+            if plan.config.two_sided else clean)
+    diffs = loss_differences(plan, plus, base)
+    return diffs.sum(axis=1) @ xi.astype(np.int64), None
 
 
 def node_to_parameter_gradient(graph: Graph, layer: TrainableLayer, a: np.ndarray,
@@ -155,16 +160,20 @@ def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params
     q, n = plan.config.queries, len(labels)
     lo, hi = output_range(graph, layer.op)
     z = pre_activation(graph, layer, env).reshape(n, -1)
-    xi = np.stack([rademacher(sample_seed(seed, k), q * layer.output_count)
+    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), q * layer.output_count,
+                                            layer.perturb_shift)
                    .reshape(q, layer.output_count) for k in range(n)], axis=1)  # q, n, d_a
-    zq = np.clip(z[None] + xi, lo, hi).astype(np.int8)
     start = {name: _tile(env[name], q) for name in layer.node_crossing
              if name != layer.output}
-    start[layer.output] = zq.reshape((q * n,) + env[layer.output].shape[1:])
     start.update(params)
-    out = forward(graph, start, layer.op_index + 1, plan.logits_op)
-    losses = losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
-    diffs = loss_differences(plan, losses, clean)
+
+    def losses(sign: int) -> np.ndarray:
+        nodes = np.clip(z[None] + sign * xi.astype(np.int64), lo, hi).astype(np.int8)
+        start[layer.output] = nodes.reshape((q * n,) + env[layer.output].shape[1:])
+        out = forward(graph, start, layer.op_index + 1, plan.logits_op)
+        return losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
+
+    diffs = loss_differences(plan, losses(1), losses(-1) if plan.config.two_sided else clean)
     gz = np.einsum("qn,qnd->nd", diffs, xi.astype(np.int64)) * ((z > lo) & (z < hi))
     gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
     return _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
@@ -194,7 +203,8 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
     forwards; g = sum_q (l+ - l-) xi, divided by 2 N Q through plan.inv_nq."""
     q, n = plan.queries_per_step, len(labels)
     total = sum(layer.weight_count for layer in plan.zo_layers)
-    xi = rademacher(step_seed(plan.config.seed, t, 0), q * total).reshape(q, total)
+    xi = plan.perturbation.values(step_seed(plan.config.seed, t, 0), q * total,
+                                  plan.perturbation.layer_shift(total)).reshape(q, total)
     losses = []
     for sign in (1, -1):
         env = {graph.inputs[0]: _tile(xs, q)}
