@@ -94,10 +94,17 @@ EQUAL_BUDGET = (Method("hybrid-1-eq", "hybrid C=1, equal forwards",
                        ("--bp-layers", "1", "--queries", "{q_equal:1}")),
                 Method("int8", "ElasticZO-INT8 (Q/2 two-sided)",
                        ("--estimator", "int8", "--queries", "{q_half}")))
-#: Columns of the hybrid table that have no method in the grid yet: shown as "pending" (a
-#: reserved place, never an invented number).
-PENDING: tuple[str, ...] = ()
-GRID_METHODS = (OURS, MEZO) + HYBRIDS + EQUAL_BUDGET
+#: PeZO's perturbation sources and distribution, P-RGE's two-sided queries (issue 17), each
+#: on top of our defaults at the same forward budget (two-sided: Q / 2 queries of two
+#: forwards). Pool and generator counts are the paper's guideline (Sec. 4.3: 2^12 values,
+#: 2^5 generators, both minus one).
+PERTURBATIONS = (Method("pool", "pool:4095", ("--perturbation", "pool:4095")),
+                 Method("rotating", "rotating:31", ("--perturbation", "rotating:31")),
+                 Method("uniform", "uniform", ("--distribution", "uniform")),
+                 Method("pool-uniform", "pool:4095 uniform",
+                        ("--perturbation", "pool:4095", "--distribution", "uniform")),
+                 Method("two-sided", "two-sided (Q/2)", ("--two-sided", "--queries", "{q_half}")))
+GRID_METHODS = (OURS, MEZO) + HYBRIDS + EQUAL_BUDGET + PERTURBATIONS
 TUNED = tuple(Method(f"tuned-{lr}", f"ours, lr {lr}, no guard", ("--lr", lr, "--no-guard"))
               for lr in TUNED_LRS)
 ABLATION_METHODS = TUNED + (
@@ -437,15 +444,15 @@ def mean_forwards(results: dict[Run, Result], model: str, method: str) -> float 
     return float(np.mean(values)) if values else None
 
 
-def hybrid_table(grid: Grid, results: dict[Run, Result], ceilings: dict) -> list[str]:
-    """Per model x family x severity: no adaptation, ZO only (ours), the hybrids, the pending
-    columns, the FP32 ceiling (mean ± std over the seeds); per model the mean over its cells
-    of the seed means and the query forwards per run (the budget each column spent)."""
-    methods = (OURS,) + HYBRIDS + EQUAL_BUDGET
-    heads = ["ZO only (ours)"] + [m.label for m in HYBRIDS + EQUAL_BUDGET] + list(PENDING)
+def comparison_table(grid: Grid, results: dict[Run, Result], ceilings: dict,
+                     methods: Sequence[Method]) -> list[str]:
+    """Per model x family x severity: no adaptation, ZO only (ours), each of ``methods``, the
+    FP32 ceiling (mean ± std over the seeds); per model the mean over its cells of the seed
+    means and the query forwards per run (the budget each column spent)."""
+    methods = (OURS,) + tuple(methods)
+    heads = ["ZO only (ours)"] + [m.label for m in methods[1:]]
     lines = ["| model | corruption | severity | no adaptation | " + " | ".join(heads)
              + " | FP32 BP ceiling |", "|---|---|---|" + "---|" * (len(heads) + 2)]
-    pending = ["pending"] * len(PENDING)
     for model in grid.models:
         starts, tops = [], []
         means: dict[str, list[float]] = {m.key: [] for m in methods}
@@ -461,19 +468,19 @@ def hybrid_table(grid: Grid, results: dict[Run, Result], ceilings: dict) -> list
                 mean = seed_mean(results, model, family, severity, method.key, grid.seeds)
                 means[method.key] += [mean] if mean is not None else []
             lines.append(f"| {model} | {family} | {severity} | {fmt(start)} | "
-                         + " | ".join(cols + pending) + f" | {fmt(top)} |")
+                         + " | ".join(cols) + f" | {fmt(top)} |")
         cells = len(grid.cells)
 
         def mean_of(values: list[float]) -> str:
             return f"**{fmt(float(np.mean(values)))}**" if len(values) == cells else "—"
 
         lines.append(f"| **{model}** | **mean of {cells} cells** | | {mean_of(starts)} | "
-                     + " | ".join([mean_of(means[m.key]) for m in methods] + pending)
+                     + " | ".join([mean_of(means[m.key]) for m in methods])
                      + f" | {mean_of(tops)} |")
         forwards = [mean_forwards(results, model, m.key) for m in methods]
         lines.append(f"| {model} | query forwards per run | | 0 | "
-                     + " | ".join(["—" if f is None else f"{f:,.0f}" for f in forwards]
-                                  + pending) + " | — |")
+                     + " | ".join(["—" if f is None else f"{f:,.0f}" for f in forwards])
+                     + " | — |")
     return lines
 
 
@@ -497,11 +504,12 @@ def points(delta: float) -> str:
     return f"+{value:.1f}" if value >= 0 else f"−{-value:.1f}"
 
 
-def hybrid_summary(grid: Grid, results: dict[Run, Result]) -> list[str]:
-    """Per hybrid: in how many cells its seed mean is at least ZO only's, the mean, worst and
+def comparison_summary(grid: Grid, results: dict[Run, Result], methods: Sequence[Method]
+                       ) -> list[str]:
+    """Per method: in how many cells its seed mean is at least ZO only's, the mean, worst and
     best difference, and every cell where it falls below (so a loss is never hidden)."""
     lines = []
-    for method in HYBRIDS + EQUAL_BUDGET:
+    for method in methods:
         diffs = differences(grid, results, method.key)
         if not diffs:
             lines.append(f"* **{method.label}**: no cell finished yet.")
@@ -649,12 +657,22 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         "\"query forwards per run\": the CLI's count), plus one backward pass through the "
         "head per sample. The --lr auto trials and the guard's checks come on top; the "
         "engine sizes both as a share of the run's forwards, so the hybrids also check "
-        "less often. ElasticZO-INT8 (`--estimator int8`) is not in the grid yet: its column "
-        "is reserved.",
+        "less often.",
         "",
-        *hybrid_table(grid, results, ceilings),
+        *comparison_table(grid, results, ceilings, HYBRIDS + EQUAL_BUDGET),
         "",
-        *hybrid_summary(grid, results),
+        *comparison_summary(grid, results, HYBRIDS + EQUAL_BUDGET),
+        "",
+        "Perturbation sources and estimates (PeZO, P-RGE; issue 17) against ZO only with "
+        "XORShift Rademacher draws, same cells, seeds and defaults (--lr auto, guard), each "
+        "at the same query forwards (two-sided: Q/2 queries of two forwards): "
+        "`--perturbation pool:4095` (PeZO's pre-generation, 2^12 - 1 values), "
+        "`--perturbation rotating:31` (on-the-fly, 2^5 - 1 LFSRs), `--distribution uniform` "
+        "(Eq. 3-5 adaptive scaling), both together, and `--two-sided` (P-RGE's inner loop).",
+        "",
+        *comparison_table(grid, results, ceilings, PERTURBATIONS),
+        "",
+        *comparison_summary(grid, results, PERTURBATIONS),
         "",
         f"Time: the finished runs' wall times add up to {total / 60:.0f} minutes (about "
         f"{total / 60 / WORKERS:.0f} minutes for the whole grid at {WORKERS} at a time); this "

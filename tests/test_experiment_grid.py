@@ -200,7 +200,7 @@ def test_hybrid_table_and_summary(ex, tmp_path):
     results[ex.Run("digits_cnn", "fog", 2, "hybrid-2", 1)] = ex.Result(0.6, 0.75, 10.0, 400)
     results[ex.Run("digits_cnn", "fog", 2, "hybrid-2", 2)] = ex.Result(0.6, 0.75, 10.0, 400)
     ceilings = {"digits_cnn": {"fog/1": 0.97, "fog/2": 0.96}}
-    table = ex.hybrid_table(grid, results, ceilings)
+    table = ex.comparison_table(grid, results, ceilings, ex.HYBRIDS + ex.EQUAL_BUDGET)
     assert table[0] == ("| model | corruption | severity | no adaptation | ZO only (ours) | "
                         "hybrid C=1 | hybrid C=2 | hybrid C=1, equal forwards | "
                         "ElasticZO-INT8 (Q/2 two-sided) | FP32 BP ceiling |")
@@ -214,7 +214,7 @@ def test_hybrid_table_and_summary(ex, tmp_path):
     diffs = ex.differences(grid, results, "hybrid-2")
     assert [(f, s) for _, f, s, _ in diffs] == [("fog", 1), ("fog", 2)]
     assert diffs[0][3] == pytest.approx(-0.10) and diffs[1][3] == pytest.approx(0.0, abs=1e-12)
-    summary = ex.hybrid_summary(grid, results)
+    summary = ex.comparison_summary(grid, results, ex.HYBRIDS + ex.EQUAL_BUDGET)
     assert summary[0].startswith("* **hybrid C=1 ≥ ZO only** (mean over the seeds) in **2 of "
                                  "2** cells; difference to ZO only: mean +5.0 points")
     assert "Below" not in summary[0]
