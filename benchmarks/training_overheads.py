@@ -41,8 +41,10 @@ HEADING = "## Training step: where the instructions go"
 BEGIN, END = "<!-- training-overheads:begin -->", "<!-- training-overheads:end -->"
 
 
-def profile_step(model: Path, tmp: Path) -> dict:
-    """The step's instructions, per category, and how many WP / NP layers it trained."""
+def profile_step(model: Path, tmp: Path, options: dict | None = None,
+                 queries: int = QUERIES) -> dict:
+    """The step's instructions, per category, and how many WP / NP layers it trained;
+    ``options``: more TrainConfig fields (e.g. perturbation="pool:4095")."""
     import numpy as np
     from zocodegen.build import cached_build
     from zocodegen.engines import FirmwareSession
@@ -51,12 +53,12 @@ def profile_step(model: Path, tmp: Path) -> dict:
     from zocodegen.training.config import TrainConfig
     from zocodegen.training.plan import training_plan
     graph = load_model(model)
-    config = TrainConfig(steps=2, queries=QUERIES, batch=1, mode="full")
+    config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **(options or {}))
     plan = training_plan(graph, config)
     x = graph.tensor(graph.inputs[0])
     rng = np.random.default_rng(0)
     data = rng.integers(-128, 128, size=(2,) + tuple(x.shape[1:])).astype(x.dtype)
-    image = tmp / f"{model.stem}.img"
+    image = tmp / f"{model.stem}_{len(list(tmp.iterdir()))}.img"
     pack_image(image, data, np.arange(2) % plan.num_classes, num_classes=plan.num_classes,
                checkpoint_bytes=1 << 20)
     elf = cached_build(model, "qemu", emulate=TARGET, graph=graph, train=config,

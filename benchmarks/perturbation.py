@@ -1,0 +1,130 @@
+"""Perturbation benchmark (not a test, issue 17): what PeZO's perturbation sources and
+distributions and P-RGE's two-sided queries cost on the emulated Cortex-M7, per training
+step, under `qemu-system-arm -M mps2-an500 -icount shift=0`.
+
+For each option: the step's instructions and the share of the PRNG in it, from the
+profiling build (-DZO_PROFILE_TRAIN, benchmarks/training_overheads.py: *PRNG + perturb* is
+the draws applied to the weights / nodes, *gradient + update* holds the replayed draws of
+the gradient), and the linked firmware's SRAM and flash (`arm-none-eabi-size`).
+
+    .venv/bin/python benchmarks/perturbation.py            # prints the markdown table
+    .venv/bin/python benchmarks/perturbation.py --write    # also updates docs/benchmarks.md
+
+Full training, adaptive WP/NP, N = 1, the second of two steps, on the H7B3's budget; the
+one-sided options at Q = 2, two-sided at Q = 1 (the same forwards per step).
+
+Runtime: about 15 minutes with nothing cached.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import subprocess
+import sys
+import tempfile
+from contextlib import redirect_stdout
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from training_overheads import (CATEGORIES, MODELS, PROFILE, QUERIES, TARGET,  # noqa: E402
+                                profile_step)
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+HEADING = "## Perturbation sources and two-sided queries (PeZO, P-RGE)"
+BEGIN, END = "<!-- perturbation:begin -->", "<!-- perturbation:end -->"
+#: (label, TrainConfig fields, queries): the default first, every row at the same forwards
+OPTIONS = (
+    ("xorshift, rademacher (default)", {}, QUERIES),
+    ("pool:4095", {"perturbation": "pool:4095"}, QUERIES),
+    ("rotating:31", {"perturbation": "rotating:31"}, QUERIES),
+    ("uniform", {"distribution": "uniform"}, QUERIES),
+    ("pool:4095 uniform", {"perturbation": "pool:4095", "distribution": "uniform"}, QUERIES),
+    ("rotating:31 uniform", {"perturbation": "rotating:31", "distribution": "uniform"},
+     QUERIES),
+    ("two-sided, Q/2", {"two_sided": True}, QUERIES // 2),
+)
+PRNG = CATEGORIES.index("PRNG + perturb")
+REPLAY = CATEGORIES.index("gradient + update")
+
+
+def sizes(model: Path, options: dict, queries: int) -> tuple[int, int]:
+    """SRAM (.data + .bss + arena + stack) and flash (vectors + text + rodata + data) of the
+    profiling firmware the step ran on."""
+    from zocodegen.build import cached_build
+    from zocodegen.frontends import load_model
+    from zocodegen.training.config import TrainConfig
+    config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **options)
+    elf = cached_build(model, "qemu", emulate=TARGET, graph=load_model(model), train=config,
+                       extra_cflags=PROFILE)
+    out = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True,
+                         text=True, check=True).stdout
+    sections = {m.group(1): int(m.group(2))
+                for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+$", out, re.M)}
+    ram = sum(sections.get(s, 0) for s in (".stack", ".data", ".bss", ".zo_arena"))
+    flash = sum(sections.get(s, 0) for s in (".isr_vector", ".text", ".rodata", ".data"))
+    return ram, flash
+
+
+def measure(models: list[Path]) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, redirect_stdout(sys.stderr):
+        for model in models:
+            for label, options, queries in OPTIONS:
+                print(f"  {model.name} {label} ...", file=sys.stderr, flush=True)
+                r = profile_step(model, Path(tmp), options, queries)
+                ram, flash = sizes(model, options, queries)
+                rows.append(dict(model=model.name, option=label, queries=queries,
+                                 step=sum(r["counts"]), prng=r["counts"][PRNG],
+                                 replay=r["counts"][REPLAY], ram=ram, flash=flash))
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| model | option | Q | instructions / step | vs default | PRNG + perturb | "
+             "gradient + update (replayed draws) | SRAM | flash |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    base: dict[str, dict] = {}
+    for r in rows:
+        b = base.setdefault(r["model"], r)
+        share = f"{100 * r['prng'] / r['step']:.1f} % ({r['prng'] / 1e6:,.2f} M)"
+        replay = f"{100 * r['replay'] / r['step']:.1f} % ({r['replay'] / 1e6:,.2f} M)"
+        lines.append(f"| {r['model']} | {r['option']} | {r['queries']} | {r['step']:,} | "
+                     f"{r['step'] / b['step']:.3f} | {share} | {replay} | {r['ram']:,} | "
+                     f"{r['flash']:,} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--only", metavar="NAME", action="append",
+                        help="only the models whose file name contains NAME (repeatable)")
+    args = parser.parse_args()
+    models = [m for m in MODELS if (not args.only or any(n in m.name for n in args.only))
+              and "Resnet" not in m.name]
+    rows = measure(models)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    lines = [f"Measured {datetime.date.today()} at commit {commit} with "
+             f"`benchmarks/perturbation.py` (profiling build `-DZO_PROFILE_TRAIN`, full "
+             f"training, N = 1, the second step, {TARGET} budget). Shares of the step's "
+             f"instructions (millions):", ""]
+    lines += table(rows)
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        doc = DOC.read_text()
+        block = f"{BEGIN}\n{text}\n{END}"
+        if BEGIN in doc:
+            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
+                         flags=re.S)
+        else:
+            doc = doc.rstrip() + f"\n\n{HEADING}\n\n{block}\n"
+        DOC.write_text(doc)
+
+
+if __name__ == "__main__":
+    main()
