@@ -81,6 +81,10 @@ def test_perturbation_options_bit_exact_native(spec, options, tmp_path):
     pytest.param("shared:kws_ref_model.tflite", dict(perturbation="pool:4095"), id="kws-pool"),
     pytest.param("fixture:onnx_qdq_int8.onnx", dict(distribution="uniform", estimator="np"),
                  id="onnx-uniform-np"),
+    pytest.param("shared:kws_ref_model.tflite", dict(query_batch=3), id="kws-b3"),
+    pytest.param("fixture:digits_cnn.tflite", dict(query_batch=2, queries=2, two_sided=True,
+                                                   estimator="np", perturbation="pool:255"),
+                 id="digits-np-b2-two-sided-pool"),
 ])
 def test_perturbation_options_bit_exact_qemu(spec, options, tmp_path):
     _check(spec, "qemu", 2, tmp_path, **options)
@@ -153,11 +157,35 @@ def test_two_sided_costs_two_forwards_and_halves_the_coefficient():
     (["--perturbation", "lfsr"], "expects xorshift, pool:N or rotating:n"),
     (["--two-sided", "--estimator", "int8"], "draws its own"),
     (["--estimator", "int8", "--distribution", "uniform"], "draws its own"),
+    (["--queries", "3", "--query-batch", "2"], "must divide the query forwards per layer and "
+                                               "sample (Q = 3): try --query-batch 1 or 3"),
+    (["--queries", "16", "--query-batch", "16", "--target", "stm32f746"],
+     "a smaller query batch fits: --query-batch 8"),
 ])
 def test_bad_perturbation_options_are_refused(argv, message, tmp_path, capsys):
     model = _resolve("fixture:digits_cnn.tflite")
-    code = main(["build", str(model), "--target", "native", "--train", "full",
-                 "-o", str(tmp_path / "p"), *argv])
+    target = [] if "--target" in argv else ["--target", "native"]
+    model = _resolve("shared:kws_ref_model.tflite") if "16" in argv else model
+    code = main(["build", str(model), *target, "--train", "full", "-o", str(tmp_path / "p"),
+                 *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spec, options", [
+    pytest.param("fixture:digits_cnn.tflite", dict(query_batch=3), id="digits-b3"),
+    pytest.param("fixture:digits_cnn.tflite", dict(query_batch=2, queries=4, estimator="np",
+                                                   batch=2),
+                 id="digits-np-b2-batch2"),
+    pytest.param("fixture:digits_cnn.tflite", dict(query_batch=3, two_sided=True,
+                                                   distribution="uniform"),
+                 id="digits-b3-two-sided-uniform"),
+    pytest.param("fixture:digits_cnn.tflite", dict(query_batch=2, queries=2, mode="sparse",
+                                                   block=1, bp_layers=1), id="digits-sparse-b2-bp1"),
+    pytest.param("shared:kws_ref_model.tflite", dict(query_batch=3), id="kws-b3"),
+    pytest.param("fixture:onnx_qdq_int8.onnx", dict(query_batch=6, two_sided=True,
+                                                    estimator="np"), id="onnx-np-b6-two-sided"),
+])
+def test_query_batch_bit_exact_native(spec, options, tmp_path):
+    _check(spec, "native", 3, tmp_path, **options)

@@ -217,6 +217,10 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
                         "loop): two forwards per query")
+    g.add_argument("--query-batch", type=int, default=1, metavar="B",
+                   help="device: evaluate B query forwards together, layer by layer, so "
+                        "each weight load serves B inputs (P-RGE's outer loop; B-wide "
+                        "activations; default 1)")
     g.add_argument("--max-step", type=float, default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
@@ -268,7 +272,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        bp_layers=parse_bp_layers(args.bp_layers),
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,
-                       two_sided=args.two_sided,
+                       two_sided=args.two_sided, query_batch=args.query_batch,
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 

@@ -100,14 +100,19 @@ static void restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *a
     ZO_PROFILE_END();
 }
 
-/* Cross-entropy of the logits in the arena, Q5.26 rounded to Q16 (2^-16 nats). */
-static int32_t loss_q16(const zo_train_model *m, int32_t label)
+/* Cross-entropy of int8 logits, Q5.26 rounded to Q16 (2^-16 nats). */
+static int32_t logits_loss(const zo_train_model *m, const int8_t *logits, int32_t label)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_LOSS);
-    const int8_t *logits = (const int8_t *)(model_arena() + m->logits_offset);
     const int32_t loss = zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
     ZO_PROFILE_END();
     return loss;
+}
+
+/* ... of the logits in the arena */
+static int32_t loss_q16(const zo_train_model *m, int32_t label)
+{
+    return logits_loss(m, (const int8_t *)(model_arena() + m->logits_offset), label);
 }
 
 /* Delta l = l_q - l, clamped so that N Q of them sum exactly in int32 (docs/training.md). */
@@ -395,6 +400,20 @@ static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
 
 #if !ZO_TRAIN_INTEGER_ONLY
 
+/* The layer's own kernel on one input with the given parameters (its geometry, or a
+ * shifted copy): what model.c computes for it, with its current SRAM weights. */
+static void run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
+                             const zo_fc_params *fc, const int8_t *input, int8_t *output)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+    if (L->kind == ZO_TRAIN_FC) {
+        zo_fully_connected_s8(fc, input, L->weights, L->bias, output);
+    } else {
+        L->conv_kernel(conv, input, L->weights, L->folded ? L->folded : L->bias, output);
+    }
+    ZO_PROFILE_END();
+}
+
 /* Adds (sign +1) or subtracts (-1) the perturbation of stream p to the weights restored
  * from the backup, with int8 saturation. */
 static void perturb_weights(const zo_train_layer *L, const int8_t *backup,
@@ -407,6 +426,7 @@ static void perturb_weights(const zo_train_layer *L, const int8_t *backup,
     ZO_PROFILE_END();
 }
 
+#if ZO_TRAIN_QUERY_BATCH == 1
 /* One WP query of sample n from the layer's restored input: the loss at the perturbed
  * weights, which are then restored exactly (even where they saturated). */
 static int32_t weight_query_loss(const zo_train_model *m, const zo_train_layer *L,
@@ -424,6 +444,121 @@ static int32_t weight_query_loss(const zo_train_model *m, const zo_train_layer *
     return loss;
 }
 
+/* Sample n's Q queries, one forward at a time, into the query sums. */
+static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
+                           const int8_t *backup, uint32_t seed, uint32_t n)
+{
+    zo_perturb_stream stream;
+    zo_perturb_start(&stream, seed, L->perturb_shift);
+    for (uint32_t q = 0; q < m->queries; ++q) {
+#if ZO_TRAIN_TWO_SIDED
+        zo_perturb_stream minus = stream; /* -z: the same draws again */
+        const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
+        const int32_t base = weight_query_loss(m, L, backup, &minus, -1, n);
+#else
+        const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
+        const int32_t base = m->clean_q16[n];
+#endif
+        m->query_sums[q] += loss_difference(m, plus_loss, base);
+    }
+}
+#else
+/* ---- --query-batch B: B query forwards at once (P-RGE's outer loop) -------------------- */
+
+#define ZO_SIDES (ZO_TRAIN_TWO_SIDED ? 2u : 1u)
+
+/* Forward f of a query group is query f / sides at sign + (f even or one-sided) or -. */
+static int32_t forward_sign(uint32_t f)
+{
+    return (ZO_TRAIN_TWO_SIDED && (f & 1u)) ? -1 : 1;
+}
+
+/* Copies of sample n's saved tensors into every slot of the query arena. */
+static void restore_batch(const zo_train_batch_span *spans, uint32_t count,
+                          const uint8_t *saved)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+    for (uint32_t k = 0; k < count; ++k) {
+        uint8_t *slot = model_query_arena_storage + spans[k].batch_offset;
+        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b, slot += spans[k].bytes) {
+            memcpy(slot, saved + spans[k].saved_offset, spans[k].bytes);
+        }
+    }
+    ZO_PROFILE_END();
+}
+
+/* Layers first..last on every slot at once. */
+static void run_batch(int32_t first, int32_t last)
+{
+    if (first <= last) {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+        model_run_batch_range(first, last);
+        ZO_PROFILE_END();
+    }
+}
+
+static int32_t slot_loss(const zo_train_model *m, uint32_t b, int32_t label)
+{
+    const uint8_t *logits = model_query_arena_storage + m->batch_logits_offset;
+    return logits_loss(m, (const int8_t *)(logits + b * (uint32_t)m->classes), label);
+}
+
+/* The loss difference a finished forward f contributes (two-sided: at its minus side, from
+ * the plus side's loss kept in *plus); 0 and *done = 0 while a query is unfinished. */
+static int32_t forward_difference(const zo_train_model *m, uint32_t f, int32_t loss,
+                                  int32_t clean, int32_t *plus, int *done)
+{
+    if (ZO_TRAIN_TWO_SIDED && forward_sign(f) > 0) {
+        *plus = loss;
+        *done = 0;
+        return 0;
+    }
+    *done = 1;
+    return ZO_TRAIN_TWO_SIDED ? loss_difference(m, *plus, loss) : loss_difference(m, loss, clean);
+}
+
+/* Sample n's Q (x 2 two-sided) query forwards, B at a time: each slot's layer output from
+ * the saved input and its own perturbed weights, then the layers after it batched, into
+ * the query sums. */
+static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
+                           const int8_t *backup, uint32_t seed, uint32_t n)
+{
+    uint8_t *qa = model_query_arena_storage;
+    const int8_t *input = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
+    zo_perturb_stream stream, minus;
+    zo_perturb_start(&stream, seed, L->perturb_shift);
+    minus = stream;
+    int32_t plus = 0;
+    for (uint32_t f0 = 0; f0 < m->queries * ZO_SIDES; f0 += ZO_TRAIN_QUERY_BATCH) {
+        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, n));
+        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
+            if (forward_sign(f0 + b) > 0) {
+                minus = stream; /* -z: the same draws again */
+                perturb_weights(L, backup, &stream, 1);
+            } else {
+                perturb_weights(L, backup, &minus, -1);
+            }
+            refold(L);
+            run_layer_kernel(L, L->conv, L->fc, input,
+                             (int8_t *)(qa + L->batch_output_offset + b * L->output_count));
+            ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+            memcpy(L->weights, backup, L->weight_count);
+            ZO_PROFILE_END();
+        }
+        run_batch((int32_t)L->op + 1, m->logits_op);
+        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
+            const uint32_t f = f0 + b;
+            int done;
+            const int32_t d = forward_difference(m, f, slot_loss(m, b, m->labels[n]),
+                                                 m->clean_q16[n], &plus, &done);
+            if (done) {
+                m->query_sums[f / ZO_SIDES] += d;
+            }
+        }
+    }
+}
+#endif
+
 static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                         float coef)
 {
@@ -437,19 +572,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     }
     memset(m->query_sums, 0, m->queries * sizeof m->query_sums[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
-        zo_perturb_stream stream; /* every sample sees the same perturbations */
-        zo_perturb_start(&stream, seed, L->perturb_shift);
-        for (uint32_t q = 0; q < m->queries; ++q) {
-#if ZO_TRAIN_TWO_SIDED
-            zo_perturb_stream minus = stream; /* -z: the same draws again */
-            const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
-            const int32_t base = weight_query_loss(m, L, backup, &minus, -1, n);
-#else
-            const int32_t plus_loss = weight_query_loss(m, L, backup, &stream, 1, n);
-            const int32_t base = m->clean_q16[n];
-#endif
-            m->query_sums[q] += loss_difference(m, plus_loss, base);
-        }
+        weight_queries(m, L, backup, seed, n); /* every sample sees the same perturbations */
     }
     refold(L);
     {
@@ -492,17 +615,12 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
 static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uint32_t n,
                            uint32_t k, int8_t *out)
 {
-    ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
     const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
-    if (L->kind == ZO_TRAIN_FC) {
-        zo_fully_connected_s8(&L->fc_shifted[k], a, L->weights, L->bias, out);
-    } else {
-        L->conv_kernel(&L->conv_shifted[k], a, L->weights, L->folded ? L->folded : L->bias,
-                       out);
-    }
-    ZO_PROFILE_END();
+    run_layer_kernel(L, L->conv_shifted ? &L->conv_shifted[k] : NULL,
+                     L->fc_shifted ? &L->fc_shifted[k] : NULL, a, out);
 }
 
+#if ZO_TRAIN_QUERY_BATCH == 1
 /* One NP query of sample n: the next layer sees h(z + sign xi) (xi from stream p); the
  * loss of the forward from there. */
 static int32_t node_query_loss(const zo_train_model *m, const zo_train_layer *L,
@@ -521,6 +639,22 @@ static int32_t node_query_loss(const zo_train_model *m, const zo_train_layer *L,
     run_layers(L->op + 1, m->logits_op);
     return loss_q16(m, m->labels[n]);
 }
+#endif
+
+/* One finished query's share of the node gradient: xi (replayed) times its loss
+ * difference, where the unit's activation passes (h(z + 1) - h(z - 1) == 2). */
+static void accumulate_query(const zo_train_layer *L, int32_t *gz, const int8_t *up,
+                             const int8_t *down, zo_perturb_stream *replay, int32_t delta)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    for (uint32_t k = 0; k < L->output_count; ++k) {
+        const int32_t xi = zo_perturb_next(replay);
+        if (up[k] - down[k] == 2) {
+            gz[k] += xi * delta;
+        }
+    }
+    ZO_PROFILE_END();
+}
 
 /* Node gradient of sample n into gz (paper Eq. 9/10): each query feeds the next layer
  * h(z + xi), xi drawn from the sample's own stream; a unit gets gradient only where h
@@ -535,10 +669,11 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
         shifted_output(m, L, n, k, shifted + k * L->output_count);
     }
     memset(gz, 0, L->output_count * sizeof gz[0]);
-    zo_perturb_stream stream;
+    zo_perturb_stream stream, replay;
     zo_perturb_start(&stream, zo_sample_seed(seed, n), L->perturb_shift);
+    replay = stream;
+#if ZO_TRAIN_QUERY_BATCH == 1
     for (uint32_t q = 0; q < m->queries; ++q) {
-        zo_perturb_stream replay = stream;
 #if ZO_TRAIN_TWO_SIDED
         zo_perturb_stream minus = stream;
         const int32_t plus_loss = node_query_loss(m, L, shifted, &stream, 1, n);
@@ -547,16 +682,41 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
         const int32_t plus_loss = node_query_loss(m, L, shifted, &stream, 1, n);
         const int32_t base = m->clean_q16[n];
 #endif
-        const int32_t delta = loss_difference(m, plus_loss, base);
-        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-        for (uint32_t k = 0; k < L->output_count; ++k) {
-            const int32_t xi = zo_perturb_next(&replay);
-            if (up[k] - down[k] == 2) {
-                gz[k] += xi * delta;
+        accumulate_query(L, gz, up, down, &replay, loss_difference(m, plus_loss, base));
+    }
+#else
+    /* --query-batch: slot b of the layer's output holds h(z +- xi) of forward f0 + b */
+    zo_perturb_stream minus = stream;
+    int32_t plus = 0;
+    for (uint32_t f0 = 0; f0 < m->queries * ZO_SIDES; f0 += ZO_TRAIN_QUERY_BATCH) {
+        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, n));
+        ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
+        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
+            int8_t *z = (int8_t *)(model_query_arena_storage + L->batch_output_offset
+                                   + b * L->output_count);
+            const int32_t sign = forward_sign(f0 + b);
+            zo_perturb_stream *p = &stream;
+            if (sign > 0) {
+                minus = stream;
+            } else {
+                p = &minus;
+            }
+            for (uint32_t k = 0; k < L->output_count; ++k) {
+                z[k] = shifted[ZO_NP_SHIFT(sign * zo_perturb_next(p)) * L->output_count + k];
             }
         }
         ZO_PROFILE_END();
+        run_batch((int32_t)L->op + 1, m->logits_op);
+        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
+            int done;
+            const int32_t d = forward_difference(m, f0 + b, slot_loss(m, b, m->labels[n]),
+                                                 m->clean_q16[n], &plus, &done);
+            if (done) {
+                accumulate_query(L, gz, up, down, &replay, d);
+            }
+        }
     }
+#endif
 }
 
 /* The update of a layer from one sample's node gradient gz and the layer input a (N = 1):

@@ -41,6 +41,15 @@ typedef struct {
     uint32_t saved_offset;
 } zo_train_span;
 
+/* --query-batch: a tensor a batched forward reads from before its first layer: slot 0's
+ * offset in the query arena (slot b follows b x bytes later), one slot's bytes, and where
+ * the layer's saved slot keeps it. */
+typedef struct {
+    uint32_t batch_offset;
+    uint32_t bytes;
+    uint32_t saved_offset;
+} zo_train_batch_span;
+
 typedef struct {
     uint8_t kind;     /* ZO_TRAIN_CONV / _DEPTHWISE / _FC */
     uint8_t mode;     /* ZO_TRAIN_WP / ZO_TRAIN_NP / ZO_TRAIN_BP (always the last layers) */
@@ -86,6 +95,12 @@ typedef struct {
     const zo_conv_params *conv_shifted; /* CONV / DEPTHWISE */
     const zo_fc_params *fc_shifted;     /* FC */
     int8_t perturb_shift; /* --distribution uniform with XORShift: the layer's scale */
+    /* --query-batch (model_run_batch_range): what ops op + 1 .. logits read from before
+     * them, but the layer's output, copied into every slot of the query arena; slot 0 of
+     * the layer's output there */
+    const zo_train_batch_span *batch_restart;
+    uint32_t batch_restart_count;
+    uint32_t batch_output_offset;
 } zo_train_layer;
 
 /* Reads training sample `index` into the model input (arena) and its label. */
@@ -156,6 +171,7 @@ typedef struct {
     int32_t *query_sums;   /* [queries] */
     const zo_guard_config *guard; /* NULL: neither guard nor --lr auto */
     const zo_bp_head *head;       /* --bp-layers: the head back-propagation runs through */
+    uint32_t batch_logits_offset; /* --query-batch: slot 0 of the logits, query arena */
     /* --estimator int8 (ZO_TRAIN_INTEGER_ONLY builds): perturbations uniform on
      * [-r_max, r_max], zero where a draw's low 16 bits fall below p_zero (Q16; -1: the
      * paper's schedule), updates of b_zo (ZO) / b_bp (BP) bits */

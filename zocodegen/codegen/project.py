@@ -132,6 +132,12 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
         return placement.total if placement.fits else None
 
     tips = []
+    forwards = train.queries * (2 if train.two_sided else 1)
+    smaller = next(((b, t) for b in range(train.query_batch - 1, 0, -1) if forwards % b == 0
+                    and (t := total(replace(train, query_batch=b))) is not None), None)
+    if smaller:  # the query batch's arena is the easiest thing to give back
+        tips.append(f"a smaller query batch fits: --query-batch {smaller[0]} "
+                    f"({kb(smaller[1])})")
     auto = replace(train, mode="sparse", block=None)
     auto_total = total(auto) if train.mode == "full" else None
     if auto_total is not None:

@@ -3,7 +3,7 @@
 forward restores, and the buffer sizes the memory report lists."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ..training.perturbation import pool_values, rotating_shifts
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
+from .query_batch import BatchCode, BatchLayer, query_batch_code
 
 KINDS = {"CONV_2D": "ZO_TRAIN_CONV", "DEPTHWISE_CONV_2D": "ZO_TRAIN_DEPTHWISE",
          "FULLY_CONNECTED": "ZO_TRAIN_FC"}
@@ -89,6 +90,7 @@ class TrainLayerCode:
     folded_count: int  # CONV_2D: one folded bias per output channel (zo_conv.c); else 0
     defines: bool  # the first of the layer's entries (a BP head appears in every block)
     perturb_shift: int = 0  # --distribution uniform, XORShift: the layer's scale
+    query_batch: BatchLayer | None = None  # --query-batch: where its batched queries go
 
     @property
     def input_offset(self) -> str:
@@ -213,6 +215,7 @@ class TrainingCode:
     b_zo: int
     b_bp: int
     perturb: PerturbCode
+    query_batch: BatchCode | None  # --query-batch B > 1
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -228,7 +231,11 @@ class TrainingCode:
                     "per sample: what a forward from the current layer reads"),
             RamItem("training state", _align(4 * self.queries) + 2 * _align(4 * self.batch),
                     "Q query loss sums, N clean losses and labels"),
-        ]
+        ] + ([] if self.query_batch is None else [
+            RamItem("query batch arena", self.query_batch.arena_bytes,
+                    f"--query-batch {self.query_batch.batch}: {self.query_batch.batch}-wide "
+                    f"activations of layers {self.query_batch.first_op}.."
+                    f"{self.query_batch.last_op}")])
 
 
     @property
@@ -324,10 +331,12 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     layers, models, stride, grad_words = [], [], 0, 0
     cfg = plans[0].config
     symbols: dict[int, str] = {}
+    saved_offsets: dict[int, dict[str, int]] = {}
     for block, plan in enumerate(plans):
         models.append((len(layers), len(plan.layers)))
         for k, layer in enumerate(plan.layers):
             intervals, where = _spans(graph, arena, layer.crossing)
+            saved_offsets[layer.op_index] = where
             stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
@@ -358,6 +367,10 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
                 layer.perturb_shift))
+    query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
+    if query_batch is not None:
+        layers = [replace(L, query_batch=query_batch.layer(L.op))
+                  if L.mode in ("ZO_TRAIN_WP", "ZO_TRAIN_NP") else L for L in layers]
     head = None
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)
@@ -392,4 +405,4 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         checkpoint_slot_bytes(largest) // SECTOR_BYTES, head,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
-                        perturb_code(plan))
+                        perturb_code(plan), query_batch)

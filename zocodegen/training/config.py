@@ -48,6 +48,7 @@ class TrainConfig:
     perturbation: str = "xorshift"
     distribution: str = "rademacher"
     two_sided: bool = False
+    query_batch: int = 1  # P-RGE's outer loop: forwards evaluated together (device only)
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
@@ -95,6 +96,16 @@ class TrainConfig:
             raise UserError("--estimator int8 draws its own sparse uniform perturbations, "
                             "two-sided (ElasticZO Alg. 2): drop --perturbation, "
                             "--distribution and --two-sided")
+        forwards = self.queries * (2 if self.two_sided else 1)
+        if self.query_batch < 1 or forwards % self.query_batch:
+            fits = [b for b in range(1, min(forwards, 16) + 1) if forwards % b == 0]
+            raise UserError(f"--query-batch {self.query_batch} must divide the query forwards "
+                            f"per layer and sample (Q{' x 2 two-sided' if self.two_sided else ''}"
+                            f" = {forwards}): try --query-batch "
+                            + " or ".join(str(b) for b in fits[-3:]))
+        if self.query_batch > 1 and self.estimator in ("int8", "mezo"):
+            raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
+                            f"{self.estimator} evaluates one forward at a time")
         if self.estimator == "mezo" and self.two_sided:
             raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
                             "drop --two-sided")

@@ -55,6 +55,7 @@ class LayerContext:
     plan: ArenaPlan
     symbol: str  # C identifier prefix of this layer's constants, e.g. "conv_2d_3"
     index: int  # the op's position in graph.ops
+    storage: str = "model_arena_storage"  # the C array the plan's offsets are into
 
     def tensor_expr(self, name: str, const: bool) -> str:
         """C expression for a tensor: an arena pointer, or a constant array's name."""

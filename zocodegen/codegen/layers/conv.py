@@ -62,7 +62,7 @@ def conv_2d(op: Op, ctx: LayerContext) -> LayerCode:
         input_offset=p.input_offset, output_offset=p.output_offset,
         act_min=p.act_min, act_max=p.act_max,
         multiplier=f"{ctx.symbol}_multiplier", shift=f"{ctx.symbol}_shift")
-    scratch = (f"(int8_t *)(model_arena_storage + {ctx.plan.scratch_offsets[ctx.index]})"
+    scratch = (f"(int8_t *)({ctx.storage} + {ctx.plan.scratch_offsets[ctx.index]})"
                if ctx.index in ctx.plan.scratch_offsets else "NULL")
     params += fields(right_shift_only=bool(np.all(np.asarray(p.shift) < 0)), scratch=scratch)
     function = conv_kernel(g, op)
