@@ -11,7 +11,8 @@ the gradient), and the linked firmware's SRAM and flash (`arm-none-eabi-size`).
     .venv/bin/python benchmarks/perturbation.py --write    # also updates docs/benchmarks.md
 
 Full training, adaptive WP/NP, N = 1, the second of two steps, on the H7B3's budget; the
-one-sided options at Q = 2, two-sided at Q = 1 (the same forwards per step).
+one-sided options at Q = 2, two-sided at Q = 1 (the same forwards per step), and
+--query-batch B = 1, 2, 4 at Q = 4. SRAM includes the query batch's B-wide arena.
 
 Runtime: about 15 minutes with nothing cached.
 """
@@ -35,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
 HEADING = "## Perturbation sources and two-sided queries (PeZO, P-RGE)"
 BEGIN, END = "<!-- perturbation:begin -->", "<!-- perturbation:end -->"
-#: (label, TrainConfig fields, queries): the default first, every row at the same forwards
+#: (label, TrainConfig fields, queries, the row it is compared with): every row of a group at
+#: the same forwards per step; P-RGE's query batches at Q = 4 so that B = 1, 2, 4 all divide
 OPTIONS = (
     ("xorshift, rademacher (default)", {}, QUERIES),
     ("pool:4095", {"perturbation": "pool:4095"}, QUERIES),
@@ -45,6 +47,11 @@ OPTIONS = (
     ("rotating:31 uniform", {"perturbation": "rotating:31", "distribution": "uniform"},
      QUERIES),
     ("two-sided, Q/2", {"two_sided": True}, QUERIES // 2),
+    ("two-sided, Q/2, B = 2 (+z and -z in one pass)", {"two_sided": True, "query_batch": 2},
+     QUERIES // 2),
+    ("Q = 4, B = 1", {}, 4),
+    ("Q = 4, B = 2", {"query_batch": 2}, 4),
+    ("Q = 4, B = 4", {"query_batch": 4}, 4),
 )
 PRNG = CATEGORIES.index("PRNG + perturb")
 REPLAY = CATEGORIES.index("gradient + update")
@@ -83,12 +90,14 @@ def measure(models: list[Path]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| model | option | Q | instructions / step | vs default | PRNG + perturb | "
+    lines = ["| model | option | Q | instructions / step | vs first row at these forwards | "
+             "PRNG + perturb | "
              "gradient + update (replayed draws) | SRAM | flash |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    base: dict[str, dict] = {}
+    base: dict[tuple[str, int], dict] = {}
     for r in rows:
-        b = base.setdefault(r["model"], r)
+        b = base.setdefault((r["model"], r["queries"] * (2 if "two-sided" in r["option"] else 1)),
+                            r)
         share = f"{100 * r['prng'] / r['step']:.1f} % ({r['prng'] / 1e6:,.2f} M)"
         replay = f"{100 * r['replay'] / r['step']:.1f} % ({r['replay'] / 1e6:,.2f} M)"
         lines.append(f"| {r['model']} | {r['option']} | {r['queries']} | {r['step']:,} | "
