@@ -30,10 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from training_overheads import (CATEGORIES, MODELS, PROFILE, QUERIES, TARGET,  # noqa: E402
-                                profile_step)
+                                commit, profile_step, write_section)
 
-REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "benchmarks.md"
 HEADING = "## Perturbation sources and two-sided queries (PeZO, P-RGE)"
 BEGIN, END = "<!-- perturbation:begin -->", "<!-- perturbation:end -->"
 #: (label, TrainConfig fields, queries, the row it is compared with): every row of a group at
@@ -115,9 +113,7 @@ def main() -> None:
     models = [m for m in MODELS if (not args.only or any(n in m.name for n in args.only))
               and "Resnet" not in m.name]
     rows = measure(models)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"Measured {datetime.date.today()} at commit {commit} with "
+    lines = [f"Measured {datetime.date.today()} at commit {commit()} with "
              f"`benchmarks/perturbation.py` (profiling build `-DZO_PROFILE_TRAIN`, full "
              f"training, N = 1, the second step, {TARGET} budget). Shares of the step's "
              f"instructions (millions):", ""]
@@ -125,14 +121,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in doc:
-            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                         flags=re.S)
-        else:
-            doc = doc.rstrip() + f"\n\n{HEADING}\n\n{block}\n"
-        DOC.write_text(doc)
+        write_section(HEADING, BEGIN, END, text)
 
 
 if __name__ == "__main__":

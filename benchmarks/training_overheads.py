@@ -76,6 +76,24 @@ def profile_step(model: Path, tmp: Path, options: dict | None = None,
                 wp=modes.count("WP"), np=modes.count("NP"))
 
 
+def commit() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def write_section(heading: str, begin: str, end: str, text: str) -> None:
+    """Replace what lies between the markers of docs/benchmarks.md (appending the section
+    under ``heading`` when they are absent)."""
+    doc = DOC.read_text()
+    block = f"{begin}\n{text}\n{end}"
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc,
+                     flags=re.S)
+    else:
+        doc = doc.rstrip() + f"\n\n{heading}\n\n{block}\n"
+    DOC.write_text(doc)
+
+
 def table(results: list[dict]) -> list[str]:
     head = " | ".join(CATEGORIES)
     lines = [f"| model | trained layers (WP / NP) | instructions / step | {head} |",
@@ -99,9 +117,7 @@ def main() -> None:
         for model in models:
             print(f"  {model.name} ...", file=sys.stderr, flush=True)
             results.append(profile_step(model, Path(tmp)))
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    lines = [f"Measured {datetime.date.today()} at commit {commit} with "
+    lines = [f"Measured {datetime.date.today()} at commit {commit()} with "
              f"`benchmarks/training_overheads.py` (profiling build `-DZO_PROFILE_TRAIN`, "
              f"full training, Q = {QUERIES}, N = 1, the second step, {TARGET} budget). "
              f"Share of the step's instructions (and instructions, millions):", ""]
@@ -117,14 +133,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in doc:
-            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                         flags=re.S)
-        else:
-            doc = doc.rstrip() + f"\n\n{HEADING}\n\n{block}\n"
-        DOC.write_text(doc)
+        write_section(HEADING, BEGIN, END, text)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from test_training import (NEEDS_ARM, _data, _firmware_checkpoint, _image, _resolve,
-                           _simulated, _simulated_with_guard)
+from test_training import (NEEDS_ARM, _check_against_simulator, _data, _firmware_checkpoint,
+                           _image, _simulated, _simulated_with_guard)
 from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.engines import FirmwareSession
 from zocodegen.frontends import load_model
 from zocodegen.host.image import pack_image
-from zocodegen.training import checkpoint, int8, simulator
+from zocodegen.training import int8
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan
 
@@ -36,18 +36,7 @@ def _config(**options) -> TrainConfig:
 
 
 def _check(spec: str, engine: str, steps: int, tmp_path, **options) -> None:
-    model = _resolve(spec)
-    graph = load_model(model)
-    config = _config(**options)
-    plan = training_plan(graph, config)
-    x, y = _data(graph, plan.num_classes, count=6)
-    image = _image(tmp_path, x, y, plan.num_classes)
-    sha = hashlib.sha256(model.read_bytes()).digest()
-    expected = _simulated(graph, plan, x, y, steps, sha)
-    assert _firmware_checkpoint(model, graph, config, engine, image, steps) == expected
-    initial = checkpoint.encode(simulator.to_checkpoint(
-        plan, simulator.initial_params(graph, plan), steps, sha))
-    assert expected != initial, "training changed nothing: the comparison would be vacuous"
+    _check_against_simulator(spec, engine, steps, tmp_path, _config(**options))
 
 
 @pytest.mark.parametrize("spec, options", [

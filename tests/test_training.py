@@ -79,6 +79,23 @@ def _simulated_with_guard(model: Path, graph, config, image: Path, steps: int) -
                                                      guard.state if guard else state))
 
 
+def _check_against_simulator(spec: str, engine: str, steps: int, tmp: Path,
+                             config: TrainConfig) -> None:
+    """The device's checkpoint after ``steps`` steps equals the simulator's, and training
+    changed the parameters (so the comparison is not vacuous)."""
+    model = _resolve(spec)
+    graph = load_model(model)
+    plan = training_plan(graph, config)
+    x, y = _data(graph, plan.num_classes, count=6)
+    image = _image(tmp, x, y, plan.num_classes)
+    sha = hashlib.sha256(model.read_bytes()).digest()
+    expected = _simulated(graph, plan, x, y, steps, sha)
+    assert _firmware_checkpoint(model, graph, config, engine, image, steps) == expected
+    initial = checkpoint.encode(simulator.to_checkpoint(
+        plan, simulator.initial_params(graph, plan), steps, sha))
+    assert expected != initial, "training changed nothing: the comparison would be vacuous"
+
+
 def _firmware_checkpoint(model: Path, graph, config, engine, image: Path, steps: int,
                          sanitize: bool = False) -> bytes:
     artefact = cached_build(model, engine, graph=graph, train=config, sanitize=sanitize)
