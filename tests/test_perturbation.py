@@ -176,3 +176,19 @@ def test_bad_perturbation_options_are_refused(argv, message, tmp_path, capsys):
 ])
 def test_query_batch_bit_exact_native(spec, options, tmp_path):
     _check(spec, "native", 3, tmp_path, **options)
+
+
+def test_a_uniform_plan_without_a_layer_scale_is_refused(tmp_path):
+    """The scale table comes from training_plan(); a plan edited through the API that lost a
+    layer's entry is refused by the build, naming the layer."""
+    from dataclasses import replace
+
+    from zocodegen.codegen.training_code import perturb_code
+    from zocodegen.errors import UserError
+    graph = load_model(_resolve("fixture:digits_cnn.tflite"))
+    plan = training_plan(graph, TrainConfig(distribution="uniform"))
+    assert all(layer.perturb_shift >= 6 for layer in plan.layers)
+    perturb_code(plan)  # complete: accepted
+    broken = replace(plan, layers=(replace(plan.layers[0], perturb_shift=0),) + plan.layers[1:])
+    with pytest.raises(UserError, match=r"trainable layer 0 \('.*'\) has no scale"):
+        perturb_code(broken)

@@ -16,7 +16,8 @@ from ..training.backprop import Head, backward_factors
 from ..training.checkpoint import encoded_size
 from ..training.guard import MIN_VAL_RECORDS, guard_schedule
 from ..training.int8 import q16
-from ..training.perturbation import pool_values, rotating_shifts
+from ..errors import UserError
+from ..training.perturbation import MIN_UNIFORM_SHIFT, pool_values, rotating_shifts
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
@@ -51,8 +52,17 @@ class PerturbCode:
 
 
 def perturb_code(plan: TrainingPlan) -> PerturbCode:
+    """The build's perturbation tables; refuses a plan whose uniform XORShift draws lack a
+    layer's scale (a plan not made by training_plan(), e.g. edited through the API)."""
     rule = plan.perturbation
     kind, size = rule.source.kind, rule.source.size
+    if rule.distribution == "uniform" and kind == "xorshift":
+        for layer in plan.zo_layers:
+            if not MIN_UNIFORM_SHIFT <= layer.perturb_shift <= 31:
+                raise UserError(f"--distribution uniform: trainable layer {layer.index} "
+                                f"('{layer.op.name}') has no scale in the plan's table "
+                                f"(shift {layer.perturb_shift}); make the plan with "
+                                "training_plan() so every layer gets one")
     pool = (tuple(int(v) for v in pool_values(rule.seed, size, rule.distribution))
             if kind == "pool" else ())
     shifts = (tuple(int(v) for v in rotating_shifts(size))
