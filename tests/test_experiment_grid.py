@@ -57,9 +57,10 @@ def fake_run(directory: Path, before: float, after: float | None, engine_after: 
 
 def test_full_grid_runs_and_commands(ex, tmp_path):
     runs = ex.grid_runs(ex.FULL)
-    # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2, C=1 equal forwards, INT8}
-    # + 2 models x 2 severities x 3 seeds x 8 ablations.
-    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 6 + 2 * 2 * 3 * 8
+    # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2, C=1 equal forwards, INT8,
+    # pool, rotating, uniform, pool + uniform, two-sided} + 2 models x 2 severities x 3 seeds
+    # x 8 ablations.
+    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 11 + 2 * 2 * 3 * 8
     assert {r.method for r in runs[:48]} == {"mezo"}  # the longest runs first
     assert {(r.family, r.method) for r in runs if r.method == "sparse"} == {("blur", "sparse")}
     tuned = ex.Run("digits_resnet", "blur", 2, "tuned-0.03", 3)
@@ -75,6 +76,10 @@ def test_full_grid_runs_and_commands(ex, tmp_path):
     assert options["sparse"] == ("--mode", "sparse")
     assert options["hybrid-1"] == ("--bp-layers", "1")
     assert options["hybrid-2"] == ("--bp-layers", "2")
+    assert options["pool"] == ("--perturbation", "pool:4095")
+    two_sided = ex.Run("digits_cnn", "fog", 1, "two-sided", 1)
+    assert ex.command(["zocodegen"], two_sided, ex.FULL, tmp_path)[-3:] == [
+        "--two-sided", "--queries", str(ex.QUERIES // 2)]
     assert {(r.family, r.severity) for r in runs if r.method == "hybrid-2"} == set(ex.FULL.cells)
     hybrid = ex.Run("digits_cnn", "fog", 1, "hybrid-1", 2)
     assert ex.command(["zocodegen"], hybrid, ex.FULL, tmp_path)[-4:] == [
