@@ -12,6 +12,7 @@ import pytest
 from test_training import NEEDS_ARM, _check_against_simulator, _resolve
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
+from zocodegen.training import simulator
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.perturbation import (LFSR_PERIOD, Perturbation, Source, gaussian_norm,
                                              lfsr_cycle, parse_source, pool_values,
@@ -192,3 +193,26 @@ def test_a_uniform_plan_without_a_layer_scale_is_refused(tmp_path):
     broken = replace(plan, layers=(replace(plan.layers[0], perturb_shift=0),) + plan.layers[1:])
     with pytest.raises(UserError, match=r"trainable layer 0 \('.*'\) has no scale"):
         perturb_code(broken)
+
+
+@pytest.mark.parametrize("options", [dict(distribution="uniform"),
+                                     dict(perturbation="pool:1023", distribution="uniform"),
+                                     dict(perturbation="rotating:7")])
+def test_mezo_baseline_draws_from_the_chosen_source(options):
+    """The simulator-only MeZO baseline takes its model-wise perturbation from the same rule
+    (uniform: scaled for the dimension of all trainable weights), and moves the model."""
+    from zocodegen.training.prng import step_seed
+    graph = load_model(_resolve("fixture:digits_cnn.tflite"))
+    plan = training_plan(graph, TrainConfig(estimator="mezo", queries=2, lr=0.1, **options))
+    total = sum(layer.weight_count for layer in plan.zo_layers)
+    rule = plan.perturbation
+    xi = rule.values(step_seed(1, 0, 0), total, rule.layer_shift(total))
+    assert xi.dtype == np.int8 and np.abs(xi).max() <= rule.max_magnitude
+    assert len(np.unique(xi)) == (5 if rule.distribution == "uniform" else 2)
+    x = np.random.default_rng(0).integers(-128, 128, size=(1,) + tuple(
+        graph.tensor(graph.inputs[0]).shape[1:])).astype(np.int8)
+    params = simulator.initial_params(graph, plan)
+    after, _ = simulator.train_step(graph, plan, params, 0, x, np.array([3]))
+    again, _ = simulator.train_step(graph, plan, params, 0, x, np.array([3]))
+    assert any(not np.array_equal(after[k], params[k]) for k in params)
+    assert all(np.array_equal(after[k], again[k]) for k in params)
