@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import DataError, UserError
-from ..training import checkpoint
+from ..training import checkpoint, replay
 from ..training.guard import MIN_VAL_RECORDS
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
@@ -165,6 +165,10 @@ class Trainer:
         self.blocks = ImageBlocks(self.image_path)
         self.ckpt_path = self.run_dir / "checkpoint.bin"
         self.best_path = self.run_dir / "best.bin"  # the guard's best slot
+        # --record-scalars builds: every WP layer's query sums, for `zocodegen replay`;
+        # written with each checkpoint (the steps it covers are final then)
+        self.scalars_path = self.run_dir / "scalars.bin"
+        self._scalar_pieces: list[p.Scalars] = []
         self.metrics: MetricsLog | None = None
         self.bar: tqdm | None = None
         self.identity: p.Identity | None = None
@@ -216,7 +220,7 @@ class Trainer:
         port = self.device.connect()
         link = HostLink(port, self.timeout, alive=self.device.alive)
         session = DeviceSession(link, self.blocks, telemetry=self._telemetry,
-                                log=self._device_log)
+                                log=self._device_log, scalars=self._scalar_pieces.append)
         session.hello()
         return session
 
@@ -287,8 +291,21 @@ class Trainer:
             if self.identity.guard:
                 self._save_best(size)
             checkpoint.save_bytes(self.ckpt_path, blob)
+            self._save_scalars(step)
             return
         raise LinkError(f"the device's checkpoint did not verify {SAVE_ATTEMPTS} times")
+
+    def _save_scalars(self, step: int) -> None:
+        """RUN/scalars.bin with every step before ``step`` (a resumed run's earlier ones
+        kept, steps the device repeated after a reset replaced), written atomically."""
+        if not self._scalar_pieces:
+            return
+        known = replay.read(self.scalars_path) if self.scalars_path.is_file() else {}
+        known.update(replay.assemble(self._scalar_pieces))
+        tmp = self.scalars_path.with_suffix(".tmp")
+        replay.write(tmp, {k: v for k, v in known.items() if k[0] < step})
+        tmp.replace(self.scalars_path)
+        self._scalar_pieces.clear()
 
     def _save_best(self, size: int) -> None:
         """RUN/best.bin: the guard's slot, so a reset resumes with the same best."""

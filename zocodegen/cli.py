@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import traceback
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from .training import checkpoint
 from .training.config import BP_AUTO, TrainConfig, parse_bp_layers, parse_layer_list
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
+from .training.replay import replay_build
 from .training.runner import simulate
 
 ENGINES = ("reference", "native", "qemu")
@@ -157,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
     p.set_defaults(func=cmd_export)
 
+    p = sub.add_parser("replay", help="rebuild a --record-scalars run's parameters from the "
+                       "model, the build's options and the device's query sums")
+    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("--build", type=Path, required=True, metavar="DIR",
+                   help="the project `zocodegen build --record-scalars` wrote")
+    p.add_argument("--scalars", type=Path, required=True, metavar="RUN/scalars.bin")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="CHECKPOINT")
+    p.add_argument("--check", type=Path, metavar="CHECKPOINT",
+                   help="the device's checkpoint: replay as many steps and compare bytes")
+    p.set_defaults(func=cmd_replay)
+
     p = sub.add_parser("flash", help="upload a stm32f746/stm32h7b3 project to its board "
                                      "through the ST-LINK (PlatformIO's pio run -t upload)")
     p.add_argument("project", type=Path, metavar="DIR",
@@ -221,6 +234,10 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="device: evaluate B query forwards together, layer by layer, so "
                         "each weight load serves B inputs (P-RGE's outer loop; B-wide "
                         "activations; default 1)")
+    g.add_argument("--record-scalars", action="store_true",
+                   help="build: the device sends each WP layer's query sums, from which "
+                        "`zocodegen replay` rebuilds its parameters exactly (needs "
+                        "--estimator wp, --no-guard and a fixed --lr)")
     g.add_argument("--max-step", type=float, default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
@@ -273,6 +290,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,
                        two_sided=args.two_sided, query_batch=args.query_batch,
+                       record_scalars=args.record_scalars,
                        mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 
@@ -506,6 +524,23 @@ def cmd_export(args: argparse.Namespace) -> None:
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
     print(f"{args.output}: {written} trained tensors written (step "
           f"{checkpoint.load(args.checkpoint).step})", file=sys.stderr)
+
+
+def cmd_replay(args: argparse.Namespace) -> None:
+    graph = load_model(args.model)
+    device = checkpoint.load(args.check) if args.check else None
+    blob = replay_build(args.model, graph, args.build, args.scalars,
+                        device.step if device else None)
+    checkpoint.save_bytes(args.output, blob)
+    steps = checkpoint.decode(blob).step
+    print(f"{args.output}: {steps} steps replayed from {args.scalars}")
+    if args.check:
+        expected = args.check.read_bytes()
+        if blob != expected:
+            raise UserError(f"the replay differs from {args.check} (CRC-32 {zlib.crc32(blob):08x}"
+                            f" against {zlib.crc32(expected):08x}): the scalars, the build or "
+                            "the model are not the run's")
+        print(f"{args.check}: identical, byte for byte ({len(blob)} bytes)")
 
 
 def cmd_flash(args: argparse.Namespace) -> None:

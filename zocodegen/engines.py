@@ -66,10 +66,12 @@ class FirmwareSession:
         self.graph = graph
         self.firmware = Firmware(engine, artefact, icount)
         self.telemetry: list[p.Telemetry] = []
+        self.scalars: list[p.Scalars] = []  # --record-scalars builds: every piece received
         try:
             port = self.firmware.start()
             self.link = HostLink(port, timeout, alive=self.firmware.alive)
-            self.session = DeviceSession(self.link, telemetry=self.telemetry.append)
+            self.session = DeviceSession(self.link, telemetry=self.telemetry.append,
+                                         scalars=self.scalars.append)
             self.identity = self.session.hello()
         except BaseException:
             self.firmware.close()

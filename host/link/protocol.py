@@ -21,6 +21,7 @@ class Request(enum.IntEnum):
     ERROR = 0x08
     FETCH = 0x09
     PUT = 0x0A
+    SCALARS = 0x0B
 
 
 RESPONSE_BIT = 0x80
@@ -163,6 +164,29 @@ _TELEMETRY = struct.Struct("<IiifI")
 def parse_telemetry(payload: bytes) -> Telemetry:
     step, layer, loss_q16, lr, cycles = _TELEMETRY.unpack_from(payload)
     return Telemetry(step, layer, loss_q16 / 65536.0, lr, cycles)
+
+
+@dataclass(frozen=True)
+class Scalars:
+    """A piece of one WP layer's query sums (--record-scalars): values first..first+count-1
+    of ``total``."""
+    step: int  # the step they belong to (0-based)
+    layer: int  # trainable layer index
+    first: int
+    total: int
+    values: tuple[int, ...]
+
+
+_SCALARS = struct.Struct("<IHHHH")
+
+
+def parse_scalars(payload: bytes) -> Scalars:
+    step, layer, first, count, total = _SCALARS.unpack_from(payload)
+    body = payload[_SCALARS.size:]
+    if len(body) != 4 * count or first + count > total:
+        raise ValueError(f"SCALARS of step {step}, layer {layer}: {len(body)} bytes for "
+                         f"{count} values {first}..{first + count - 1} of {total}")
+    return Scalars(step, layer, first, total, struct.unpack(f"<{count}i", body))
 
 
 @dataclass(frozen=True)

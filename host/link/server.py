@@ -151,17 +151,19 @@ class BlockServer:
 class DeviceSession:
     """Commands on one device through a HostLink.
 
-    ``telemetry`` and ``log`` are called for every TELEMETRY / LOG / ERROR the device sends
-    while a command runs. A HELLO in the middle raises DeviceReset; ``hello`` handles it
+    ``telemetry``, ``scalars`` and ``log`` are called for every TELEMETRY / SCALARS / LOG /
+    ERROR the device sends while a command runs. A HELLO in the middle raises DeviceReset; ``hello`` handles it
     (start over on a new session).
     """
 
     def __init__(self, link: HostLink, blocks: BlockServer | None = None,
                  telemetry: Callable[[p.Telemetry], None] | None = None,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None,
+                 scalars: Callable[[p.Scalars], None] | None = None):
         self.link = link
         self.blocks = blocks or BlockServer()
         self.on_telemetry = telemetry or (lambda t: None)
+        self.on_scalars = scalars or (lambda s: None)
         self.on_log = log or (lambda s: None)
         self.identity: p.Identity | None = None
         self._next: Frame | None = None
@@ -247,6 +249,11 @@ class DeviceSession:
                 reply = p.status(p.STATUS_OK)
         elif kind == p.Request.TELEMETRY:
             self.on_telemetry(p.parse_telemetry(payload))
+        elif kind == p.Request.SCALARS:
+            try:
+                self.on_scalars(p.parse_scalars(payload))
+            except ValueError as exc:
+                raise LinkError(f"the device sent malformed scalars: {exc}") from None
         elif kind == p.Request.LOG:
             self.on_log(payload.decode(errors="replace"))
         elif kind == p.Request.ERROR:

@@ -388,6 +388,27 @@ int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src)
     return status_response(rc, &written, 0u);
 }
 
+int zo_link_scalars(uint32_t step, int32_t layer, const int32_t *values, uint32_t count)
+{
+    int rc = ZO_LINK_OK;
+    for (uint32_t first = 0u; rc == ZO_LINK_OK && first < count;
+         first += ZO_LINK_SCALARS_PER_FRAME) {
+        const uint32_t n = count - first < ZO_LINK_SCALARS_PER_FRAME
+                               ? count - first : ZO_LINK_SCALARS_PER_FRAME;
+        uint8_t head[12];
+        zo_link_frame ack;
+        put_u32(head, step);
+        put_u16(head + 4, (uint16_t)layer);
+        put_u16(head + 6, (uint16_t)first);
+        put_u16(head + 8, (uint16_t)n);
+        put_u16(head + 10, (uint16_t)count);
+        rc = empty_response(zo_link_request(ZO_LINK_SCALARS, head, sizeof head,
+                                            (const uint8_t *)(values + first), 4u * n, &ack),
+                            &ack);
+    }
+    return rc;
+}
+
 int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
                       uint32_t cycles)
 {

@@ -62,6 +62,7 @@
 #define ZO_LINK_ERROR 0x08u
 #define ZO_LINK_FETCH 0x09u
 #define ZO_LINK_PUT 0x0Au
+#define ZO_LINK_SCALARS 0x0Bu
 #define ZO_LINK_RESPONSE 0x80u
 #define ZO_LINK_RESTART 0xFEu /* the host knows no session for this request: start over */
 #define ZO_LINK_NAK 0xFFu     /* the host could not decode a frame: retransmit */
@@ -181,6 +182,12 @@ int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src);
 /* TELEMETRY -> ACK (zo_train_telemetry's fields). */
 int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
                       uint32_t cycles);
+
+/* SCALARS -> ACK: a WP layer's query sums of one step (zo_scalars_hook), in pieces of at
+ * most ZO_LINK_SCALARS_PER_FRAME: u32 step, u16 layer, u16 first, u16 count, u16 total,
+ * then count int32 (little-endian, as both cores store them). */
+#define ZO_LINK_SCALARS_PER_FRAME 256u
+int zo_link_scalars(uint32_t step, int32_t layer, const int32_t *values, uint32_t count);
 
 /* LOG -> ACK: a line of text for the host's log (cut at ZO_LINK_MAX_PAYLOAD bytes). */
 int zo_link_log(const char *text);

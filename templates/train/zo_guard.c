@@ -127,6 +127,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         trial.constant_lr = 1;
         trial.schedule_steps = g->trial_steps;
         trial.telemetry = NULL;
+        trial.scalars = NULL;
         int rc = ZO_TRAIN_OK;
         for (uint32_t t = 0; t < g->trial_steps && rc == ZO_TRAIN_OK; ++t) {
             rc = zo_train_step(m, &trial);

@@ -1157,6 +1157,14 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
             const float coef = (eta * L->gscale) * m->inv_nq;
             if (L->mode == ZO_TRAIN_WP) {
                 estimate_wp(m, L, seed, coef);
+                if (s->scalars) { /* sending them is I/O, not the step's work */
+                    const uint32_t start = platform_cycles();
+                    s->scalars(s->scalars_context, t, (int32_t)L->seed_index, m->query_sums,
+                               m->queries);
+                    const uint32_t sent = platform_cycles() - start;
+                    io_cycles += sent;
+                    ZO_PROFILE_EXCLUDE(sent);
+                }
             } else {
                 estimate_np(m, L, seed, coef);
             }

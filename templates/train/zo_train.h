@@ -116,6 +116,13 @@ typedef struct {
 } zo_train_telemetry;
 
 typedef void (*zo_telemetry_hook)(void *context, const zo_train_telemetry *record);
+
+/* The scalars a WP layer's update was computed from besides its seed: the Q query sums
+ * D_q of step `step`, trainable layer `layer` (i of S(t, i): its index among the model's
+ * trainable layers). With them, the starting parameters and the build's options,
+ * `zocodegen replay` rebuilds the parameters exactly (docs/training.md "Replay"). */
+typedef void (*zo_scalars_hook)(void *context, uint32_t step, int32_t layer,
+                                const int32_t *values, uint32_t count);
 #ifdef ZO_PROFILE_TRAIN
 
 /* Profiling build (-DZO_PROFILE_TRAIN, benchmarks/training_overheads.py): what a step's
@@ -195,6 +202,8 @@ typedef struct {
     uint32_t sample_count;
     zo_telemetry_hook telemetry; /* may be NULL */
     void *telemetry_context;
+    zo_scalars_hook scalars;     /* may be NULL: --record-scalars builds set it */
+    void *scalars_context;
 } zo_train_state;
 
 /* --bp-layers (zo_backprop.c): the head's forward from the arena as it stands (the first BP

@@ -356,7 +356,7 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
                        for k in range(len(plan.training.models))],
             "modes": [l.mode.removeprefix("ZO_TRAIN_") for l in plan.training.layers],
             "buffers": {i.name: i.bytes for i in plan.training.ram_items()},
-            "perturbation": {**options.train.perturbation_rule.manifest(),
+            "perturbation_rule": {**options.train.perturbation_rule.manifest(),
                              "layer_shifts": [l.perturb_shift for l in plan.training.layers],
                              "two_sided": options.train.two_sided},
         },

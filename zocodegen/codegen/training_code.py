@@ -226,6 +226,7 @@ class TrainingCode:
     b_bp: int
     perturb: PerturbCode
     query_batch: BatchCode | None  # --query-batch B > 1
+    record_scalars: bool  # main.c sends each WP layer's query sums (zocodegen replay)
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -415,4 +416,4 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         checkpoint_slot_bytes(largest) // SECTOR_BYTES, head,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
-                        perturb_code(plan), query_batch)
+                        perturb_code(plan), query_batch, cfg.record_scalars)

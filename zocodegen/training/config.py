@@ -49,6 +49,7 @@ class TrainConfig:
     distribution: str = "rademacher"
     two_sided: bool = False
     query_batch: int = 1  # P-RGE's outer loop: forwards evaluated together (device only)
+    record_scalars: bool = False  # the device sends each WP layer's query sums (replay.py)
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
@@ -106,6 +107,10 @@ class TrainConfig:
         if self.query_batch > 1 and self.estimator in ("int8", "mezo"):
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
                             f"{self.estimator} evaluates one forward at a time")
+        if self.record_scalars and (self.guard or self.lr_auto):
+            raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
+                            "sums alone, but the guard and --lr auto decide from validation "
+                            "data; add --no-guard and a fixed --lr")
         if self.estimator == "mezo" and self.two_sided:
             raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
                             "drop --two-sided")

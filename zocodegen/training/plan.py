@@ -389,6 +389,11 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
             crossing_tensors(graph, k + 1, logits_op),
             rule.layer_shift(d) if mode in ("WP", "NP") else 0))
+    other = [f"{layer.index} ({layer.mode})" for layer in layers if layer.mode != "WP"]
+    if config.record_scalars and other:
+        raise UserError(f"--record-scalars: only weight-perturbation layers can be replayed "
+                        f"from seeds and query sums; trainable layers {', '.join(other)} "
+                        f"cannot: add --estimator wp and --bp-layers 0, or pick --layers")
     classes = graph.tensor(logits).shape[-1]
     if classes >= MAX_CLASSES:
         raise UserError(f"the loss's fixed-point softmax sums at most {MAX_CLASSES - 1} "

@@ -95,18 +95,28 @@ def _perturbed_losses(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, p
     return losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
 
 
-def _wp_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
-    """g_j = sum_q D_q xi_qj with D_q the batch's summed loss differences: l(theta + xi_q) - l
-    (one-sided) or l(theta + xi_q) - l(theta - xi_q) (--two-sided, P-RGE's inner loop)."""
+def wp_perturbations(plan: TrainingPlan, layer: TrainableLayer, seed: int) -> np.ndarray:
+    """The layer's Q perturbations of the stream ``seed`` (Q, d_w), int8."""
     q = plan.config.queries
-    xi = plan.perturbation.values(seed, q * layer.weight_count, layer.perturb_shift
-                                  ).reshape(q, layer.weight_count)
+    return plan.perturbation.values(seed, q * layer.weight_count, layer.perturb_shift
+                                    ).reshape(q, layer.weight_count)
+
+
+def wp_query_sums(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                  env: dict, labels: np.ndarray, clean: np.ndarray, xi: np.ndarray
+                  ) -> np.ndarray:
+    """D_q, the batch's summed loss differences per query (int64, int32-exact): l(theta +
+    xi_q) - l (one-sided) or l(theta + xi_q) - l(theta - xi_q) (--two-sided, P-RGE's inner
+    loop). With the seed, all a WP update depends on (replay.py)."""
     plus = _perturbed_losses(graph, plan, layer, params, env, labels, xi)
     base = (_perturbed_losses(graph, plan, layer, params, env, labels, -xi)
             if plan.config.two_sided else clean)
-    diffs = loss_differences(plan, plus, base)
-    return diffs.sum(axis=1) @ xi.astype(np.int64), None
+    return loss_differences(plan, plus, base).sum(axis=1)
+
+
+def wp_gradient(xi: np.ndarray, sums: np.ndarray) -> Gradient:
+    """g_j = sum_q D_q xi_qj; WP leaves the biases alone."""
+    return np.asarray(sums, dtype=np.int64) @ xi.astype(np.int64), None
 
 
 def node_to_parameter_gradient(graph: Graph, layer: TrainableLayer, a: np.ndarray,
@@ -265,6 +275,18 @@ def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
         _update_layer(plan, layer, params, grad, eta_t)
 
 
+def replay_step(plan: TrainingPlan, params: Params, t: int, sums: dict[int, np.ndarray]
+                ) -> Params:
+    """Step t rebuilt without data: every trained layer is WP, and its update follows from
+    the stream S(t, i) and the query sums the device recorded (no guard, fixed eta)."""
+    params = dict(params)
+    eta_t = step_learning_rate(plan, t)
+    for layer in plan.layers:
+        xi = wp_perturbations(plan, layer, step_seed(plan.config.seed, t, layer.index))
+        _update_layer(plan, layer, params, wp_gradient(xi, sums[layer.index]), eta_t)
+    return params
+
+
 def step_learning_rate(plan: TrainingPlan, t: int, halvings: int = 0) -> np.float32:
     """eta_t of the schedule, times 2^-halvings (the guard's rollbacks), float32."""
     cfg = plan.config
@@ -272,9 +294,12 @@ def step_learning_rate(plan: TrainingPlan, t: int, halvings: int = 0) -> np.floa
 
 
 def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.ndarray,
-               labels: np.ndarray, halvings: int = 0) -> tuple[Params, float]:
+               labels: np.ndarray, halvings: int = 0, record: dict | None = None
+               ) -> tuple[Params, float]:
     """One optimisation step on a batch of N samples; returns the new parameters and the
-    batch's mean clean loss in nats (before the update)."""
+    batch's mean clean loss in nats (before the update). ``record``: filled with each WP
+    layer's query sums (trainable-layer index -> int32 (Q,)), what the device sends with
+    --record-scalars."""
     params = dict(params)
     cfg = plan.config
     eta_t = step_learning_rate(plan, t, halvings)
@@ -291,8 +316,14 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
                 grad = _int8_gradient(graph, plan, layer, params, env, labels, seed, t)
                 _int8_update(layer, params, grad, cfg.b_zo, halvings, seed)
                 continue
-            estimate = _wp_gradient if layer.mode == "WP" else _np_gradient
-            grad = estimate(graph, plan, layer, params, env, labels, clean, seed)
+            if layer.mode == "WP":
+                xi = wp_perturbations(plan, layer, seed)
+                sums = wp_query_sums(graph, plan, layer, params, env, labels, clean, xi)
+                if record is not None:
+                    record[layer.index] = sums.astype(np.int32)
+                grad = wp_gradient(xi, sums)
+            else:
+                grad = _np_gradient(graph, plan, layer, params, env, labels, clean, seed)
             _update_layer(plan, layer, params, grad, eta_t)
     if plan.head is not None:
         _bp_step(graph, plan, params, env, labels, eta_t, t, halvings)

@@ -1,0 +1,142 @@
+"""Replayable training (issue 18, part 1): a run whose trained layers are all WP, with no
+guard and a fixed eta, is determined by its starting parameters, its options and, per step
+and layer, the Q query sums D_q the device computed (--record-scalars). ``replay`` rebuilds
+the parameters from those alone, bit for bit: the server of a fleet can reproduce a device's
+model from a few scalars per step (docs/training.md "Replay").
+
+The scalar file (``RUN/scalars.bin``, written by ``zocodegen train``): the magic
+``ZOSCAL01``, then per (step, layer) a record ``u32 step, u16 layer, u16 count, count x
+int32, u32 CRC-32`` (zlib's CRC-32 of the record's bytes before it), little-endian. A record
+sent again (a device that restarted from a checkpoint repeats steps) replaces the earlier
+one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UserError
+from ..ir import Graph
+from . import checkpoint
+from .config import TrainConfig
+from .plan import TrainingPlan, training_plan
+from .simulator import Params, initial_params, replay_step, to_checkpoint
+
+MAGIC = b"ZOSCAL01"
+_HEAD = struct.Struct("<IHH")
+_CRC = struct.Struct("<I")
+
+Scalars = dict[tuple[int, int], np.ndarray]  # (step, trainable layer) -> int32 (Q,)
+
+
+def assemble(pieces: Iterable) -> Scalars:
+    """The device's SCALARS pieces (host.link.protocol.Scalars) as whole records."""
+    parts: dict[tuple[int, int], np.ndarray] = {}
+    for piece in pieces:
+        key = (piece.step, piece.layer)
+        values = parts.get(key)
+        if values is None or len(values) != piece.total or piece.first == 0:
+            values = parts[key] = np.zeros(piece.total, dtype=np.int32)
+        values[piece.first:piece.first + len(piece.values)] = piece.values
+    return parts
+
+
+def encode_record(step: int, layer: int, values: np.ndarray) -> bytes:
+    body = _HEAD.pack(step, layer, len(values)) + np.asarray(values, "<i4").tobytes()
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def write(path: Path, scalars: Scalars) -> None:
+    path.write_bytes(MAGIC + b"".join(encode_record(s, l, v)
+                                      for (s, l), v in sorted(scalars.items())))
+
+
+def read(path: Path) -> Scalars:
+    """Every record of a scalar file, refusing a damaged one by position."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    if not data.startswith(MAGIC):
+        raise DataError(f"{path} is not a scalar file of `zocodegen train` (no {MAGIC!r})")
+    out: Scalars = {}
+    pos, index = len(MAGIC), 0
+    while pos < len(data):
+        if pos + _HEAD.size > len(data):
+            raise DataError(f"{path}: record {index} is cut short")
+        step, layer, count = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + 4 * count
+        if end + _CRC.size > len(data):
+            raise DataError(f"{path}: record {index} (step {step}, layer {layer}) is cut short")
+        (crc,) = _CRC.unpack_from(data, end)
+        if crc != zlib.crc32(data[pos:end]):
+            raise DataError(f"{path}: record {index} (step {step}, layer {layer}) fails its "
+                            "CRC-32")
+        out[(step, layer)] = np.frombuffer(data, "<i4", count, pos + _HEAD.size).astype(np.int32)
+        pos, index = end + _CRC.size, index + 1
+    return out
+
+
+def replay(plan: TrainingPlan, params: Params, scalars: Scalars, steps: int) -> Params:
+    """Steps 0..steps-1 rebuilt from the scalars; refuses a plan that is not replayable and
+    a missing or wrongly sized record, naming it."""
+    cfg = plan.config
+    if cfg.guard or cfg.lr_auto or any(layer.mode != "WP" for layer in plan.layers):
+        raise DataError("only runs built with --record-scalars (WP layers, no guard, fixed "
+                        "--lr) can be replayed")
+    for t in range(steps):
+        sums = {}
+        for layer in plan.layers:
+            values = scalars.get((t, layer.index))
+            if values is None or len(values) != cfg.queries:
+                found = "none" if values is None else f"{len(values)} values"
+                raise DataError(f"no query sums for step {t}, trainable layer {layer.index} "
+                                f"(expected {cfg.queries}, found {found}): the run's scalars "
+                                "are incomplete")
+            sums[layer.index] = values
+        params = replay_step(plan, params, t, sums)
+    return params
+
+
+def build_config(build: Path) -> tuple[TrainConfig, str]:
+    """The training options and the model's SHA-256 (hex) a build recorded in its manifest."""
+    try:
+        manifest = json.loads((build / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{build} has no readable manifest.json ({exc}); pass the project "
+                        "directory `zocodegen build` wrote") from None
+    fields = manifest.get("training")
+    if not fields:
+        raise UserError(f"{build} is not a training build (its manifest has no training)")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    options = {k: v for k, v in fields.items() if k in names}
+    options["layers"] = tuple(options.get("layers", ()))
+    return TrainConfig(**options), manifest["model"]["sha256"]
+
+
+def replay_build(model_path: Path, graph: Graph, build: Path, scalars_path: Path,
+                 steps: int | None) -> bytes:
+    """The checkpoint of the build's run after ``steps`` steps (all the scalars have, when
+    None), rebuilt from the model file, the build's options and the scalars."""
+    config, sha_hex = build_config(build)
+    model_sha = hashlib.sha256(model_path.read_bytes()).digest()
+    if model_sha.hex() != sha_hex:
+        raise UserError(f"{model_path} is another model than the one {build} was built from "
+                        f"(sha256 {model_sha.hex()[:12]}... against {sha_hex[:12]}...)")
+    if not config.record_scalars:
+        raise UserError(f"{build} was built without --record-scalars: its device sends no "
+                        "scalars to replay")
+    plan = training_plan(graph, config)
+    scalars = read(scalars_path)
+    if steps is None:
+        steps = 1 + max((step for step, _ in scalars), default=-1)
+    params = replay(plan, initial_params(graph, plan), scalars, steps)
+    return checkpoint.encode(to_checkpoint(plan, params, steps, model_sha))
+
