@@ -18,7 +18,6 @@ Runtime: about 15 minutes with nothing cached.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import re
 import subprocess
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from training_overheads import (CATEGORIES, MODELS, PROFILE, QUERIES, TARGET,  # noqa: E402
-                                commit, profile_step, write_section)
+                                commit, parse_arguments, profile_step, write_section)
 
 HEADING = "## Perturbation sources and two-sided queries (PeZO, P-RGE)"
 BEGIN, END = "<!-- perturbation:begin -->", "<!-- perturbation:end -->"
@@ -105,13 +104,8 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--only", metavar="NAME", action="append",
-                        help="only the models whose file name contains NAME (repeatable)")
-    args = parser.parse_args()
-    models = [m for m in MODELS if (not args.only or any(n in m.name for n in args.only))
-              and "Resnet" not in m.name]
+    args, models = parse_arguments(__doc__.splitlines()[0],
+                                   [m for m in MODELS if "Resnet" not in m.name])
     rows = measure(models)
     lines = [f"Measured {datetime.date.today()} at commit {commit()} with "
              f"`benchmarks/perturbation.py` (profiling build `-DZO_PROFILE_TRAIN`, full "

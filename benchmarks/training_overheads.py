@@ -105,13 +105,19 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_arguments(description: str, models: list[Path]) -> tuple[argparse.Namespace,
+                                                                     list[Path]]:
+    """--write and --only NAME (repeatable): the options and the models to measure."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--only", metavar="NAME", action="append",
                         help="only the models whose file name contains NAME (repeatable)")
     args = parser.parse_args()
-    models = [m for m in MODELS if not args.only or any(n in m.name for n in args.only)]
+    return args, [m for m in models if not args.only or any(n in m.name for n in args.only)]
+
+
+def main() -> None:
+    args, models = parse_arguments(__doc__.splitlines()[0], MODELS)
     results = []
     with tempfile.TemporaryDirectory() as tmp, redirect_stdout(sys.stderr):
         for model in models:
