@@ -19,8 +19,6 @@ Runtime: about 15 minutes with nothing cached.
 from __future__ import annotations
 
 import datetime
-import re
-import subprocess
 import sys
 import tempfile
 from contextlib import redirect_stdout
@@ -28,8 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from training import firmware_sizes  # noqa: E402
 from training_overheads import (CATEGORIES, MODELS, PROFILE, QUERIES, TARGET,  # noqa: E402
-                                commit, parse_arguments, profile_step, write_section)
+                                commit, parse_arguments, profile_step, publish)
 
 HEADING = "## Perturbation sources and two-sided queries (PeZO, P-RGE)"
 BEGIN, END = "<!-- perturbation:begin -->", "<!-- perturbation:end -->"
@@ -63,13 +62,7 @@ def sizes(model: Path, options: dict, queries: int) -> tuple[int, int]:
     config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **options)
     elf = cached_build(model, "qemu", emulate=TARGET, graph=load_model(model), train=config,
                        extra_cflags=PROFILE)
-    out = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True,
-                         text=True, check=True).stdout
-    sections = {m.group(1): int(m.group(2))
-                for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+$", out, re.M)}
-    ram = sum(sections.get(s, 0) for s in (".stack", ".data", ".bss", ".zo_arena"))
-    flash = sum(sections.get(s, 0) for s in (".isr_vector", ".text", ".rodata", ".data"))
-    return ram, flash
+    return firmware_sizes(elf)
 
 
 def measure(models: list[Path]) -> list[dict]:
@@ -112,10 +105,7 @@ def main() -> None:
              f"training, N = 1, the second step, {TARGET} budget). Shares of the step's "
              f"instructions (millions):", ""]
     lines += table(rows)
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(HEADING, BEGIN, END, text)
+    publish("\n".join(lines), args.write, HEADING, BEGIN, END)
 
 
 if __name__ == "__main__":

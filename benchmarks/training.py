@@ -62,6 +62,18 @@ def kb(n: float) -> str:
     return f"{n / 1024:,.1f}"
 
 
+def firmware_sizes(elf: Path) -> tuple[int, int]:
+    """SRAM (.data + .bss + arena + stack) and flash (vectors + text + rodata + data) of a
+    linked firmware, from `arm-none-eabi-size -A`."""
+    out = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True,
+                         text=True, check=True).stdout
+    sections = {m.group(1): int(m.group(2))
+                for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+$", out, re.M)}
+    ram = sum(sections.get(s, 0) for s in (".stack", ".data", ".bss", ".zo_arena"))
+    flash = sum(sections.get(s, 0) for s in (".isr_vector", ".text", ".rodata", ".data"))
+    return ram, flash
+
+
 def memory(model: Path, target: str, mode: str, tmp: Path, options: tuple[str, ...] = ()
            ) -> dict | str:
     """The plan's items and the linked firmware's sizes; the refusal's first words when the
@@ -76,15 +88,9 @@ def memory(model: Path, target: str, mode: str, tmp: Path, options: tuple[str, .
     if code != 0:
         return "does not fit"
     subprocess.run(["make", "-C", str(out), "firmware"], check=True, capture_output=True)
-    sizes = subprocess.run(["arm-none-eabi-size", "-A", str(out / "build" / target /
-                                                           "firmware.elf")],
-                           capture_output=True, text=True, check=True).stdout
-    sections = {m.group(1): int(m.group(2))
-                for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+$", sizes, re.M)}
+    ram, flash = firmware_sizes(out / "build" / target / "firmware.elf")
     report = json.loads((out / "memory_report.json").read_text())
     items = {i["name"]: i["bytes"] for r in report["sram"]["regions"] for i in r["items"]}
-    ram = sum(sections.get(s, 0) for s in (".stack", ".data", ".bss", ".zo_arena"))
-    flash = sum(sections.get(s, 0) for s in (".isr_vector", ".text", ".rodata", ".data"))
     return dict(params=items["trainable parameters"], arena=items["arena"],
                 gradient=items["gradient buffer"], saved=items["saved activations"],
                 plan=report["sram"]["total_bytes"],

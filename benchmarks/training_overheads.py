@@ -81,9 +81,12 @@ def commit() -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def write_section(heading: str, begin: str, end: str, text: str) -> None:
-    """Replace what lies between the markers of docs/benchmarks.md (appending the section
-    under ``heading`` when they are absent)."""
+def publish(text: str, write: bool, heading: str, begin: str, end: str) -> None:
+    """Print the section; with ``write``, replace what lies between its markers in
+    docs/benchmarks.md (appending it under ``heading`` when they are absent)."""
+    print(text)
+    if not write:
+        return
     doc = DOC.read_text()
     block = f"{begin}\n{text}\n{end}"
     if begin in doc:
@@ -136,10 +139,7 @@ def main() -> None:
               "*gradient + update*: the replayed PRNG draws of the gradient, NP's outer "
               "products, clipping and the update. *other*: loop control, seeds, loss "
               "differences."]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(HEADING, BEGIN, END, text)
+    publish("\n".join(lines), args.write, HEADING, BEGIN, END)
 
 
 if __name__ == "__main__":

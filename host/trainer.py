@@ -169,6 +169,7 @@ class Trainer:
         # written with each checkpoint (the steps it covers are final then)
         self.scalars_path = self.run_dir / "scalars.bin"
         self._scalar_pieces: list[p.Scalars] = []
+        self._scalars: replay.Scalars | None = None  # what the file holds, read once
         self.metrics: MetricsLog | None = None
         self.bar: tqdm | None = None
         self.identity: p.Identity | None = None
@@ -300,12 +301,15 @@ class Trainer:
         kept, steps the device repeated after a reset replaced), written atomically."""
         if not self._scalar_pieces:
             return
-        known = replay.read(self.scalars_path) if self.scalars_path.is_file() else {}
-        known.update(replay.assemble(self._scalar_pieces))
-        tmp = self.scalars_path.with_suffix(".tmp")
-        replay.write(tmp, {k: v for k, v in known.items() if k[0] < step})
-        tmp.replace(self.scalars_path)
+        if self._scalars is None:  # a resumed run's earlier steps
+            self._scalars = (replay.read(self.scalars_path) if self.scalars_path.is_file()
+                             else {})
+        self._scalars.update(replay.assemble(self._scalar_pieces))
         self._scalar_pieces.clear()
+        self._scalars = {k: v for k, v in self._scalars.items() if k[0] < step}
+        tmp = self.scalars_path.with_suffix(".tmp")
+        replay.write(tmp, self._scalars)
+        tmp.replace(self.scalars_path)
 
     def _save_best(self, size: int) -> None:
         """RUN/best.bin: the guard's slot, so a reset resumes with the same best."""

@@ -16,6 +16,7 @@ from conftest import FIXTURES
 from conftest import softmax_driver as build_softmax_driver
 from test_training import (NEEDS_ARM, _data, _firmware_checkpoint, _image, _resolve,
                            _simulated, _simulated_with_guard)
+from test_training_math import random_logits
 from zocodegen.build import cached_build, generate
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions
@@ -414,13 +415,8 @@ def test_softmax_gradient_c_matches_numpy(softmax_driver):
 
 
 def test_softmax_gradient_is_the_float_gradient():
-    rng = np.random.default_rng(4)
-    scale = 0.1
-    params = log_softmax_params(scale)
-    logits = rng.integers(-100, 100, (50, 10)).astype(np.int8)
-    labels = rng.integers(0, 10, 50)
+    logits, labels, params, z = random_logits(4)
     got = softmax_gradient_q24(logits, labels, params) / 2.0 ** 24
-    z = logits.astype(np.float64) * scale
     p = np.exp(z - z.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     p[np.arange(50), labels] -= 1

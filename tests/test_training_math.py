@@ -126,15 +126,19 @@ def test_c_cross_entropy_matches_numpy(driver):
     assert min(expected) >= 0
 
 
-def test_cross_entropy_is_the_float_loss():
-    """Q5.26 cross-entropy equals the float definition to ~1e-5 nats."""
-    rng = np.random.default_rng(2)
-    scale = 0.1
-    params = log_softmax_params(scale)
+def random_logits(seed: int, scale: float = 0.1):
+    """50 rows of 10 int8 logits of the given scale, their labels, the loss parameters and
+    the real logits: what the fixed-point loss and its gradient are checked against."""
+    rng = np.random.default_rng(seed)
     logits = rng.integers(-100, 100, (50, 10)).astype(np.int8)
     labels = rng.integers(0, 10, 50)
+    return logits, labels, log_softmax_params(scale), logits.astype(np.float64) * scale
+
+
+def test_cross_entropy_is_the_float_loss():
+    """Q5.26 cross-entropy equals the float definition to ~1e-5 nats."""
+    logits, labels, params, z = random_logits(2)
     q = cross_entropy_q26(logits, labels, params) / 2.0**26
-    z = logits.astype(np.float64) * scale
     ref = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1) - z[np.arange(50), labels]
     assert np.max(np.abs(q - ref)) < 1e-4
 

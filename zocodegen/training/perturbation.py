@@ -30,6 +30,7 @@ pre-activation (NP):
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,7 +39,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..numerics import rounding_divide_by_pot
-from .prng import MASK32, ZERO_SEED_REPLACEMENT, draws, fmix32
+from .prng import MASK32, ZERO_SEED_REPLACEMENT, draws, fmix32, rademacher
 
 SOURCES = ("xorshift", "pool", "rotating")
 DISTRIBUTIONS = ("rademacher", "uniform")
@@ -111,10 +112,9 @@ def pool_seed(seed: int) -> int:
 
 @lru_cache(maxsize=16)
 def _pool(seed: int, size: int, distribution: str) -> np.ndarray:
-    x = draws(pool_seed(seed), size)
     if distribution == "rademacher":
-        return (1 - 2 * (x & np.uint32(1)).astype(np.int32)).astype(np.int8)
-    u = uniform_from_draws(x)
+        return rademacher(pool_seed(seed), size)
+    u = uniform_from_draws(draws(pool_seed(seed), size))
     shift = uniform_shift(float(np.sqrt(np.square(u, dtype=np.int64).sum())), size)
     return rounding_divide_by_pot(u, shift).astype(np.int8)
 
@@ -215,16 +215,15 @@ class Perturbation:
                 return (1 - 2 * (raw & 1)).astype(np.int8)
             shifts = _rotating_shifts(size)[first]
             return rounding_divide_by_pot(raw - 128, shifts.astype(np.int32)).astype(np.int8)
-        x = draws(seed, count)
         if self.distribution == "rademacher":
-            return (1 - 2 * (x & np.uint32(1)).astype(np.int8)).astype(np.int8)
-        return rounding_divide_by_pot(uniform_from_draws(x), shift).astype(np.int8)
+            return rademacher(seed, count)
+        return rounding_divide_by_pot(uniform_from_draws(draws(seed, count)), shift
+                                      ).astype(np.int8)
 
     def manifest(self) -> dict:
         """What a build records: the rule, and the tables it stores in flash."""
         out: dict = {"source": str(self.source), "distribution": self.distribution}
         if self.source.kind == "pool":
-            import hashlib
             pool = _pool(self.seed, self.source.size, self.distribution)
             out["pool"] = {"size": self.source.size, "seed": pool_seed(self.seed),
                            "sha256": hashlib.sha256(pool.tobytes()).hexdigest(),
