@@ -155,3 +155,17 @@ def test_replay_command_matches_the_training_run(tmp_path, capsys):
                  str(run / "scalars.bin"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "another model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_malformed_scalars_frame_is_refused():
+    """A SCALARS payload whose length does not match its count is a protocol error, not
+    numbers: the session stops with a clear LinkError instead of recording garbage."""
+    import struct
+
+    from zocodegen.host.link import protocol
+    good = struct.pack("<IHHHH", 3, 1, 0, 2, 2) + struct.pack("<2i", -5, 7)
+    assert protocol.parse_scalars(good) == protocol.Scalars(3, 1, 0, 2, (-5, 7))
+    with pytest.raises(ValueError, match="4 bytes for 2 values"):
+        protocol.parse_scalars(good[:-4])
+    with pytest.raises(ValueError, match="of 1"):
+        protocol.parse_scalars(struct.pack("<IHHHH", 3, 1, 0, 2, 1) + bytes(8))
