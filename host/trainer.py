@@ -87,6 +87,19 @@ class LaunchedDevice(Device):
         return f"{self.firmware.kind} firmware {self.firmware.artefact}"
 
 
+def open_device(port: str | None = None, native: Path | None = None,
+                qemu: Path | None = None) -> Device:
+    """The device of `--port URL`, `--native PROJECT` or `--qemu PROJECT` (built with make
+    when needed)."""
+    from ..build import make
+    if port:
+        return Device(port)
+    kind, project = ("native", native) if native else ("qemu", qemu)
+    if project is None or not (Path(project) / "Makefile").is_file():
+        raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
+    return LaunchedDevice(Firmware(kind, make(Path(project), kind)))
+
+
 @dataclass(frozen=True)
 class TrainSummary:
     first_step: int  # where this invocation started (0, or the resumed checkpoint's step)

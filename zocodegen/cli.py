@@ -27,7 +27,7 @@ from .flash import flash_project
 from .host.devices import Firmware, open_port
 from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .host.monitor import monitor
-from .host.trainer import Device, LaunchedDevice, Trainer
+from .host.trainer import Device, Trainer, open_device
 from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
@@ -486,12 +486,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
 
 
 def _device(args: argparse.Namespace) -> Device:
-    if args.port:
-        return Device(args.port)
-    kind, project = ("native", args.native) if args.native else ("qemu", args.qemu)
-    if not (project / "Makefile").is_file():
-        raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
-    return LaunchedDevice(Firmware(kind, make(project, kind)))
+    return open_device(args.port, args.native, args.qemu)
 
 
 def cmd_train(args: argparse.Namespace) -> None:

@@ -1016,7 +1016,7 @@ static void estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32
         const zo_train_layer *L = &m->layers[i];
 #if ZO_TRAIN_INTEGER_ONLY /* weights only, b_bp bits (Alg. 2 line 11) */
         round_update(L, acc + offset, m->b_bp, s->halvings,
-                     zo_step_seed(m->seed, s->step, L->seed_index));
+                     zo_step_seed(s->seed, s->step, L->seed_index));
 #else
         update_from_accumulator(m, L, acc + offset, (eta * L->gscale) * m->inv_nq);
 #endif
@@ -1044,6 +1044,7 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
     s->schedule_steps = m->steps;
     s->constant_lr = 0;
     s->lr = m->guard && m->guard->lr_auto ? 0.0f : m->lr;
+    s->seed = m->seed;
     s->halvings = 0u;
     s->best_step = ZO_TRAIN_NO_BEST;
     s->best_correct = 0u;
@@ -1142,7 +1143,7 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         const zo_train_layer *L = &m->layers[i];
         const uint32_t layer_start = platform_cycles();
-        const uint32_t seed = zo_step_seed(m->seed, t, L->seed_index);
+        const uint32_t seed = zo_step_seed(s->seed, t, L->seed_index);
         int32_t last = (int32_t)i;
 #if ZO_TRAIN_BACKPROP
         if (L->mode == ZO_TRAIN_BP) { /* the BP layers are the last ones: all at once */
@@ -1236,7 +1237,7 @@ static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint3
     put_u32(h + 48, step);
     put_u32(h + 52, m->layer_count);
     put_u32(h + 56, zo_checkpoint_bytes(m));
-    put_u32(h + 60, m->seed);
+    put_u32(h + 60, s->seed);
     put_u32(h + 64, lr_bits);
     put_u32(h + 68, s->halvings);
     put_u32(h + 72, s->best_step);
@@ -1305,7 +1306,7 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
         return ZO_TRAIN_ERR_IO;
     }
     header_bytes(m, s, get_u32(h + 48), expect);
-    /* the run's seed and the guard state are recorded, not enforced */
+    /* the run's seed and the guard state are the checkpoint's own, not enforced */
     if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || get_u32(h + 92) != 0u) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
@@ -1388,6 +1389,7 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
         return read;
     }
     s->step = get_u32(h + 48);
+    s->seed = get_u32(h + 60);
     memcpy(&s->lr, h + 64, 4);
     s->halvings = get_u32(h + 68);
     s->best_step = get_u32(h + 72);

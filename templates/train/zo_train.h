@@ -192,6 +192,8 @@ typedef struct {
     int constant_lr;         /* 1: eta without the schedule (an lr trial) */
     /* carried by the checkpoint, so a resumed run decides as an uninterrupted one */
     float lr;                /* eta in use: --lr, or the --lr auto winner (0: not chosen) */
+    uint32_t seed;           /* base seed of S(t, i): --seed, or the loaded checkpoint's (a
+                              * fleet server gives each device its own) */
     uint32_t halvings;       /* the guard halved eta this often */
     uint32_t best_step;      /* step of the best validated parameters (checkpoint slot 1) */
     uint32_t best_correct;
@@ -214,8 +216,8 @@ void zo_bp_forward(const zo_train_model *m);
 void zo_bp_backward(const zo_train_model *m, int32_t label);
 
 /* Copies the flash parameters to their SRAM copies and attaches them; step = 0,
- * schedule_steps = m->steps, eta = m->lr (0 with --lr auto: not chosen yet), no guard
- * check yet. */
+ * schedule_steps = m->steps, eta = m->lr (0 with --lr auto: not chosen yet), seed = m->seed,
+ * no guard check yet. */
 void zo_train_init(const zo_train_model *m, zo_train_state *s);
 
 /* --block auto: model.c computes m's layers with their SRAM copies (attach) or with the

@@ -23,6 +23,7 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import zlib
@@ -118,6 +119,12 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
         raise DataError(f"{source}: layer table does not match the file size")
     return Checkpoint(sha, step, seed, tuple(layers), lr, halvings, best_step, best_correct,
                       best_loss, rollbacks)
+
+
+def parameters_sha256(blob: bytes) -> str:
+    """SHA-256 (hex) of a checkpoint's layer table and parameters, not of its header: the
+    same for every step, seed or guard state (a fleet names a round's model by it)."""
+    return hashlib.sha256(blob[HEADER.size:-4]).hexdigest()
 
 
 def save(path: Path, ckpt: Checkpoint) -> None:

@@ -78,6 +78,13 @@ class TrainingPlan:
     queries_per_step: int  # queries per layer (WP/NP) or per step (MeZO: two forwards each)
     diff_limit: int  # |loss difference| clamp, Q16: (2^31 - 1) // (N Q), int32-exact sums
     head: Head | None = None  # --bp-layers: the ops back-propagation runs through
+    # the base seed of S(t, i) when it is not --seed: a loaded checkpoint's, which the device
+    # adopts too (a fleet server gives each device its own); --seed still draws the pool
+    run_seed: int | None = None
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed if self.run_seed is None else self.run_seed
 
     @property
     def zo_layers(self) -> tuple[TrainableLayer, ...]:

@@ -54,8 +54,7 @@ def encode_record(step: int, layer: int, values: np.ndarray) -> bytes:
 
 
 def write(path: Path, scalars: Scalars) -> None:
-    path.write_bytes(MAGIC + b"".join(encode_record(s, l, v)
-                                      for (s, l), v in sorted(scalars.items())))
+    path.write_bytes(encode(scalars))
 
 
 def read(path: Path) -> Scalars:
@@ -64,34 +63,46 @@ def read(path: Path) -> Scalars:
         data = path.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    return decode(data, str(path))
+
+
+def encode(scalars: Scalars) -> bytes:
+    """A scalar file's bytes (what ``write`` stores and a fleet device uploads)."""
+    return MAGIC + b"".join(encode_record(s, l, v) for (s, l), v in sorted(scalars.items()))
+
+
+def decode(data: bytes, where: str) -> Scalars:
+    """The records of a scalar file's bytes; ``where`` names them in errors."""
     if not data.startswith(MAGIC):
-        raise DataError(f"{path} is not a scalar file of `zocodegen train` (no {MAGIC!r})")
+        raise DataError(f"{where} is not a scalar file of `zocodegen train` (no {MAGIC!r})")
     out: Scalars = {}
     pos, index = len(MAGIC), 0
     while pos < len(data):
         if pos + _HEAD.size > len(data):
-            raise DataError(f"{path}: record {index} is cut short")
+            raise DataError(f"{where}: record {index} is cut short")
         step, layer, count = _HEAD.unpack_from(data, pos)
         end = pos + _HEAD.size + 4 * count
         if end + _CRC.size > len(data):
-            raise DataError(f"{path}: record {index} (step {step}, layer {layer}) is cut short")
+            raise DataError(f"{where}: record {index} (step {step}, layer {layer}) is cut short")
         (crc,) = _CRC.unpack_from(data, end)
         if crc != zlib.crc32(data[pos:end]):
-            raise DataError(f"{path}: record {index} (step {step}, layer {layer}) fails its "
+            raise DataError(f"{where}: record {index} (step {step}, layer {layer}) fails its "
                             "CRC-32")
         out[(step, layer)] = np.frombuffer(data, "<i4", count, pos + _HEAD.size).astype(np.int32)
         pos, index = end + _CRC.size, index + 1
     return out
 
 
-def replay(plan: TrainingPlan, params: Params, scalars: Scalars, steps: int) -> Params:
-    """Steps 0..steps-1 rebuilt from the scalars; refuses a plan that is not replayable and
+def replay(plan: TrainingPlan, params: Params, scalars: Scalars, stop: int, first: int = 0
+           ) -> Params:
+    """Steps first..stop-1 rebuilt from the scalars, from the parameters before step
+    ``first`` (with the stream seed ``plan.seed``); refuses a plan that is not replayable and
     a missing or wrongly sized record, naming it."""
     cfg = plan.config
     if cfg.guard or cfg.lr_auto or any(layer.mode != "WP" for layer in plan.layers):
         raise DataError("only runs built with --record-scalars (WP layers, no guard, fixed "
                         "--lr) can be replayed")
-    for t in range(steps):
+    for t in range(first, stop):
         sums = {}
         for layer in plan.layers:
             values = scalars.get((t, layer.index))

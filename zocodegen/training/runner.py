@@ -145,7 +145,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     else:
         plan = plans[0]
     params, first = simulator.initial_params(graph, plan), 0
-    if ckpt is not None:
+    if ckpt is not None:  # the device goes on with the checkpoint's seed too
+        plan = replace(plan, run_seed=ckpt.seed)
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
     plan, state, guard = begin(graph, plan, params, data, ckpt)

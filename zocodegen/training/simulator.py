@@ -213,7 +213,7 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
     forwards; g = sum_q (l+ - l-) xi, divided by 2 N Q through plan.inv_nq."""
     q, n = plan.queries_per_step, len(labels)
     total = sum(layer.weight_count for layer in plan.zo_layers)
-    xi = plan.perturbation.values(step_seed(plan.config.seed, t, 0), q * total,
+    xi = plan.perturbation.values(step_seed(plan.seed, t, 0), q * total,
                                   plan.perturbation.layer_shift(total)).reshape(q, total)
     losses = []
     for sign in (1, -1):
@@ -268,7 +268,7 @@ def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
         gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], grads[layer.op_index])
         if plan.config.integer_only:  # weights only, rounded to b_BP bits (Alg. 2 line 11)
             _int8_update(layer, params, _accumulate_int32(parameter_gradient(gw)),
-                         plan.config.b_bp, halvings, step_seed(plan.config.seed, t, layer.index))
+                         plan.config.b_bp, halvings, step_seed(plan.seed, t, layer.index))
             continue
         grad = (_accumulate_int32(parameter_gradient(gw)),
                 _accumulate_int32(parameter_gradient(gb)) if layer.bias else None)
@@ -282,7 +282,7 @@ def replay_step(plan: TrainingPlan, params: Params, t: int, sums: dict[int, np.n
     params = dict(params)
     eta_t = step_learning_rate(plan, t)
     for layer in plan.layers:
-        xi = wp_perturbations(plan, layer, step_seed(plan.config.seed, t, layer.index))
+        xi = wp_perturbations(plan, layer, step_seed(plan.seed, t, layer.index))
         _update_layer(plan, layer, params, wp_gradient(xi, sums[layer.index]), eta_t)
     return params
 
@@ -311,7 +311,7 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
         _mezo_step(graph, plan, params, xs, labels, t, eta_t)
     else:
         for layer in plan.zo_layers:
-            seed = step_seed(cfg.seed, t, layer.index)
+            seed = step_seed(plan.seed, t, layer.index)
             if layer.mode == "INT8":
                 grad = _int8_gradient(graph, plan, layer, params, env, labels, seed, t)
                 _int8_update(layer, params, grad, cfg.b_zo, halvings, seed)
@@ -503,7 +503,7 @@ def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: b
                   state: GuardState | None = None) -> Checkpoint:
     """The checkpoint of a run at ``step``; without a guard state, eta is the plan's."""
     state = state or GuardState(float(np.float32(plan.config.lr)))
-    return Checkpoint(model_sha256, step, plan.config.seed, tuple(
+    return Checkpoint(model_sha256, step, plan.seed, tuple(
         LayerParams(layer.op_index, params[layer.weights].reshape(-1),
                     params[layer.bias] if layer.bias else np.zeros(0, np.int32))
         for layer in plan.layers), state.lr, state.halvings, state.best_step,

@@ -1,0 +1,76 @@
+"""One fleet device, apart from Flower (flower_app.py only moves its messages): takes the
+round's instruction, trains K steps on the device with `zocodegen train`'s Trainer (so
+resets, retransmissions and CRC-checked checkpoints behave as in a single run), and answers
+with the smaller update (updates.py).
+
+``STATE/`` keeps the round's run directory (checkpoint, scalars, metrics) and ``held.bin``,
+the last round checkpoint the server sent, so a server that knows the device holds the
+round's parameters sends only their hash.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ...errors import DataError
+from ...training import checkpoint, replay
+from ..image import verify_image
+from ..trainer import Device, Trainer
+from .updates import Update, make_update
+
+
+class DeviceClient:
+    """A device (port, native or QEMU firmware), its data image and its build directory."""
+
+    def __init__(self, device: Callable[[], Device], image: Path, build: Path, state: Path,
+                 timeout: float = 60.0, log: Callable[[str], None] = print):
+        self.device, self.image, self.state = device, Path(image), Path(state)
+        self.config, self.model_sha256 = replay.build_config(Path(build))
+        self.timeout, self.log = timeout, log
+        self.held_path = self.state / "held.bin"
+        self.samples = verify_image(self.image).count("train")
+        self.state.mkdir(parents=True, exist_ok=True)
+
+    def holds(self) -> str | None:
+        """The parameters' hash of the last round checkpoint received, if still here."""
+        try:
+            blob = self.held_path.read_bytes()
+            checkpoint.decode(blob, str(self.held_path))
+        except (OSError, DataError):
+            return None
+        return checkpoint.parameters_sha256(blob)
+
+    def _start(self, message: dict) -> bytes:
+        """The round's checkpoint: sent, or the held one with the round's step and seed."""
+        if message["model-sha256"] != self.model_sha256:
+            raise DataError(f"the server trains model {message['model-sha256'][:12]}..., this "
+                            f"device's build is for {self.model_sha256[:12]}...")
+        if "checkpoint" in message:
+            blob = bytes(message["checkpoint"])
+            checkpoint.decode(blob, "the server's checkpoint")
+        elif self.holds() == message["params-sha256"]:
+            held = checkpoint.decode(self.held_path.read_bytes())
+            blob = checkpoint.encode(dataclasses.replace(
+                held, step=message["first-step"], seed=message["seed"]))
+        else:
+            raise DataError("the server sent only a parameters hash this device does not hold")
+        if checkpoint.parameters_sha256(blob) != message["params-sha256"]:
+            raise DataError("the round's checkpoint does not match its parameters hash")
+        checkpoint.save_bytes(self.held_path, blob)
+        return blob
+
+    def train(self, message: dict) -> Update:
+        """K steps on the device from the round's checkpoint; the update to upload."""
+        start = self._start(message)
+        run = self.state / f"round-{message['round']:04d}"
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        checkpoint.save_bytes(run / "checkpoint.bin", start)
+        stop = message["first-step"] + message["steps"]
+        Trainer(self.device(), self.image, run, steps=stop, checkpoint_every=message["steps"],
+                timeout=self.timeout, progress=False, log=self.log).run()
+        end = (run / "checkpoint.bin").read_bytes()
+        scalars = (replay.read(run / "scalars.bin") if self.config.record_scalars else None)
+        return make_update(start, end, scalars, self.samples)

@@ -1,0 +1,194 @@
+"""The fleet server's state, apart from Flower (flower_app.py only moves its messages): the
+round's model, an instruction per device, the replayed-and-averaged result, and the record
+of every round on disk so a restarted server resumes from its last round (docs/fleet.md).
+
+``OUT/model.bin`` is the aggregated checkpoint after the last finished round (CRC-32,
+written atomically); ``OUT/fleet.json`` records the build, the rounds, and per round every
+participant's seed, upload kind and size, download size, weight and fate.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import DataError, UserError
+from ...training import checkpoint
+from ...training.simulator import Params, initial_params, predict
+from .updates import FleetModel, Update, fedavg, reconstruct
+
+#: Bytes of an instruction besides the checkpoint: round, first step, steps, seed (u32 each)
+INSTRUCTION_FIELDS = 16
+#: Bytes of an update besides its payload: kind (1), records (4), CRC-32 (4), model hash (32)
+UPDATE_FIELDS = 41
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One device in one round."""
+
+    node: int
+    seed: int
+    download: int  # bytes sent to it
+    upload: int = 0  # bytes it sent (0: nothing usable arrived)
+    kind: str = ""
+    samples: int = 0
+    accepted: bool = False
+    reason: str = ""  # why it was left out
+
+
+def device_seed(base: int, round_index: int, node: int) -> int:
+    """The device's stream seed for the round (FedSPZO's "different initial seed to each
+    client"): the first 4 bytes of SHA-256 over base, round and node; never 0."""
+    digest = hashlib.sha256(f"{base}:{round_index}:{node}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") or 1
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class FleetServer:
+    """Rounds of K local steps: ``instruction`` per device, then ``finish`` with what came
+    back. Resumes from ``out`` when it holds an earlier run of the same model and build."""
+
+    def __init__(self, model: FleetModel, out: Path, steps: int, rounds: int,
+                 test: tuple[np.ndarray, np.ndarray] | None = None):
+        if steps < 1 or rounds < 1:
+            raise UserError("--steps-per-round and --rounds must be at least 1")
+        cfg = model.plan.config
+        if cfg.schedule == "cosine" and rounds * steps > cfg.steps:
+            raise UserError(f"{rounds} rounds of {steps} steps run past the build's cosine "
+                            f"schedule (--steps {cfg.steps}): rebuild with --steps "
+                            f"{rounds * steps} or more, or --schedule constant")
+        self.model, self.out, self.steps, self.rounds, self.test = model, Path(out), steps, rounds, test
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.record_path, self.model_path = self.out / "fleet.json", self.out / "model.bin"
+        self.record = self._load_record()
+        self.params = self._load_params()
+        self.begin()
+
+    # ---- state -------------------------------------------------------------------------
+    def _identity(self) -> dict:
+        return {"model_sha256": self.model.sha256.hex(),
+                "config": self.model.plan.config.as_dict(), "steps_per_round": self.steps}
+
+    def _load_record(self) -> dict:
+        if not self.record_path.is_file():
+            return {**self._identity(), "upload": self.upload_rule(),
+                    "trainable_bytes": self.model.trainable_bytes, "rounds": []}
+        try:
+            record = json.loads(self.record_path.read_text())
+        except ValueError as exc:
+            raise UserError(f"{self.record_path} is damaged ({exc}); move it away to start "
+                            "a new fleet run") from None
+        mine = self._identity()
+        if {k: record.get(k) for k in mine} != json.loads(json.dumps(mine)):
+            raise UserError(f"{self.out} holds a fleet run of another model, build or "
+                            "--steps-per-round; choose another output directory")
+        return record
+
+    def _load_params(self) -> Params:
+        if not self.record["rounds"]:
+            return initial_params(self.model.graph, self.model.plan)
+        try:
+            return self.model.params(self.model_path.read_bytes(), str(self.model_path))
+        except (OSError, DataError) as exc:
+            raise UserError(f"cannot resume from {self.model_path}: {exc}") from None
+
+    def upload_rule(self) -> str:
+        """What devices upload (the manifest says it): replayable builds send whichever of
+        scalars and delta is smaller; others (NP, BP or INT8 layers) send deltas."""
+        if self.model.replayable:
+            return "scalars or delta, whichever is smaller"
+        modes = sorted({layer.mode for layer in self.model.plan.layers} - {"WP"})
+        return (f"delta: {', '.join(modes) or 'these'} layers are not replayable from "
+                "scalars (build without --record-scalars)")
+
+    @property
+    def round(self) -> int:
+        """The round to run next (0-based)."""
+        return len(self.record["rounds"])
+
+    @property
+    def done(self) -> bool:
+        return self.round >= self.rounds
+
+    @property
+    def params_sha256(self) -> str:
+        """The round's parameters by hash (checkpoint.parameters_sha256): what a device
+        compares with the last checkpoint it received."""
+        return checkpoint.parameters_sha256(self.model.checkpoint(self.params, 0, 1))
+
+    # ---- a round -----------------------------------------------------------------------
+    def instruction(self, node: int, holds: str | None = None) -> dict:
+        """What device ``node`` gets this round: the round's checkpoint with its own seed,
+        or only the parameters' hash when ``holds`` says the device has them already."""
+        seed = device_seed(self.model.plan.config.seed, self.round, node)
+        first = self.round * self.steps
+        start = self.model.checkpoint(self.params, first, seed)
+        self._starts[node] = start
+        message = {"round": self.round, "first-step": first, "steps": self.steps,
+                   "seed": seed, "model-sha256": self.model.sha256.hex(),
+                   "params-sha256": self.params_sha256}
+        if holds != self.params_sha256:
+            message["checkpoint"] = start
+        self._outcomes[node] = Outcome(node, seed, INSTRUCTION_FIELDS + (
+            len(start) if "checkpoint" in message else 32))
+        return message
+
+    def left_out(self, node: int, reason: str) -> None:
+        self._outcomes[node] = Outcome(**{**asdict(self._outcomes[node]), "reason": reason})
+
+    def receive(self, node: int, update: Update) -> None:
+        """Replays (or applies) a device's update; a bad one is left out with its reason."""
+        outcome = Outcome(**{**asdict(self._outcomes[node]), "kind": update.kind,
+                             "upload": len(update.payload) + UPDATE_FIELDS,
+                             "samples": update.samples})
+        try:
+            if update.samples < 1:
+                raise DataError(f"it reports {update.samples} training records")
+            params = reconstruct(self.model, self._starts[node], self.steps, update)
+        except DataError as exc:
+            self._outcomes[node] = Outcome(**{**asdict(outcome), "reason": str(exc)})
+            return
+        self._outcomes[node] = Outcome(**{**asdict(outcome), "accepted": True})
+        self._accepted[node] = params
+
+    def begin(self) -> None:
+        """Forgets the last round's devices: call before the round's instructions."""
+        self._starts: dict[int, bytes] = {}
+        self._outcomes: dict[int, Outcome] = {}
+        self._accepted: dict[int, Params] = {}
+
+    def finish(self) -> dict:
+        """FedAvg over the accepted devices (in node order), saved with the round's record;
+        a round nobody finished keeps the model."""
+        nodes = sorted(self._accepted)
+        if nodes:
+            self.params = fedavg([(self._accepted[n], self._outcomes[n].samples) for n in nodes])
+        entry = {"round": self.round, "first_step": self.round * self.steps,
+                 "params_sha256": self.params_sha256,
+                 "participants": [asdict(self._outcomes[n]) for n in sorted(self._outcomes)]}
+        if self.test is not None:
+            x, y = self.test
+            entry["accuracy"] = float((predict(self.model.graph, self.params, x) == y).mean())
+        step = (self.round + 1) * self.steps
+        checkpoint.save_bytes(self.model_path, self.model.checkpoint(
+            self.params, step, self.model.plan.config.seed))
+        self.record["rounds"].append(entry)
+        _write_atomic(self.record_path, (json.dumps(self.record, indent=1) + "\n").encode())
+        return entry
+
+    def accuracy_before(self) -> float | None:
+        if self.test is None:
+            return None
+        x, y = self.test
+        start = initial_params(self.model.graph, self.model.plan)
+        return float((predict(self.model.graph, start, x) == y).mean())

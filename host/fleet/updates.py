@@ -1,0 +1,183 @@
+"""What a fleet device uploads after its K local steps and how the server gets the device's
+parameters back from it (FedSPZO Alg. 1, "Reconstruct"; docs/fleet.md).
+
+A device uploads one of two encodings, whichever is smaller:
+
+* ``scalars``: its scalar records of the round's steps (training/replay.py), zlib-compressed.
+  The server replays them from the round's parameters with the device's seed: no data and
+  no forward pass. Only for --record-scalars builds (every trained layer WP).
+* ``delta``: new minus old parameters, per layer in checkpoint order (weights int16, biases
+  int64, little-endian), zlib-compressed. Any build; for tiny models the scalars of K steps
+  can outweigh the model itself.
+
+Either way the server rebuilds the device's checkpoint and accepts it only when its CRC-32
+equals the one the device reported: a device that returns garbage contributes nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import DataError, UserError
+from ...frontends import load_model
+from ...ir import Graph
+from ...training import checkpoint, replay
+from ...training.plan import TrainingPlan, training_plan
+from ...training.simulator import Params, from_checkpoint, to_checkpoint
+
+KINDS = ("scalars", "delta")
+#: zlib level for uploads: the slowest and smallest; a round's payload is a few KB
+LEVEL = 9
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """The model a fleet trains and the build every device runs (its manifest's options)."""
+
+    graph: Graph
+    plan: TrainingPlan
+    sha256: bytes
+
+    @classmethod
+    def load(cls, model_path: Path, build: Path) -> FleetModel:
+        config, sha_hex = replay.build_config(build)
+        sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
+        if sha.hex() != sha_hex:
+            raise UserError(f"{model_path} is another model than the one {build} was built "
+                            f"from (sha256 {sha.hex()[:12]}... against {sha_hex[:12]}...)")
+        if config.guard or config.lr_auto:
+            raise UserError(f"{build} was built with the training guard or --lr auto, whose "
+                            "decisions the server cannot rebuild; rebuild with --no-guard and "
+                            "a fixed --lr")
+        if config.mode == "sparse" and config.block is None:
+            raise UserError(f"{build} selects its sparse block on the device; a fleet trains "
+                            "one set of layers everywhere: rebuild with --block N")
+        graph = load_model(model_path)
+        return cls(graph, training_plan(graph, config), sha)
+
+    @property
+    def replayable(self) -> bool:
+        """Devices can upload scalars: the build records them (every trained layer WP)."""
+        return self.plan.config.record_scalars
+
+    @property
+    def trainable_bytes(self) -> int:
+        return self.plan.parameter_bytes
+
+    def checkpoint(self, params: Params, step: int, seed: int) -> bytes:
+        """The checkpoint a device starts a round from: its own stream seed, eta as built."""
+        return checkpoint.encode(to_checkpoint(self.with_seed(seed), params, step, self.sha256))
+
+    def with_seed(self, seed: int) -> TrainingPlan:
+        return dataclasses.replace(self.plan, run_seed=seed)
+
+    def params(self, blob: bytes, where: str) -> Params:
+        return from_checkpoint(self.graph, self.plan, checkpoint.decode(blob, where), self.sha256)
+
+
+@dataclass(frozen=True)
+class Update:
+    """One device's contribution to a round."""
+
+    kind: str
+    payload: bytes
+    samples: int  # training records the device holds: its FedAvg weight
+    checkpoint_crc: int  # CRC-32 of the device's checkpoint after the round
+    model_sha256: str  # hex
+
+
+def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
+    parts = []
+    for a, b in zip(start.layers, end.layers):
+        parts.append((b.weights.astype("<i2") - a.weights.astype("<i2")).tobytes())
+        parts.append((b.bias.astype("<i8") - a.bias.astype("<i8")).tobytes())
+    return b"".join(parts)
+
+
+def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, samples: int
+                ) -> Update:
+    """The smaller encoding of the round from checkpoint ``start`` to ``end`` (bytes as
+    the device saved them); ``scalars`` None: the build records none."""
+    a = checkpoint.decode(start, "the round's checkpoint")
+    b = checkpoint.decode(end, "the device's checkpoint")
+    crc = int.from_bytes(end[-4:], "little")
+    options = [("delta", zlib.compress(_delta(a, b), LEVEL))]
+    if scalars is not None:
+        steps = range(a.step, b.step)
+        mine = {key: v for key, v in scalars.items() if key[0] in steps}
+        options.append(("scalars", zlib.compress(replay.encode(mine), LEVEL)))
+    kind, payload = min(options, key=lambda option: len(option[1]))
+    return Update(kind, payload, samples, crc, a.model_sha256.hex())
+
+
+def _apply_delta(start: checkpoint.Checkpoint, data: bytes, steps: int) -> checkpoint.Checkpoint:
+    layers, pos = [], 0
+    for lp in start.layers:
+        w_end, b_end = pos + 2 * lp.weights.size, pos + 2 * lp.weights.size + 8 * lp.bias.size
+        if b_end > len(data):
+            raise DataError("the delta is shorter than the model's parameters")
+        dw = np.frombuffer(data, "<i2", lp.weights.size, pos).astype(np.int64)
+        db = np.frombuffer(data, "<i8", lp.bias.size, w_end)
+        weights, bias = lp.weights.astype(np.int64) + dw, lp.bias.astype(np.int64) + db
+        if (weights.min(initial=0) < -128 or weights.max(initial=0) > 127
+                or bias.min(initial=0) < -(1 << 31) or bias.max(initial=0) >= 1 << 31):
+            raise DataError("the delta takes parameters out of their int8 / int32 range")
+        layers.append(dataclasses.replace(lp, weights=weights.astype(np.int8),
+                                          bias=bias.astype(np.int32)))
+        pos = b_end
+    if pos != len(data):
+        raise DataError("the delta is longer than the model's parameters")
+    return dataclasses.replace(start, step=start.step + steps, layers=tuple(layers))
+
+
+def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> Params:
+    """The device's parameters after the round, rebuilt from the round's checkpoint and the
+    update; DataError (one line, naming what is wrong) when the update is unusable or its
+    result is not what the device reported."""
+    if update.model_sha256 != model.sha256.hex():
+        raise DataError(f"the update is for model {update.model_sha256[:12]}..., the fleet "
+                        f"trains {model.sha256.hex()[:12]}...")
+    if update.kind not in KINDS:
+        raise DataError(f"unknown update kind {update.kind!r}")
+    try:
+        data = zlib.decompress(update.payload)
+    except zlib.error as exc:
+        raise DataError(f"the {update.kind} payload does not decompress ({exc})") from None
+    first = checkpoint.decode(start, "the round's checkpoint")
+    if update.kind == "delta":
+        blob = checkpoint.encode(_apply_delta(first, data, steps))
+    else:
+        if not model.replayable:
+            raise DataError("scalars from a build that does not record them")
+        plan = model.with_seed(first.seed)
+        params = replay.replay(plan, model.params(start, "the round's checkpoint"),
+                               replay.decode(data, "the uploaded scalars"),
+                               first.step + steps, first.step)
+        blob = checkpoint.encode(to_checkpoint(plan, params, first.step + steps, model.sha256))
+    crc = int.from_bytes(blob[-4:], "little")
+    if crc != update.checkpoint_crc:
+        raise DataError(f"the rebuilt checkpoint's CRC-32 {crc:08x} is not the device's "
+                        f"{update.checkpoint_crc:08x}")
+    return model.params(blob, "the rebuilt checkpoint")
+
+
+def fedavg(contributions: list[tuple[Params, int]]) -> Params:
+    """FedAvg (weighted by training records) of integer parameters: the weighted mean in
+    float64, summed in the order given, rounded half away from zero, saturated to the
+    tensor's integer type."""
+    total = sum(weight for _, weight in contributions)
+    out: Params = {}
+    for name, first in contributions[0][0].items():
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for params, weight in contributions:
+            acc += params[name].astype(np.float64) * weight
+        mean = acc / total
+        rounded = np.sign(mean) * np.floor(np.abs(mean) + 0.5)
+        info = np.iinfo(first.dtype)
+        out[name] = np.clip(rounded, info.min, info.max).astype(first.dtype)
+    return out
