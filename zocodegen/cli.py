@@ -21,10 +21,10 @@ from .errors import DataError, UserError
 from .codegen import BUILD_TARGETS, BuildOptions
 from .frontends import load_model
 from .ir import Graph
-from .build import cached_build, generate, make
+from .build import cached_build, generate
 from .engines import run_samples
 from .flash import flash_project
-from .host.devices import Firmware, open_port
+from .host.devices import open_port
 from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .host.monitor import monitor
 from .host.trainer import Device, Trainer, open_device
@@ -127,16 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
                                      "starts) from a packed image, with a live monitor")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", metavar="URL",
-                       help="the board's serial port (/dev/ttyACM0, socket://HOST:PORT, any "
-                            "pyserial URL)")
-    where.add_argument("--native", type=Path, metavar="DIR",
-                       help="start the native firmware of project DIR (built if needed)")
-    where.add_argument("--qemu", type=Path, metavar="DIR",
-                       help="start the QEMU firmware of project DIR (built if needed)")
-    p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
-                   help="the data image made by `zocodegen pack` (never modified)")
+    _add_device_options(p)
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png; an existing "
                         "run is resumed from its checkpoint (default run)")
@@ -179,7 +170,83 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="pio run -v: show every command PlatformIO runs")
     p.set_defaults(func=cmd_flash)
+
+    _add_fleet_parser(sub)
     return parser
+
+
+def _add_device_options(p: argparse.ArgumentParser, image: bool = True) -> None:
+    """Where the device is (train, fleet join) and its data image."""
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", metavar="URL",
+                       help="the board's serial port (/dev/ttyACM0, socket://HOST:PORT, any "
+                            "pyserial URL)")
+    where.add_argument("--native", type=Path, metavar="DIR",
+                       help="start the native firmware of project DIR (built if needed)")
+    where.add_argument("--qemu", type=Path, metavar="DIR",
+                       help="start the QEMU firmware of project DIR (built if needed)")
+    p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
+                   help="the data image made by `zocodegen pack` (never modified)")
+
+
+def _add_fleet_parser(sub) -> None:
+    fleet = sub.add_parser("fleet", help="train one model on many devices with Flower: "
+                           "devices upload seeds' scalars, the server replays and averages "
+                           "(docs/fleet.md)").add_subparsers(dest="fleet_command",
+                                                             required=True)
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", type=Path, metavar="MODEL")
+        p.add_argument("--build", type=Path, required=True, metavar="DIR",
+                       help="the training project every device runs (`zocodegen build "
+                            "--train ... --no-guard --lr ETA`, --record-scalars to upload "
+                            "scalars)")
+        p.add_argument("-o", "--output", type=Path, default=Path("fleet"), metavar="OUT",
+                       help="fleet.json, model.bin (the averaged model), flower/ (logs); an "
+                            "existing run is resumed from its last round (default fleet)")
+        p.add_argument("--rounds", type=int, default=5, metavar="R")
+        p.add_argument("--steps-per-round", type=int, default=20, metavar="K",
+                       help="local steps of each device per round (default 20)")
+        p.add_argument("--min-devices", type=int, default=3, metavar="N",
+                       help="start a round once N devices are connected (default 3)")
+        p.add_argument("--wait", type=float, default=120.0, metavar="S",
+                       help="...or after S seconds with the devices there are (default 120)")
+        p.add_argument("--deadline", type=float, default=600.0, metavar="S",
+                       help="a device that has not answered S seconds into a round is left "
+                            "out of it (default 600)")
+        p.add_argument("--test", type=Path, metavar="DATA.npz",
+                       help="score the averaged model on this test split after every round")
+
+    p = fleet.add_parser("serve", help="start a SuperLink and run the server; devices join "
+                                       "with `zocodegen fleet join`")
+    server_options(p)
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
+    p.add_argument("--listen-port", type=int, default=8000, metavar="PORT",
+                   help="the SuperLink's port (default 8000)")
+    p.set_defaults(func=cmd_fleet_serve)
+
+    p = fleet.add_parser("join", help="connect one device to a fleet server (a Flower "
+                                      "SuperNode; runs until interrupted)")
+    p.add_argument("--superlink", required=True, metavar="HOST:PORT",
+                   help="the address `fleet serve` printed")
+    _add_device_options(p)
+    p.add_argument("--build", type=Path, required=True, metavar="DIR",
+                   help="the project the device runs (its manifest names the model)")
+    p.add_argument("--state", type=Path, default=Path("fleet-device"), metavar="DIR",
+                   help="per-round runs and the last model received (default fleet-device)")
+    p.set_defaults(func=cmd_fleet_join)
+
+    p = fleet.add_parser("local", help="try a fleet on one machine: a server and one "
+                                       "emulated device per image")
+    server_options(p)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--native", type=Path, metavar="DIR",
+                       help="every device runs the native firmware of project DIR")
+    where.add_argument("--qemu", type=Path, metavar="DIR",
+                       help="every device runs the QEMU firmware of project DIR")
+    p.add_argument("--images", type=Path, nargs="+", required=True, metavar="IMAGE",
+                   help="one data image per device")
+    p.set_defaults(func=cmd_fleet_local)
 
 
 def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
@@ -536,6 +603,74 @@ def cmd_replay(args: argparse.Namespace) -> None:
                             f" against {zlib.crc32(expected):08x}): the scalars, the build or "
                             "the model are not the run's")
         print(f"{args.check}: identical, byte for byte ({len(blob)} bytes)")
+
+
+def _fleet_run_config(args: argparse.Namespace) -> dict:
+    from .host.fleet.launch import run_config
+    from .host.fleet.updates import FleetModel
+    from .host.fleet.server import FleetServer
+    # refuse a bad model, build or output here, in one line, before Flower starts
+    FleetServer(FleetModel.load(args.model, args.build), args.output, args.steps_per_round,
+                args.rounds)
+    if args.test is not None and not args.test.is_file():
+        raise UserError(f"test data not found: {args.test}")
+    return run_config(args.model, args.build, args.output, args.rounds, args.steps_per_round,
+                      args.min_devices, args.wait, args.deadline, args.test)
+
+
+def _fleet_result(args: argparse.Namespace, flower_home: Path) -> None:
+    from .host.fleet.launch import finished_rounds
+    done = finished_rounds(args.output)
+    if done < args.rounds:
+        raise UserError(f"the fleet stopped after {done} of {args.rounds} rounds: see the "
+                        f"server's output above and the logs in {flower_home / 'logs'}")
+    print(f"{args.output}: {done} rounds; the averaged model is {args.output / 'model.bin'} "
+          f"(`zocodegen export {args.model} {args.output / 'model.bin'} -o OUT` writes it "
+          "into the model file)")
+
+
+def cmd_fleet_serve(args: argparse.Namespace) -> None:
+    from .host.fleet.launch import Flower
+    config = _fleet_run_config(args)
+    home = args.output / "flower"
+    with Flower(home) as flower:
+        address = flower.superlink(args.host, args.listen_port)
+        print(f"fleet: SuperLink listening on {args.host}:{args.listen_port}; connect devices "
+              f"with `zocodegen fleet join --superlink THIS_HOST:{args.listen_port} ...`",
+              flush=True)
+        flower.run(address, config)
+    _fleet_result(args, home)
+
+
+def cmd_fleet_join(args: argparse.Namespace) -> None:
+    from .host.fleet.launch import Flower, check_reachable, node_config
+    from .host.fleet.client import DeviceClient
+    check_reachable(args.superlink)
+    DeviceClient(lambda: open_device(args.port, args.native, args.qemu), args.image,
+                 args.build, args.state)  # refuse a bad image or build now, in one line
+    node = node_config(args.image, args.build, args.state, args.port, args.native, args.qemu)
+    with Flower(args.state / "flower") as flower:
+        print(f"fleet: joining {args.superlink} (Ctrl-C to leave)", flush=True)
+        flower.supernode(args.superlink, node, "device", foreground=True).wait()
+
+
+def cmd_fleet_local(args: argparse.Namespace) -> None:
+    from .host.fleet.launch import Flower, free_port, node_config
+    config = _fleet_run_config(args)
+    for image in args.images:
+        if not image.is_file():
+            raise UserError(f"image not found: {image}")
+    home = args.output / "flower"
+    with Flower(home) as flower:
+        address = flower.superlink("127.0.0.1", free_port())
+        for k, image in enumerate(args.images):
+            flower.supernode(address, node_config(image, args.build, args.output / f"device-{k}",
+                                                  native=args.native, qemu=args.qemu),
+                             f"device-{k}")
+        print(f"fleet: {len(args.images)} emulated devices joined {address}; device logs in "
+              f"{home / 'logs'}", flush=True)
+        flower.run(address, config)
+    _fleet_result(args, home)
 
 
 def cmd_flash(args: argparse.Namespace) -> None:

@@ -33,7 +33,8 @@ class Outcome:
 
     node: int
     seed: int
-    download: int  # bytes sent to it
+    device: str = ""  # what the device calls itself (its data image's name)
+    download: int = 0  # bytes sent to it
     upload: int = 0  # bytes it sent (0: nothing usable arrived)
     kind: str = ""
     samples: int = 0
@@ -143,12 +144,14 @@ class FleetServer:
             len(start) if "checkpoint" in message else 32))
         return message
 
-    def left_out(self, node: int, reason: str) -> None:
-        self._outcomes[node] = Outcome(**{**asdict(self._outcomes[node]), "reason": reason})
+    def left_out(self, node: int, reason: str, device: str = "") -> None:
+        self._outcomes[node] = Outcome(**{**asdict(self._outcomes[node]), "reason": reason,
+                                          "device": device})
 
-    def receive(self, node: int, update: Update) -> None:
+    def receive(self, node: int, update: Update, device: str = "") -> None:
         """Replays (or applies) a device's update; a bad one is left out with its reason."""
-        outcome = Outcome(**{**asdict(self._outcomes[node]), "kind": update.kind,
+        outcome = Outcome(**{**asdict(self._outcomes[node]), "device": device,
+                             "kind": update.kind,
                              "upload": len(update.payload) + UPDATE_FIELDS,
                              "samples": update.samples})
         try:

@@ -1,0 +1,175 @@
+"""Flower's processes for `zocodegen fleet`, in Flower's own deployment model: a SuperLink
+(`fleet serve`), one SuperNode per device (`fleet join`, on the machine the device is
+attached to), and `flwr run` of the app in ``app/``; `fleet local` starts all of them on
+one machine with emulated devices. Everything Flower writes goes to ``OUT/flower/``
+(FLWR_HOME, one log per process), not to the user's ~/.flwr.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ...errors import UserError
+
+APP = Path(__file__).with_name("app")
+FEDERATION = "zocodegen"
+#: flwr's SuperExec polls for new app tasks every second by default
+TASK_POLL_SECONDS = "0.1"
+
+
+def _tool(name: str) -> str:
+    """A Flower command of this Python's environment (the venv zocodegen runs in)."""
+    path = Path(sys.executable).parent / name
+    found = str(path) if path.is_file() else shutil.which(name)
+    if not found:
+        raise UserError(f"{name} not found: install Flower with `pip install "
+                        "'zocodegen[fleet]'` (or run scripts/setup.sh)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_port(host: str, port: int, proc: subprocess.Popen, what: str, log: Path,
+                   seconds: float = 30) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise UserError(f"{what} exited with status {proc.returncode}: see {log}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise UserError(f"{what} did not open {host}:{port} within {seconds:.0f} s: see {log}")
+
+
+def check_reachable(address: str, seconds: float = 5) -> None:
+    """Refuse, in one line, a SuperLink address nothing answers at."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--superlink expects HOST:PORT, got '{address}'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=seconds):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot reach the fleet server at {address} "
+                        f"({exc.strerror or exc}): is `zocodegen fleet serve` running there?"
+                        ) from None
+
+
+def config_text(values: dict) -> str:
+    """Flower's `key=value` config syntax: strings quoted, numbers as they are."""
+    return " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}"
+                    for k, v in values.items())
+
+
+class Flower:
+    """The Flower processes this command started; all are stopped on exit."""
+
+    def __init__(self, home: Path):
+        self.home = Path(home)
+        self.logs = self.home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        # Flower starts its own helpers (flower-superexec, flwr-serverapp) by name
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        self.env = {**os.environ, "PATH": path, "FLWR_HOME": str(self.home),
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": TASK_POLL_SECONDS}
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Flower:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self, args: list[str], log_name: str, foreground: bool = False
+               ) -> subprocess.Popen:
+        log = self.logs / log_name
+        out = None if foreground else open(log, "ab")
+        try:
+            proc = subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        finally:
+            if out is not None:
+                out.close()
+        self.procs.append(proc)
+        return proc
+
+    def superlink(self, host: str, port: int) -> str:
+        """Starts the SuperLink; returns the address devices and `flwr run` connect to."""
+        proc = self._start([_tool("flower-superlink"), "--insecure",
+                            "--disable-runtime-dependency-installation",
+                            "--host", host, "--port", str(port)], "superlink.log")
+        connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        _wait_for_port(connect, port, proc, "the Flower SuperLink", self.logs / "superlink.log")
+        return f"{connect}:{port}"
+
+    def supernode(self, superlink: str, node: dict, name: str, port: int | None = None,
+                  foreground: bool = False) -> subprocess.Popen:
+        """A SuperNode for one device; its ClientApp's output goes to logs/NAME.log."""
+        return self._start([_tool("flower-supernode"), "--insecure", "--superlink", superlink,
+                            "--port", str(port or free_port()),
+                            "--node-config", config_text(node)], f"{name}.log", foreground)
+
+    def run(self, superlink: str, run_config: dict) -> None:
+        """`flwr run` of the app against the SuperLink, its log streamed to stdout."""
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
+            f'address = "{superlink}"\ninsecure = true\n')
+        subprocess.run([_tool("flwr"), "run", str(APP), FEDERATION, "--stream",
+                        "--run-config", config_text(run_config)], env=self.env,
+                       stdin=subprocess.DEVNULL, check=False)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
+def run_config(model: Path, build: Path, out: Path, rounds: int, steps: int,
+               min_devices: int, wait: float, deadline: float, test: Path | None) -> dict:
+    """The app's run configuration (app/pyproject.toml), with absolute paths: the ServerApp
+    runs in Flower's own process and directory."""
+    return {"model": str(Path(model).resolve()), "build": str(Path(build).resolve()),
+            "out": str(Path(out).resolve()), "test": str(Path(test).resolve()) if test else "",
+            "rounds": rounds, "steps-per-round": steps, "min-devices": min_devices,
+            "wait": float(wait), "deadline": float(deadline)}
+
+
+def node_config(image: Path, build: Path, state: Path, port: str | None = None,
+                native: Path | None = None, qemu: Path | None = None) -> dict:
+    """A SuperNode's node configuration: its device, data image, build and state."""
+    node = {"image": str(Path(image).resolve()), "build": str(Path(build).resolve()),
+            "state": str(Path(state).resolve())}
+    if port:
+        node["port"] = port
+    elif native:
+        node["native"] = str(Path(native).resolve())
+    elif qemu:
+        node["qemu"] = str(Path(qemu).resolve())
+    return node
+
+
+def finished_rounds(out: Path) -> int:
+    try:
+        return len(json.loads((Path(out) / "fleet.json").read_text())["rounds"])
+    except (OSError, ValueError, KeyError):
+        return 0
