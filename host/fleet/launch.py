@@ -98,8 +98,9 @@ class Flower:
         log = self.logs / log_name
         out = None if foreground else open(log, "ab")
         try:
+            # own process group: stopping it also stops the helpers Flower started
             proc = subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=not foreground)
         finally:
             if out is not None:
                 out.close()
@@ -141,7 +142,16 @@ class Flower:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            kill_group(proc, signal.SIGKILL)  # what it left behind (ClientApps, firmware)
         self.procs.clear()
+
+
+def kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the process group a background Flower process leads."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run_config(model: Path, build: Path, out: Path, rounds: int, steps: int,

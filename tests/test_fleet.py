@@ -1,0 +1,293 @@
+"""Fleet training (issue 18): devices train K local steps from the round's model with their
+own seeds, upload scalars or a delta, and the server rebuilds each device's parameters
+exactly and averages them. The reference every test compares with is computed
+independently: the numpy simulator trains each device's data from the round's parameters
+with the device's seed, then a plain weighted mean (no replay, no device)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.datasets import load_digits_split, quantize_images
+from zocodegen.errors import UserError
+from zocodegen.frontends import load_model
+from zocodegen.host.fleet import launch
+from zocodegen.host.fleet.client import DeviceClient
+from zocodegen.host.fleet.server import FleetServer
+from zocodegen.host.fleet.updates import FleetModel, Update, make_update, reconstruct
+from zocodegen.host.image import pack_image
+from zocodegen.host.trainer import open_device
+from zocodegen.training import checkpoint, replay, simulator
+
+MODEL = FIXTURES / "digits_cnn.tflite"
+K = 20  # local steps per round (the acceptance's K >= 20)
+RECORDS = 12  # training records per device
+
+
+@pytest.fixture(scope="module")
+def fleet_build(tmp_path_factory) -> Path:
+    """The project every device runs: WP layers, scalars recorded, fixed eta."""
+    build = tmp_path_factory.mktemp("fleet") / "build"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full",
+                 "--estimator", "wp", "--record-scalars", "--no-guard", "--lr", "0.01",
+                 "--queries", "3", "--schedule", "constant", "--steps", "1000",
+                 "-o", str(build)]) == 0
+    return build
+
+
+def _device_data(count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Non-IID shares of the corrupted digits: device k holds mostly classes 3k..3k+4."""
+    graph = load_model(MODEL)
+    q = graph.tensor(graph.inputs[0]).quant
+    split = load_digits_split(0)
+    x = quantize_images(split["x_adapt"], q.scalar_scale, q.scalar_zero_point)
+    y = split["y_adapt"]
+    shares = []
+    for k in range(count):
+        mine = np.flatnonzero((y - 3 * k) % 10 < 5)[k::3][:RECORDS]
+        shares.append((x[mine], y[mine]))
+    return shares
+
+
+def _images(tmp: Path, count: int) -> list[Path]:
+    paths = []
+    for k, (x, y) in enumerate(_device_data(count)):
+        path = tmp / f"device{k}.img"
+        pack_image(path, x, y, num_classes=10, checkpoint_bytes=1 << 16)
+        paths.append(path)
+    return paths
+
+
+def _simulated_device(model: FleetModel, params, seed: int, first: int, x, y):
+    """What a device computes in a round, by the simulator (no replay involved)."""
+    plan = model.with_seed(seed)
+    for t in range(first, first + K):
+        idx = simulator.batch_indices(t, plan.config.batch, len(x))
+        params, _ = simulator.train_step(model.graph, plan, params, t, x[idx], y[idx])
+    return params
+
+
+def _averaged(results: list[tuple[dict, int]]) -> dict:
+    total = sum(w for _, w in results)
+    out = {}
+    for name, first in results[0][0].items():
+        mean = sum(p[name].astype(np.float64) * w for p, w in results) / total
+        info = np.iinfo(first.dtype)
+        out[name] = np.clip(np.sign(mean) * np.floor(np.abs(mean) + 0.5), info.min,
+                            info.max).astype(first.dtype)
+    return out
+
+
+def _expected_rounds(model: FleetModel, record: dict, data: dict[str, tuple]) -> dict:
+    """Every round of fleet.json recomputed: each accepted device simulated from the
+    previous round's average with its recorded seed, then averaged by its records."""
+    params = simulator.initial_params(model.graph, model.plan)
+    for entry in record["rounds"]:
+        kept = [p for p in entry["participants"] if p["accepted"]]
+        if kept:
+            params = _averaged([(_simulated_device(model, params, p["seed"],
+                                                   entry["first_step"], *data[p["device"]]),
+                                 p["samples"]) for p in kept])
+    return params
+
+
+def _same(a: dict, b: dict) -> bool:
+    return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_rounds_on_native_devices_equal_simulated_devices_averaged(fleet_build, tmp_path):
+    model = FleetModel.load(MODEL, fleet_build)
+    images = _images(tmp_path, 3)
+    clients = [DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
+                            tmp_path / f"state{k}", log=lambda text: None)
+               for k, image in enumerate(images)]
+    server = FleetServer(model, tmp_path / "out", K, rounds=2)
+    kinds = set()
+    for _ in range(2):
+        server.begin()
+        for node, client in enumerate(clients):
+            update = client.train(server.instruction(node, client.holds()))
+            kinds.add(update.kind)
+            server.receive(node, update, client.image.stem)
+        entry = server.finish()
+        assert all(p["accepted"] for p in entry["participants"]), entry
+        assert len({p["seed"] for p in entry["participants"]}) == 3, "devices share a seed"
+    record = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    data = {img.stem: xy for img, xy in zip(images, _device_data(3))}
+    expected = _expected_rounds(model, record, data)
+    assert _same(server.params, expected)
+    saved = model.params((tmp_path / "out" / "model.bin").read_bytes(), "model.bin")
+    assert _same(saved, expected)
+    assert not _same(expected, simulator.initial_params(model.graph, model.plan))
+    assert kinds <= {"scalars", "delta"}
+
+
+def test_scalars_and_delta_rebuild_the_same_device_checkpoint(fleet_build, tmp_path):
+    """Both encodings of one device's round, from step 40 with a fleet seed, give the
+    device's checkpoint (the CRC check inside reconstruct) and equal parameters."""
+    model = FleetModel.load(MODEL, fleet_build)
+    (image,) = _images(tmp_path, 1)
+    client = DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
+                          tmp_path / "state", log=lambda text: None)
+    server = FleetServer(model, tmp_path / "out", K, rounds=3)
+    server.record["rounds"] = [{}, {}]  # round 2: first step 40
+    server.begin()
+    message = server.instruction(7)
+    update = client.train(message)
+    run = tmp_path / "state" / "round-0002"
+    scalars = replay.read(run / "scalars.bin")
+    assert sorted({t for t, _ in scalars}) == list(range(2 * K, 3 * K))
+    end = (run / "checkpoint.bin").read_bytes()
+    forced = {"delta": make_update(message["checkpoint"], end, None, update.samples),
+              "scalars": dataclasses.replace(update, kind="scalars",
+                                             payload=zlib.compress(replay.encode(scalars)))}
+    rebuilt = {kind: reconstruct(model, message["checkpoint"], K, u)
+               for kind, u in forced.items()}
+    assert _same(rebuilt["scalars"], rebuilt["delta"])
+    assert checkpoint.decode(end).seed == message["seed"] != model.plan.config.seed
+
+
+def _fake_update(model: FleetModel, start: bytes, **changes) -> Update:
+    """An update that moves nothing (delta of zeros), honest unless ``changes`` say not."""
+    end = checkpoint.decode(start)
+    end = checkpoint.encode(dataclasses.replace(end, step=end.step + K))
+    return dataclasses.replace(make_update(start, end, None, 10), **changes)
+
+
+def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
+    model = FleetModel.load(MODEL, fleet_build)
+    server = FleetServer(model, tmp_path / "out", K, rounds=2)
+    server.begin()
+    starts = {node: server.instruction(node)["checkpoint"] for node in range(6)}
+    good = _fake_update(model, starts[0])
+    server.receive(0, good)
+    server.receive(1, dataclasses.replace(good, payload=b"not zlib"))
+    server.receive(2, dataclasses.replace(good, checkpoint_crc=good.checkpoint_crc ^ 1))
+    server.receive(3, dataclasses.replace(good, model_sha256="00" * 32))
+    server.receive(4, dataclasses.replace(good, samples=0))
+    server.left_out(5, "no answer within the 1 s deadline")
+    entry = server.finish()
+    reasons = {p["node"]: p["reason"] for p in entry["participants"]}
+    assert reasons[0] == ""
+    assert "does not decompress" in reasons[1]
+    assert "is not the device's" in reasons[2]
+    assert "the update is for model 000000000000" in reasons[3]
+    assert "0 training records" in reasons[4]
+    assert "deadline" in reasons[5]
+    assert [p["accepted"] for p in entry["participants"]] == [True] + [False] * 5
+    assert _same(server.params, simulator.initial_params(model.graph, model.plan))
+
+
+def test_a_restarted_server_resumes_from_its_last_round(fleet_build, tmp_path):
+    model = FleetModel.load(MODEL, fleet_build)
+    server = FleetServer(model, tmp_path / "out", K, rounds=3)
+    server.begin()
+    start = server.instruction(1)["checkpoint"]
+    moved = checkpoint.decode(start)
+    layers = list(moved.layers)
+    layers[0] = dataclasses.replace(layers[0], weights=np.clip(
+        layers[0].weights.astype(int) + 1, -128, 127).astype(np.int8))
+    end = checkpoint.encode(dataclasses.replace(moved, step=K, layers=tuple(layers)))
+    server.receive(1, make_update(start, end, None, 5))
+    server.finish()
+    again = FleetServer(model, tmp_path / "out", K, rounds=3)
+    assert again.round == 1 and _same(again.params, server.params)
+    assert again.instruction(1)["first-step"] == K
+    with pytest.raises(UserError, match="another model, build or --steps-per-round"):
+        FleetServer(model, tmp_path / "out", K + 1, rounds=3)
+
+
+def test_a_device_holding_the_round_model_gets_only_its_hash(fleet_build, tmp_path):
+    model = FleetModel.load(MODEL, fleet_build)
+    (image,) = _images(tmp_path, 1)
+    client = DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
+                          tmp_path / "state", log=lambda text: None)
+    server = FleetServer(model, tmp_path / "out", K, rounds=3)
+    server.begin()
+    first = server.instruction(3, client.holds())
+    assert "checkpoint" in first
+    client.train(first)
+    server.left_out(3, "pretend it was late")
+    server.finish()  # nobody averaged: the model is the one the device holds
+    server.begin()
+    second = server.instruction(3, client.holds())
+    assert "checkpoint" not in second
+    server.receive(3, client.train(second))
+    entry = server.finish()
+    assert entry["participants"][0]["accepted"], entry
+    assert entry["participants"][0]["download"] < 64
+
+
+def test_the_cosine_schedule_must_cover_the_rounds(fleet_build, tmp_path):
+    model = FleetModel.load(MODEL, fleet_build)
+    cosine = dataclasses.replace(model, plan=dataclasses.replace(
+        model.plan, config=dataclasses.replace(model.plan.config, schedule="cosine",
+                                               steps=30)))
+    with pytest.raises(UserError, match="--steps 40 or more, or --schedule constant"):
+        FleetServer(cosine, tmp_path / "out", K, rounds=2)
+
+
+def test_join_refuses_an_unreachable_server(fleet_build, tmp_path, capsys):
+    (image,) = _images(tmp_path, 1)
+    port = launch.free_port()
+    assert main(["fleet", "join", "--superlink", f"127.0.0.1:{port}", "--native",
+                 str(fleet_build), "--image", str(image), "--build", str(fleet_build),
+                 "--state", str(tmp_path / "state")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the fleet server" in err[0], err
+
+
+def test_serve_refuses_another_model(fleet_build, tmp_path, capsys):
+    assert main(["fleet", "serve", str(FIXTURES / "digits_resnet.tflite"), "--build",
+                 str(fleet_build), "-o", str(tmp_path / "out")]) == 2
+    assert "is another model than the one" in capsys.readouterr().err
+
+
+def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
+    """A SuperLink, four SuperNodes on native devices, two rounds through `flwr run`; the
+    fourth SuperNode is killed while it trains. The round goes on without it, and the
+    averaged model equals the simulated devices averaged."""
+    images = _images(tmp_path, 4)
+    out = tmp_path / "out"
+    config = launch.run_config(MODEL, fleet_build, out, rounds=2, steps=K, min_devices=4,
+                               wait=60, deadline=25, test=None)
+    with launch.Flower(out / "flower") as flower:
+        address = flower.superlink("127.0.0.1", launch.free_port())
+        nodes = [flower.supernode(address, launch.node_config(
+            image, fleet_build, tmp_path / f"state{k}", native=fleet_build), f"device-{k}")
+            for k, image in enumerate(images)]
+        victim = tmp_path / "state3" / "round-0000"
+
+        def kill_when_training():
+            end = time.monotonic() + 60
+            while not victim.exists() and time.monotonic() < end:
+                time.sleep(0.05)
+            launch.kill_group(nodes[3], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_training)
+        killer.start()
+        flower.run(address, config)
+        killer.join()
+    record = json.loads((out / "fleet.json").read_text())
+    assert len(record["rounds"]) == 2, (out / "flower" / "logs").iterdir()
+    first = record["rounds"][0]["participants"]
+    assert sorted(p["device"] for p in first if p["accepted"]) == ["device0", "device1",
+                                                                  "device2"]
+    assert [p["reason"] for p in first if not p["accepted"]] == [
+        "no answer within the 25.0 s deadline"]
+    model = FleetModel.load(MODEL, fleet_build)
+    data = {img.stem: xy for img, xy in zip(images, _device_data(4))}
+    saved = model.params((out / "model.bin").read_bytes(), "model.bin")
+    assert _same(saved, _expected_rounds(model, record, data))
+    up = [p["upload"] for r in record["rounds"] for p in r["participants"] if p["accepted"]]
+    assert up and max(up) < model.trainable_bytes
