@@ -24,7 +24,8 @@ from zocodegen.frontends import load_model
 from zocodegen.host.fleet import launch
 from zocodegen.host.fleet.client import DeviceClient
 from zocodegen.host.fleet.server import FleetServer
-from zocodegen.host.fleet.updates import FleetModel, Update, make_update, reconstruct
+from zocodegen.host.fleet.updates import (FleetModel, Update, make_update, pack_scalars,
+                                          reconstruct, unpack_scalars)
 from zocodegen.host.image import pack_image
 from zocodegen.host.trainer import open_device
 from zocodegen.training import checkpoint, replay, simulator
@@ -148,9 +149,12 @@ def test_scalars_and_delta_rebuild_the_same_device_checkpoint(fleet_build, tmp_p
     scalars = replay.read(run / "scalars.bin")
     assert sorted({t for t, _ in scalars}) == list(range(2 * K, 3 * K))
     end = (run / "checkpoint.bin").read_bytes()
+    layers = [layer.index for layer in model.plan.layers]
+    packed = pack_scalars(scalars, range(2 * K, 3 * K), layers, model.plan.config.queries)
     forced = {"delta": make_update(message["checkpoint"], end, None, update.samples),
               "scalars": dataclasses.replace(update, kind="scalars",
-                                             payload=zlib.compress(replay.encode(scalars)))}
+                                             payload=zlib.compress(packed))}
+    assert _same(unpack_scalars(packed, range(2 * K, 3 * K), layers, 3), scalars)
     rebuilt = {kind: reconstruct(model, message["checkpoint"], K, u)
                for kind, u in forced.items()}
     assert _same(rebuilt["scalars"], rebuilt["delta"])

@@ -72,5 +72,8 @@ class DeviceClient:
         Trainer(self.device(), self.image, run, steps=stop, checkpoint_every=message["steps"],
                 timeout=self.timeout, progress=False, log=self.log).run()
         end = (run / "checkpoint.bin").read_bytes()
-        scalars = (replay.read(run / "scalars.bin") if self.config.record_scalars else None)
-        return make_update(start, end, scalars, self.samples)
+        if not self.config.record_scalars:
+            return make_update(start, end, None, self.samples)
+        scalars = replay.read(run / "scalars.bin")
+        layers = sorted({layer for _, layer in scalars})  # the plan's order: forward order
+        return make_update(start, end, scalars, self.samples, layers, self.config.queries)

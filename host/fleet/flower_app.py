@@ -52,10 +52,9 @@ def _describe(entry: dict) -> str:
     left = [f"node {p['node']}: {p['reason']}" for p in entry["participants"]
             if not p["accepted"]]
     accuracy = f", test accuracy {100 * entry['accuracy']:.1f}%" if "accuracy" in entry else ""
-    up = sum(p["upload"] for p in entry["participants"])
-    down = sum(p["download"] for p in entry["participants"])
     return (f"round {entry['round']}: {len(kept)} of {len(entry['participants'])} devices "
-            f"averaged, {up} B up, {down} B down{accuracy}"
+            f"averaged, {entry['upload_bytes']} B up (FedAvg of full parameters: "
+            f"{entry['fedavg_upload_bytes']} B), {entry['download_bytes']} B down{accuracy}"
             + ("; left out: " + "; ".join(left) if left else ""))
 
 

@@ -176,9 +176,16 @@ class FleetServer:
         nodes = sorted(self._accepted)
         if nodes:
             self.params = fedavg([(self._accepted[n], self._outcomes[n].samples) for n in nodes])
+        outcomes = [self._outcomes[n] for n in sorted(self._outcomes)]
+        answered = sum(1 for o in outcomes if o.upload)
         entry = {"round": self.round, "first_step": self.round * self.steps,
                  "params_sha256": self.params_sha256,
-                 "participants": [asdict(self._outcomes[n]) for n in sorted(self._outcomes)]}
+                 "upload_bytes": sum(o.upload for o in outcomes),
+                 "download_bytes": sum(o.download for o in outcomes),
+                 # FedAvg moving full parameters both ways, for the same devices
+                 "fedavg_upload_bytes": answered * self.model.trainable_bytes,
+                 "fedavg_download_bytes": len(outcomes) * self.model.trainable_bytes,
+                 "participants": [asdict(o) for o in outcomes]}
         if self.test is not None:
             x, y = self.test
             entry["accuracy"] = float((predict(self.model.graph, self.params, x) == y).mean())

@@ -3,9 +3,12 @@ parameters back from it (FedSPZO Alg. 1, "Reconstruct"; docs/fleet.md).
 
 A device uploads one of two encodings, whichever is smaller:
 
-* ``scalars``: its scalar records of the round's steps (training/replay.py), zlib-compressed.
-  The server replays them from the round's parameters with the device's seed: no data and
-  no forward pass. Only for --record-scalars builds (every trained layer WP).
+* ``scalars``: the query sums of the round's steps (training/replay.py), step by step and
+  layer by layer in the plan's order, each a zigzag LEB128 varint (the sums are mostly
+  small: 1-3 bytes instead of 4), zlib-compressed. Steps, layers and Q are known to both
+  sides, so nothing else is sent. The server replays them from the round's parameters with
+  the device's seed: no data and no forward pass. Only for --record-scalars builds (every
+  trained layer WP).
 * ``delta``: new minus old parameters, per layer in checkpoint order (weights int16, biases
   int64, little-endian), zlib-compressed. Any build; for tiny models the scalars of K steps
   can outweigh the model itself.
@@ -91,6 +94,54 @@ class Update:
     model_sha256: str  # hex
 
 
+def _varints(values: np.ndarray) -> bytes:
+    out = bytearray()
+    for v in values.astype(np.int64).tolist():
+        u = (v << 1) ^ (v >> 63)  # zigzag: small magnitudes -> small codes
+        while u >= 0x80:
+            out.append(0x80 | (u & 0x7F))
+            u >>= 7
+        out.append(u)
+    return bytes(out)
+
+
+def _from_varints(data: bytes, count: int) -> np.ndarray:
+    values, u, shift = [], 0, 0
+    for byte in data:
+        u |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            values.append((u >> 1) ^ -(u & 1))
+            u, shift = 0, 0
+        elif shift > 35:
+            raise DataError("the scalars hold a varint longer than 5 bytes")
+    if len(values) != count or shift:
+        raise DataError(f"the scalars hold {len(values)} query sums, the round needs {count}")
+    return np.array(values, dtype=np.int64)
+
+
+def pack_scalars(scalars: replay.Scalars, steps: range, layers: list[int], queries: int
+                 ) -> bytes:
+    """The query sums of ``steps`` x ``layers`` as varints (a missing record raises)."""
+    try:
+        rows = [np.asarray(scalars[(t, i)]) for t in steps for i in layers]
+    except KeyError as exc:
+        raise DataError(f"the device's scalars lack step {exc.args[0][0]}, layer "
+                        f"{exc.args[0][1]}") from None
+    if any(len(row) != queries for row in rows):
+        raise DataError(f"the device's scalars are not {queries} per layer and step")
+    return _varints(np.concatenate(rows)) if rows else b""
+
+
+def unpack_scalars(data: bytes, steps: range, layers: list[int], queries: int
+                   ) -> replay.Scalars:
+    values = _from_varints(data, len(steps) * len(layers) * queries)
+    if np.abs(values).max(initial=0) >= 1 << 31:
+        raise DataError("the scalars hold a query sum beyond int32")
+    rows = iter(values.astype(np.int32).reshape(-1, queries))
+    return {(t, i): next(rows) for t in steps for i in layers}
+
+
 def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
     parts = []
     for a, b in zip(start.layers, end.layers):
@@ -99,18 +150,18 @@ def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
     return b"".join(parts)
 
 
-def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, samples: int
-                ) -> Update:
+def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, samples: int,
+                layers: list[int] | None = None, queries: int = 0) -> Update:
     """The smaller encoding of the round from checkpoint ``start`` to ``end`` (bytes as
-    the device saved them); ``scalars`` None: the build records none."""
+    the device saved them); ``scalars`` None: the build records none; else ``layers``
+    (trainable-layer indices in plan order) and ``queries`` say how they are laid out."""
     a = checkpoint.decode(start, "the round's checkpoint")
     b = checkpoint.decode(end, "the device's checkpoint")
     crc = int.from_bytes(end[-4:], "little")
     options = [("delta", zlib.compress(_delta(a, b), LEVEL))]
     if scalars is not None:
-        steps = range(a.step, b.step)
-        mine = {key: v for key, v in scalars.items() if key[0] in steps}
-        options.append(("scalars", zlib.compress(replay.encode(mine), LEVEL)))
+        packed = pack_scalars(scalars, range(a.step, b.step), layers, queries)
+        options.append(("scalars", zlib.compress(packed, LEVEL)))
     kind, payload = min(options, key=lambda option: len(option[1]))
     return Update(kind, payload, samples, crc, a.model_sha256.hex())
 
@@ -155,8 +206,9 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
         if not model.replayable:
             raise DataError("scalars from a build that does not record them")
         plan = model.with_seed(first.seed)
-        params = replay.replay(plan, model.params(start, "the round's checkpoint"),
-                               replay.decode(data, "the uploaded scalars"),
+        scalars = unpack_scalars(data, range(first.step, first.step + steps),
+                                 [layer.index for layer in plan.layers], plan.config.queries)
+        params = replay.replay(plan, model.params(start, "the round's checkpoint"), scalars,
                                first.step + steps, first.step)
         blob = checkpoint.encode(to_checkpoint(plan, params, first.step + steps, model.sha256))
     crc = int.from_bytes(blob[-4:], "little")

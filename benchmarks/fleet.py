@@ -1,0 +1,280 @@
+"""Fleet benchmark (issue 18, not a test): what a device uploads per round, and whether a
+fleet of devices with differently corrupted data learns more than one device.
+
+1. Upload per device and round against the trainable bytes (what FedAvg of full parameters
+   uploads): the compressed scalars of K steps and the compressed int8 delta, measured on
+   one native device per model, for several K; the crossover K where the delta gets
+   smaller; the MCUNet-class fixture at K = 20.
+2. The experiment: the digits CNN, D devices, each holding a disjoint share of the adapt
+   split under its own corruption (docs/experiment.md's families x severities); R rounds
+   of K local steps on native devices (the fleet's own FleetServer / DeviceClient, in one
+   process: Flower only moves the same messages); test accuracy of the averaged model per
+   round on every device's corrupted test images, against one device that holds all the
+   data and trains the same R K steps alone, and against devices training alone on their
+   own share (both in the simulator, bit-identical to the device); several seeds.
+
+    .venv/bin/python benchmarks/fleet.py            # prints the tables
+    .venv/bin/python benchmarks/fleet.py --write    # also updates docs/fleet.md and the plot
+
+Runtime (2 shared cores): about 10 minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from zocodegen.cli import main as zocodegen  # noqa: E402
+from zocodegen.datasets import FAMILIES, corrupt_family, load_digits_split, quantize_images  # noqa: E402,E501
+from zocodegen.frontends import load_model  # noqa: E402
+from zocodegen.host.fleet.client import DeviceClient  # noqa: E402
+from zocodegen.host.fleet.server import FleetServer  # noqa: E402
+from zocodegen.host.fleet.updates import LEVEL, FleetModel, make_update, pack_scalars  # noqa: E402,E501
+from zocodegen.host.image import pack_image  # noqa: E402
+from zocodegen.host.trainer import open_device  # noqa: E402
+from zocodegen.training import replay, simulator  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+SHARED = REPO.parent / "shared" / "models"
+DOC = REPO / "docs" / "fleet.md"
+PLOT = REPO / "docs" / "fleet_digits.png"
+MARKS = {"upload": ("<!-- fleet-upload:start -->", "<!-- fleet-upload:end -->"),
+         "experiment": ("<!-- fleet-experiment:start -->", "<!-- fleet-experiment:end -->")}
+#: (model, queries, K values): uploads measured for a full WP run on random data
+UPLOAD_MODELS = [(FIXTURES / "digits_cnn.tflite", 4, (1, 2, 5, 10, 20, 50)),
+                 (SHARED / "kws_ref_model.tflite", 2, (1, 2, 5, 10, 20, 50)),
+                 (FIXTURES / "mcunet_in1.tflite", 2, (20,))]
+DIGITS = FIXTURES / "digits_cnn.tflite"
+DEVICES, ROUNDS, K, QUERIES, LR = 6, 10, 20, 20, 0.01
+SEEDS = (1, 2, 3)
+
+
+def build(model: Path, out: Path, queries: int, seed: int = 1, lr: float = LR) -> Path:
+    args = ["build", str(model), "--target", "native", "--train", "full", "--estimator", "wp",
+            "--record-scalars", "--no-guard", "--lr", str(lr), "--queries", str(queries),
+            "--schedule", "constant", "--seed", str(seed), "-o", str(out)]
+    if zocodegen(args) != 0:
+        raise SystemExit(f"building {model.name} failed")
+    return out
+
+
+def _client(project: Path, image: Path, state: Path) -> DeviceClient:
+    return DeviceClient(lambda: open_device(native=project), image, project, state,
+                        log=lambda text: None)
+
+
+def upload_sizes(tmp: Path) -> list[dict]:
+    rows = []
+    for model_path, queries, ks in UPLOAD_MODELS:
+        if not model_path.is_file():
+            print(f"skipping {model_path.name}: not found (../shared is absent)",
+                  file=sys.stderr)
+            continue
+        project = build(model_path, tmp / f"{model_path.stem}-build", queries)
+        model = FleetModel.load(model_path, project)
+        graph, rng = model.graph, np.random.default_rng(0)
+        t = graph.tensor(graph.inputs[0])
+        x = rng.integers(-128, 128, size=(16,) + tuple(t.shape[1:])).astype(t.dtype)
+        image = tmp / f"{model_path.stem}.img"
+        pack_image(image, x, rng.integers(0, model.plan.num_classes, 16),
+                   num_classes=model.plan.num_classes, checkpoint_bytes=4 << 20)
+        for k in ks:
+            server = FleetServer(model, tmp / f"{model_path.stem}-k{k}", k, rounds=1)
+            client = _client(project, image, tmp / f"{model_path.stem}-state-k{k}")
+            message = server.instruction(0)
+            client.train(message)
+            run = client.state / "round-0000"
+            end, scalars = (run / "checkpoint.bin").read_bytes(), replay.read(run / "scalars.bin")
+            layers = [layer.index for layer in model.plan.layers]
+            delta = make_update(message["checkpoint"], end, None, 16)
+            both = make_update(message["checkpoint"], end, scalars, 16, layers, queries)
+            scalar_bytes = len(zlib.compress(pack_scalars(scalars, range(k), layers, queries),
+                                             LEVEL))
+            rows.append({"model": model_path.name, "layers": len(model.plan.layers),
+                         "queries": queries, "k": k, "trainable": model.trainable_bytes,
+                         "raw_scalars": 4 * queries * len(model.plan.layers) * k,
+                         "scalars": scalar_bytes, "delta": len(delta.payload),
+                         "sent": len(both.payload), "kind": both.kind})
+            print(rows[-1], flush=True)
+    return rows
+
+
+# ---- the experiment -----------------------------------------------------------------------
+def device_data(count: int) -> list[dict[str, np.ndarray]]:
+    """Device k: a disjoint share of the adapt split and the whole test split, both under
+    corruption family k mod 4 at severity 1 + k // 4 (int8, the model's input)."""
+    graph = load_model(DIGITS)
+    q = graph.tensor(graph.inputs[0]).quant
+    split = load_digits_split(0)
+    out = []
+    for k in range(count):
+        family, severity = FAMILIES[k % len(FAMILIES)], 1 + (k // len(FAMILIES)) % 2
+        mine = np.arange(k, len(split["y_adapt"]), count)
+
+        def shift(images, stream):
+            return quantize_images(corrupt_family(images, family, severity, 100 * k + stream),
+                                   q.scalar_scale, q.scalar_zero_point)
+        out.append({"name": f"{family}-{severity}", "x": shift(split["x_adapt"][mine], 1),
+                    "y": split["y_adapt"][mine], "x_test": shift(split["x_test"], 2),
+                    "y_test": split["y_test"]})
+    return out
+
+
+def _alone(model: FleetModel, x, y, seed: int, checkpoints: list[int], x_test, y_test
+           ) -> list[float]:
+    """Test accuracy of one device training alone (simulator), at each step in
+    ``checkpoints``."""
+    plan = dataclasses.replace(model.plan, run_seed=seed)
+    params, out = simulator.initial_params(model.graph, plan), []
+    for t in range(max(checkpoints) + 1):
+        if t in checkpoints:
+            out.append(float((simulator.predict(model.graph, params, x_test) == y_test).mean()))
+        if t < max(checkpoints):
+            idx = simulator.batch_indices(t, plan.config.batch, len(x))
+            params, _ = simulator.train_step(model.graph, plan, params, t, x[idx], y[idx])
+    return out
+
+
+def experiment(tmp: Path) -> dict:
+    data = device_data(DEVICES)
+    x_test = np.concatenate([d["x_test"] for d in data])
+    y_test = np.concatenate([d["y_test"] for d in data])
+    x_all = np.concatenate([d["x"] for d in data])
+    y_all = np.concatenate([d["y"] for d in data])
+    order = np.random.default_rng(0).permutation(len(y_all))  # one device's mixed data
+    x_all, y_all = x_all[order], y_all[order]
+    steps = [r * K for r in range(ROUNDS + 1)]
+    results = {"fleet": [], "alone_all": [], "alone_own": [], "bytes": []}
+    for seed in SEEDS:
+        project = build(DIGITS, tmp / f"digits-seed{seed}", QUERIES, seed)
+        model = FleetModel.load(DIGITS, project)
+        images = []
+        for k, d in enumerate(data):
+            images.append(tmp / f"seed{seed}-device{k}.img")
+            pack_image(images[-1], d["x"], d["y"], num_classes=10, checkpoint_bytes=1 << 16)
+        clients = [_client(project, img, tmp / f"seed{seed}-state{k}")
+                   for k, img in enumerate(images)]
+        server = FleetServer(model, tmp / f"seed{seed}-out", K, ROUNDS, (x_test, y_test))
+        curve = [server.accuracy_before()]
+        for _ in range(ROUNDS):
+            server.begin()
+            for node, client in enumerate(clients):
+                server.receive(node, client.train(server.instruction(node, client.holds())),
+                               data[node]["name"])
+            entry = server.finish()
+            curve.append(entry["accuracy"])
+            results["bytes"].append({k: entry[k] for k in (
+                "upload_bytes", "download_bytes", "fedavg_upload_bytes",
+                "fedavg_download_bytes")})
+            print(f"seed {seed} round {entry['round']}: {100 * entry['accuracy']:.1f}% "
+                  f"({entry['upload_bytes']} B up)", flush=True)
+        results["fleet"].append(curve)
+        results["alone_all"].append(_alone(model, x_all, y_all, seed, steps, x_test, y_test))
+        own = [_alone(model, d["x"], d["y"], seed, steps, x_test, y_test) for d in data]
+        results["alone_own"].append(list(np.mean(own, axis=0)))
+    results["devices"] = [d["name"] for d in data]
+    results["records"] = [len(d["y"]) for d in data]
+    results["test"] = len(y_test)
+    return results
+
+
+# ---- reporting ----------------------------------------------------------------------------
+def upload_table(rows: list[dict]) -> str:
+    lines = ["| model | trained layers x Q | K | trainable bytes | scalars (raw -> zlib) | "
+             "int8 delta (zlib) | sent | sent / trainable |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['layers']} x {r['queries']} | {r['k']} | "
+                     f"{r['trainable']:,} | {r['raw_scalars']:,} -> {r['scalars']:,} | "
+                     f"{r['delta']:,} | {r['kind']} | "
+                     f"{100 * r['sent'] / r['trainable']:.2f} % |")
+    crossings = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name and len(rows) > 1]
+        first = next((r["k"] for r in mine if r["delta"] < r["scalars"]), None)
+        if len(mine) > 1:
+            crossings.append(f"{name}: " + (f"the delta is smaller from K = {first}" if first
+                                            else f"scalars stay smaller up to K = {mine[-1]['k']}"))
+    return "\n".join(lines) + ("\n\nCrossover: " + "; ".join(crossings) + "." if crossings else "")
+
+
+def experiment_table(res: dict) -> str:
+    fleet, alone_all, alone_own = (np.array(res[k]) * 100 for k in ("fleet", "alone_all",
+                                                                    "alone_own"))
+    lines = ["| round (steps per device) | fleet of 6, averaged | one device, all the data | "
+             "devices alone, own share (mean) |", "|---:|---:|---:|---:|"]
+    for r in range(fleet.shape[1]):
+        def cell(a):
+            return f"{a[:, r].mean():.1f} % (± {a[:, r].std():.1f})"
+        lines.append(f"| {r} ({r * K}) | {cell(fleet)} | {cell(alone_all)} | {cell(alone_own)} |")
+    b = res["bytes"][0]
+    lines.append("")
+    lines.append(f"Per round, all {DEVICES} devices together: {b['upload_bytes']:,} B up "
+                 f"(FedAvg of full parameters: {b['fedavg_upload_bytes']:,} B), "
+                 f"{b['download_bytes']:,} B down (FedAvg: {b['fedavg_download_bytes']:,} B)."
+                 f" Devices: {', '.join(res['devices'])} ({', '.join(map(str, res['records']))}"
+                 f" training records); test: {res['test']} images, every device's corruption;"
+                 f" seeds {', '.join(map(str, SEEDS))} (mean ± std).")
+    return "\n".join(lines)
+
+
+def plot(res: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    rounds = np.arange(len(res["fleet"][0]))
+    for key, label in (("fleet", f"fleet of {DEVICES} (FedAvg of replayed models)"),
+                       ("alone_all", "one device holding all the data"),
+                       ("alone_own", "devices alone on their own share (mean)")):
+        a = np.array(res[key]) * 100
+        ax.errorbar(rounds, a.mean(axis=0), yerr=a.std(axis=0), label=label, capsize=3)
+    ax.set_xlabel(f"round ({K} local steps each)")
+    ax.set_ylabel("test accuracy, every device's corruption (%)")
+    ax.set_title("digits CNN, non-IID corruptions, WP + replay")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+
+
+def publish(key: str, text: str) -> None:
+    start, end = MARKS[key]
+    doc = DOC.read_text()
+    head, rest = doc.split(start, 1)
+    _, tail = rest.split(end, 1)
+    stamp = f"\n_Measured {datetime.date.today().isoformat()} by `benchmarks/fleet.py`._\n\n"
+    DOC.write_text(head + start + stamp + text + "\n" + end + tail)
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="update docs/fleet.md")
+    parser.add_argument("--only", choices=("upload", "experiment"))
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = parse_arguments()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "upload"):
+            table = upload_table(upload_sizes(Path(tmp)))
+            print(table)
+            if args.write:
+                publish("upload", table)
+        if args.only in (None, "experiment"):
+            res = experiment(Path(tmp))
+            table = experiment_table(res)
+            print(table)
+            if args.write:
+                publish("experiment", table)
+                plot(res)
