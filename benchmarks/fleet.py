@@ -49,7 +49,8 @@ DOC = REPO / "docs" / "fleet.md"
 PLOT = REPO / "docs" / "fleet_digits.png"
 MARKS = {"upload": ("<!-- fleet-upload:start -->", "<!-- fleet-upload:end -->"),
          "experiment": ("<!-- fleet-experiment:start -->", "<!-- fleet-experiment:end -->")}
-#: (model, queries, K values): uploads measured for a full WP run on random data
+#: (model, queries, K values): uploads measured for a full WP run (digits: a device's share
+#: of the corrupted digits; the others: random data, which has no real loss landscape)
 UPLOAD_MODELS = [(FIXTURES / "digits_cnn.tflite", 4, (1, 2, 5, 10, 20, 50)),
                  (SHARED / "kws_ref_model.tflite", 2, (1, 2, 5, 10, 20, 50)),
                  (FIXTURES / "mcunet_in1.tflite", 2, (20,))]
@@ -83,10 +84,13 @@ def upload_sizes(tmp: Path) -> list[dict]:
         model = FleetModel.load(model_path, project)
         graph, rng = model.graph, np.random.default_rng(0)
         t = graph.tensor(graph.inputs[0])
-        x = rng.integers(-128, 128, size=(16,) + tuple(t.shape[1:])).astype(t.dtype)
+        if model_path == DIGITS:  # real data where there is some: a device's share
+            x, y = (device_data(1)[0][key][:16] for key in ("x", "y"))
+        else:
+            x = rng.integers(-128, 128, size=(16,) + tuple(t.shape[1:])).astype(t.dtype)
+            y = rng.integers(0, model.plan.num_classes, 16)
         image = tmp / f"{model_path.stem}.img"
-        pack_image(image, x, rng.integers(0, model.plan.num_classes, 16),
-                   num_classes=model.plan.num_classes, checkpoint_bytes=4 << 20)
+        pack_image(image, x, y, num_classes=model.plan.num_classes, checkpoint_bytes=4 << 20)
         for k in ks:
             server = FleetServer(model, tmp / f"{model_path.stem}-k{k}", k, rounds=1)
             client = _client(project, image, tmp / f"{model_path.stem}-state-k{k}")
