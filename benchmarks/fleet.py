@@ -98,11 +98,10 @@ def upload_sizes(tmp: Path) -> list[dict]:
             client.train(message)
             run = client.state / "round-0000"
             end, scalars = (run / "checkpoint.bin").read_bytes(), replay.read(run / "scalars.bin")
-            layers = [layer.index for layer in model.plan.layers]
             delta = make_update(message["checkpoint"], end, None, 16)
-            both = make_update(message["checkpoint"], end, scalars, 16, layers, queries)
-            scalar_bytes = len(zlib.compress(pack_scalars(scalars, range(k), layers, queries),
-                                             LEVEL))
+            both = make_update(message["checkpoint"], end, scalars, 16)
+            scalar_bytes = len(zlib.compress(pack_scalars(scalars, range(k),
+                                                          model.plan.scalar_layout), LEVEL))
             rows.append({"model": model_path.name, "layers": len(model.plan.layers),
                          "queries": queries, "k": k, "trainable": model.trainable_bytes,
                          "raw_scalars": 4 * queries * len(model.plan.layers) * k,

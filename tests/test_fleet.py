@@ -149,12 +149,12 @@ def test_scalars_and_delta_rebuild_the_same_device_checkpoint(fleet_build, tmp_p
     scalars = replay.read(run / "scalars.bin")
     assert sorted({t for t, _ in scalars}) == list(range(2 * K, 3 * K))
     end = (run / "checkpoint.bin").read_bytes()
-    layers = [layer.index for layer in model.plan.layers]
-    packed = pack_scalars(scalars, range(2 * K, 3 * K), layers, model.plan.config.queries)
+    layout = model.plan.scalar_layout
+    packed = pack_scalars(scalars, range(2 * K, 3 * K), layout)
     forced = {"delta": make_update(message["checkpoint"], end, None, update.samples),
               "scalars": dataclasses.replace(update, kind="scalars",
                                              payload=zlib.compress(packed))}
-    assert _same(unpack_scalars(packed, range(2 * K, 3 * K), layers, 3), scalars)
+    assert _same(unpack_scalars(packed, range(2 * K, 3 * K), layout), scalars)
     rebuilt = {kind: reconstruct(model, message["checkpoint"], K, u)
                for kind, u in forced.items()}
     assert _same(rebuilt["scalars"], rebuilt["delta"])
@@ -222,14 +222,15 @@ def test_a_device_holding_the_round_model_gets_only_its_hash(fleet_build, tmp_pa
     assert "checkpoint" in first
     client.train(first)
     server.left_out(3, "pretend it was late")
-    server.finish()  # nobody averaged: the model is the one the device holds
+    first_download = server.finish()["participants"][0]["download"]  # nobody averaged
     server.begin()
     second = server.instruction(3, client.holds())
     assert "checkpoint" not in second
     server.receive(3, client.train(second))
     entry = server.finish()
     assert entry["participants"][0]["accepted"], entry
-    assert entry["participants"][0]["download"] < 64
+    assert entry["participants"][0]["download"] == 16 + 32  # the fields and the hash
+    assert first_download == 16 + len(first["checkpoint"])
 
 
 def test_the_cosine_schedule_must_cover_the_rounds(fleet_build, tmp_path):

@@ -32,7 +32,8 @@ from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import BP_AUTO, TrainConfig, parse_bp_layers, parse_layer_list
+from .training.config import (BP_AUTO, ESTIMATORS, TrainConfig, parse_bp_layers,
+                              parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
 from .training.replay import replay_build
@@ -271,13 +272,21 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="validation records per check (default 128)")
     g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
     g.add_argument("--seed", type=int, default=1, metavar="S")
-    g.add_argument("--estimator", choices=("adaptive", "wp", "np", "mezo", "int8"),
-                   default="adaptive",
+    g.add_argument("--estimator", choices=ESTIMATORS, default="adaptive",
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
                         "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
                         "of two forwards each (simulator only); int8: ElasticZO-INT8, "
                         "integer-only for cores without an FPU (sparse uniform perturbations, "
-                        "sign of the two-point difference, updates of --b-zo bits)")
+                        "sign of the two-point difference, updates of --b-zo bits); split: "
+                        "FedSPZO's split perturbation, Q perturbations of the layers before "
+                        "--cutoff each followed by --inner-queries two-sided perturbations "
+                        "of the rest on their output")
+    g.add_argument("--cutoff", type=int, metavar="I",
+                   help="split: the trainable layer where block 2 starts (default: the last "
+                        "trained layer, the paper's f_2)")
+    g.add_argument("--inner-queries", type=int, default=2, metavar="P_S",
+                   help="split: block-2 perturbations per block-1 direction and side "
+                        "(FedSPZO's P_s, default 2; P_2 = 2 Q P_s)")
     g.add_argument("--r-max", type=int, default=7, metavar="R",
                    help="int8: perturbations uniform on [-R, R] (default 7)")
     g.add_argument("--p-zero", default="schedule", metavar="P|schedule",
@@ -357,8 +366,8 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,
                        two_sided=args.two_sided, query_batch=args.query_batch,
-                       record_scalars=args.record_scalars,
-                       mode=mode, blocks=args.blocks, block=block,
+                       record_scalars=args.record_scalars, cutoff=args.cutoff,
+                       inner_queries=args.inner_queries, mode=mode, blocks=args.blocks, block=block,
                        trial_samples=args.trial_samples)
 
 

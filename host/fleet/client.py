@@ -74,6 +74,4 @@ class DeviceClient:
         end = (run / "checkpoint.bin").read_bytes()
         if not self.config.record_scalars:
             return make_update(start, end, None, self.samples)
-        scalars = replay.read(run / "scalars.bin")
-        layers = sorted({layer for _, layer in scalars})  # the plan's order: forward order
-        return make_update(start, end, scalars, self.samples, layers, self.config.queries)
+        return make_update(start, end, replay.read(run / "scalars.bin"), self.samples)

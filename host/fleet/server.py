@@ -140,7 +140,7 @@ class FleetServer:
                    "params-sha256": self.params_sha256}
         if holds != self.params_sha256:
             message["checkpoint"] = start
-        self._outcomes[node] = Outcome(node, seed, INSTRUCTION_FIELDS + (
+        self._outcomes[node] = Outcome(node, seed, download=INSTRUCTION_FIELDS + (
             len(start) if "checkpoint" in message else 32))
         return message
 

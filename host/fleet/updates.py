@@ -120,26 +120,39 @@ def _from_varints(data: bytes, count: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def pack_scalars(scalars: replay.Scalars, steps: range, layers: list[int], queries: int
-                 ) -> bytes:
-    """The query sums of ``steps`` x ``layers`` as varints (a missing record raises)."""
-    try:
-        rows = [np.asarray(scalars[(t, i)]) for t in steps for i in layers]
-    except KeyError as exc:
-        raise DataError(f"the device's scalars lack step {exc.args[0][0]}, layer "
-                        f"{exc.args[0][1]}") from None
-    if any(len(row) != queries for row in rows):
-        raise DataError(f"the device's scalars are not {queries} per layer and step")
+Layout = tuple[tuple[int, int], ...]  # (record key, values) per step: plan.scalar_layout
+
+
+def pack_scalars(scalars: replay.Scalars, steps: range, layout: Layout) -> bytes:
+    """The query sums of ``steps`` x ``layout`` as varints (a missing record raises)."""
+    rows = []
+    for t in steps:
+        for key, count in layout:
+            row = scalars.get((t, key))
+            if row is None or len(row) != count:
+                raise DataError(f"the device's scalars lack step {t}, layer {key} "
+                                f"({count} values)")
+            rows.append(np.asarray(row))
     return _varints(np.concatenate(rows)) if rows else b""
 
 
-def unpack_scalars(data: bytes, steps: range, layers: list[int], queries: int
-                   ) -> replay.Scalars:
-    values = _from_varints(data, len(steps) * len(layers) * queries)
+def unpack_scalars(data: bytes, steps: range, layout: Layout) -> replay.Scalars:
+    per_step = sum(count for _, count in layout)
+    values = _from_varints(data, len(steps) * per_step)
     if np.abs(values).max(initial=0) >= 1 << 31:
         raise DataError("the scalars hold a query sum beyond int32")
-    rows = iter(values.astype(np.int32).reshape(-1, queries))
-    return {(t, i): next(rows) for t in steps for i in layers}
+    out, pos = {}, 0
+    for t in steps:
+        for key, count in layout:
+            out[(t, key)] = values[pos:pos + count].astype(np.int32)
+            pos += count
+    return out
+
+
+def scalar_layout(scalars: replay.Scalars) -> Layout:
+    """The layout a device's own records show (its first step's keys and sizes)."""
+    first = min((t for t, _ in scalars), default=0)
+    return tuple((key, len(v)) for (t, key), v in sorted(scalars.items()) if t == first)
 
 
 def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
@@ -150,17 +163,16 @@ def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
     return b"".join(parts)
 
 
-def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, samples: int,
-                layers: list[int] | None = None, queries: int = 0) -> Update:
+def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, samples: int
+                ) -> Update:
     """The smaller encoding of the round from checkpoint ``start`` to ``end`` (bytes as
-    the device saved them); ``scalars`` None: the build records none; else ``layers``
-    (trainable-layer indices in plan order) and ``queries`` say how they are laid out."""
+    the device saved them); ``scalars`` None: the build records none."""
     a = checkpoint.decode(start, "the round's checkpoint")
     b = checkpoint.decode(end, "the device's checkpoint")
     crc = int.from_bytes(end[-4:], "little")
     options = [("delta", zlib.compress(_delta(a, b), LEVEL))]
     if scalars is not None:
-        packed = pack_scalars(scalars, range(a.step, b.step), layers, queries)
+        packed = pack_scalars(scalars, range(a.step, b.step), scalar_layout(scalars))
         options.append(("scalars", zlib.compress(packed, LEVEL)))
     kind, payload = min(options, key=lambda option: len(option[1]))
     return Update(kind, payload, samples, crc, a.model_sha256.hex())
@@ -207,7 +219,7 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
             raise DataError("scalars from a build that does not record them")
         plan = model.with_seed(first.seed)
         scalars = unpack_scalars(data, range(first.step, first.step + steps),
-                                 [layer.index for layer in plan.layers], plan.config.queries)
+                                 plan.scalar_layout)
         params = replay.replay(plan, model.params(start, "the round's checkpoint"), scalars,
                                first.step + steps, first.step)
         blob = checkpoint.encode(to_checkpoint(plan, params, first.step + steps, model.sha256))

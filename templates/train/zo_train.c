@@ -115,11 +115,15 @@ static int32_t loss_q16(const zo_train_model *m, int32_t label)
     return logits_loss(m, (const int8_t *)(model_arena() + m->logits_offset), label);
 }
 
+static int32_t clamp_difference(int32_t d, int32_t limit)
+{
+    return d > limit ? limit : (d < -limit ? -limit : d);
+}
+
 /* Delta l = l_q - l, clamped so that N Q of them sum exactly in int32 (docs/training.md). */
 static int32_t loss_difference(const zo_train_model *m, int32_t loss, int32_t clean)
 {
-    const int32_t d = loss - clean; /* both in [0, 2^21): no overflow */
-    return d > m->diff_limit ? m->diff_limit : (d < -m->diff_limit ? -m->diff_limit : d);
+    return clamp_difference(loss - clean, m->diff_limit); /* both in [0, 2^21) */
 }
 
 static void run_layers(int32_t first, int32_t last)
@@ -559,6 +563,22 @@ static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
 }
 #endif
 
+/* g_j = sum_q D_q xi_qj over the layer's `count` perturbations of stream `seed`, replayed. */
+static void replay_gradient(const zo_train_layer *L, uint32_t seed, const int32_t *sums,
+                            uint32_t count, int32_t *g)
+{
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    memset(g, 0, L->weight_count * sizeof g[0]);
+    zo_perturb_stream stream;
+    zo_perturb_start(&stream, seed, L->perturb_shift);
+    for (uint32_t q = 0; q < count; ++q) {
+        for (uint32_t j = 0; j < L->weight_count; ++j) {
+            g[j] += zo_perturb_next(&stream) * sums[q];
+        }
+    }
+    ZO_PROFILE_END();
+}
+
 static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                         float coef)
 {
@@ -575,18 +595,7 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
         weight_queries(m, L, backup, seed, n); /* every sample sees the same perturbations */
     }
     refold(L);
-    {
-        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-        memset(g, 0, L->weight_count * sizeof g[0]);
-        zo_perturb_stream stream;
-        zo_perturb_start(&stream, seed, L->perturb_shift);
-        for (uint32_t q = 0; q < m->queries; ++q) { /* g_j = sum_q D_q xi_qj, replayed */
-            for (uint32_t j = 0; j < L->weight_count; ++j) {
-                g[j] += zo_perturb_next(&stream) * m->query_sums[q];
-            }
-        }
-        ZO_PROFILE_END();
-    }
+    replay_gradient(L, seed, m->query_sums, m->queries, g);
     if (L->next_op != L->op) {
         for (uint32_t n = 0; n < m->batch; ++n) {
             advance_saved(m, L, n);
@@ -598,6 +607,120 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     ZO_PROFILE_END();
     refold(L);
 }
+
+#if ZO_TRAIN_SPLIT
+/* ---- --estimator split: FedSPZO's split perturbation (docs/training.md) ---------------- */
+
+/* Layer i's weight backup: every trained layer's weights one after the other at the start of
+ * the gradient region (the int32 gradients reuse it once the queries are done). */
+static int8_t *split_backup(const zo_train_model *m, uint32_t i)
+{
+    int8_t *backup = (int8_t *)m->gradient;
+    for (uint32_t k = 0; k < i; ++k) {
+        backup += m->layers[k].weight_count;
+    }
+    return backup;
+}
+
+/* Layers [first, stop) at their backed-up weights plus sign times their streams' next draws. */
+static void perturb_block(const zo_train_model *m, uint32_t first, uint32_t stop,
+                          zo_perturb_stream *streams, int32_t sign)
+{
+    for (uint32_t i = first; i < stop; ++i) {
+        perturb_weights(&m->layers[i], split_backup(m, i), &streams[i], sign);
+        refold(&m->layers[i]);
+    }
+}
+
+/* Block 2's forward from the cutoff inputs saved in `slot`: the loss of the sample. */
+static int32_t block2_loss(const zo_train_model *m, const uint8_t *slot, int32_t label)
+{
+    const zo_train_layer *cut = &m->layers[m->split];
+    restore_spans(cut->restart, cut->restart_count, model_arena(), slot);
+    run_layers((int32_t)cut->op, m->logits_op);
+    return loss_q16(m, label);
+}
+
+/* Sample n's queries (Alg. 2 lines 7-14): for each of the P_1 block-1 directions z1 and each
+ * side, block 1 runs once at theta_1 +- z1; on its output block 2 runs at theta_2 + z2_j and
+ * theta_2 - z2_j for P_s fresh z2. D2_f += clamp(l+ - l-); D1_p += clamp(sum of the + side's
+ * 2 P_s losses - the - side's). Every sample restarts the streams: all see the same z. */
+static void split_queries(const zo_train_model *m, const zo_train_state *s, uint32_t t,
+                          uint32_t n)
+{
+    uint8_t *arena = model_arena();
+    const uint32_t split = m->split, count = m->layer_count;
+    const zo_train_layer *first = &m->layers[0], *cut = &m->layers[split];
+    zo_perturb_stream *stream = m->streams, *copy = m->streams + count;
+    uint8_t *cut_slot = saved_slot(m, m->batch); /* the slot after the samples' */
+    int32_t *d1 = m->query_sums, *d2 = m->query_sums + m->queries;
+    for (uint32_t i = 0; i < count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        zo_perturb_start(&stream[i], zo_step_seed(s->seed, t, L->seed_index), L->perturb_shift);
+    }
+    uint32_t f = 0; /* block-2 perturbation (2 p + side) P_s + j: chunk f of its streams */
+    for (uint32_t p = 0; p < m->queries; ++p) {
+        int32_t side_losses[2];
+        memcpy(copy, stream, split * sizeof stream[0]); /* -z1: the same draws again */
+        for (uint32_t side = 0; side < 2u; ++side) {
+            restore_spans(first->restart, first->restart_count, arena, saved_slot(m, n));
+            perturb_block(m, 0, split, side ? copy : stream, side ? -1 : 1);
+            run_layers((int32_t)first->op, (int32_t)cut->op - 1);
+            save_spans(cut->restart, cut->restart_count, arena, cut_slot);
+            int32_t sum = 0;
+            for (uint32_t j = 0; j < ZO_SPLIT_INNER; ++j, ++f) {
+                memcpy(copy + split, stream + split, (count - split) * sizeof stream[0]);
+                perturb_block(m, split, count, stream, 1);
+                const int32_t plus = block2_loss(m, cut_slot, m->labels[n]);
+                perturb_block(m, split, count, copy, -1);
+                const int32_t minus = block2_loss(m, cut_slot, m->labels[n]);
+                d2[f] += clamp_difference(plus - minus, m->diff_limit);
+                sum += plus + minus;
+            }
+            side_losses[side] = sum;
+        }
+        d1[p] += clamp_difference(side_losses[0] - side_losses[1], m->block1_diff_limit);
+    }
+}
+
+/* One step's estimate and update of both blocks (Eqs. 2-4); each layer updates as WP from
+ * its block's perturbations and sums, after every query (the global update rule). */
+static void estimate_split(const zo_train_model *m, const zo_train_state *s, uint32_t t,
+                           float eta)
+{
+    const uint32_t p2 = 2u * m->queries * ZO_SPLIT_INNER;
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+        for (uint32_t i = 0; i < m->layer_count; ++i) {
+            memcpy(split_backup(m, i), m->layers[i].weights, m->layers[i].weight_count);
+        }
+        ZO_PROFILE_END();
+    }
+    memset(m->query_sums, 0, (m->queries + p2) * sizeof m->query_sums[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        split_queries(m, s, t, n);
+    }
+    {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
+        for (uint32_t i = 0; i < m->layer_count; ++i) {
+            memcpy(m->layers[i].weights, split_backup(m, i), m->layers[i].weight_count);
+            refold(&m->layers[i]);
+        }
+        ZO_PROFILE_END();
+    }
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        const int block1 = i < m->split;
+        replay_gradient(L, zo_step_seed(s->seed, t, L->seed_index),
+                        block1 ? m->query_sums : m->query_sums + m->queries,
+                        block1 ? m->queries : p2, m->gradient);
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+        (void)update_weights(m, L, m->gradient, (eta * L->gscale) * m->inv_nq);
+        ZO_PROFILE_END();
+        refold(L);
+    }
+}
+#endif /* ZO_TRAIN_SPLIT */
 
 /* NP precomputes h(z + delta) for every delta a perturbation can take: -1, +1 for
  * Rademacher values, -2..2 for uniform ones (0: the clean h(z), which the queries
@@ -1097,6 +1220,23 @@ static uint32_t report(const zo_train_state *s, uint32_t step, int32_t layer, in
     return platform_cycles() - start;
 }
 
+#if !ZO_TRAIN_INTEGER_ONLY
+/* --record-scalars: hands the query sums of the layer (split: of its block) to the state's
+ * hook; returns the cycles that took (I/O, not the step's work). */
+static uint32_t send_scalars(const zo_train_state *s, uint32_t t, const zo_train_layer *L,
+                             const int32_t *sums, uint32_t count)
+{
+    if (!s->scalars) {
+        return 0u;
+    }
+    const uint32_t start = platform_cycles();
+    s->scalars(s->scalars_context, t, (int32_t)L->seed_index, sums, count);
+    const uint32_t sent = platform_cycles() - start;
+    ZO_PROFILE_EXCLUDE(sent);
+    return sent;
+}
+#endif
+
 int zo_train_step(const zo_train_model *m, zo_train_state *s)
 {
     uint8_t *arena = model_arena();
@@ -1140,6 +1280,19 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         loss_sum += m->clean_q16[n];
     }
     const int32_t mean_loss = (int32_t)(loss_sum / (int64_t)m->batch);
+#if ZO_TRAIN_SPLIT
+    {
+        const uint32_t layer_start = platform_cycles();
+        estimate_split(m, s, t, eta);
+        io_cycles += send_scalars(s, t, &m->layers[0], m->query_sums, m->queries);
+        io_cycles += send_scalars(s, t, &m->layers[m->split], m->query_sums + m->queries,
+                                  2u * m->queries * ZO_SPLIT_INNER);
+        const uint32_t report_cycles = report(s, t, (int32_t)m->layer_count - 1, mean_loss,
+                                              eta, platform_cycles() - layer_start);
+        io_cycles += report_cycles;
+        ZO_PROFILE_EXCLUDE(report_cycles);
+    }
+#else
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         const zo_train_layer *L = &m->layers[i];
         const uint32_t layer_start = platform_cycles();
@@ -1158,14 +1311,7 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
             const float coef = (eta * L->gscale) * m->inv_nq;
             if (L->mode == ZO_TRAIN_WP) {
                 estimate_wp(m, L, seed, coef);
-                if (s->scalars) { /* sending them is I/O, not the step's work */
-                    const uint32_t start = platform_cycles();
-                    s->scalars(s->scalars_context, t, (int32_t)L->seed_index, m->query_sums,
-                               m->queries);
-                    const uint32_t sent = platform_cycles() - start;
-                    io_cycles += sent;
-                    ZO_PROFILE_EXCLUDE(sent);
-                }
+                io_cycles += send_scalars(s, t, L, m->query_sums, m->queries);
             } else {
                 estimate_np(m, L, seed, coef);
             }
@@ -1177,6 +1323,7 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         ZO_PROFILE_EXCLUDE(report_cycles);
         i = (uint32_t)last;
     }
+#endif
     s->step = t + 1;
 #ifdef ZO_PROFILE_TRAIN
     (void)zo_train_profile_switch(ZO_PROFILE_OTHER);

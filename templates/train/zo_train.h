@@ -11,6 +11,7 @@
 
 #include "zo_backprop.h"
 #include "zo_kernels.h"
+#include "zo_perturb.h"      /* zo_perturb_stream */
 #include "zo_train_config.h" /* ZO_TRAIN_INTEGER_ONLY */
 
 #define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
@@ -184,6 +185,12 @@ typedef struct {
      * paper's schedule), updates of b_zo (ZO) / b_bp (BP) bits */
     int32_t r_max, p_zero_q16, b_zo, b_bp;
     uint32_t slot_sectors; /* checkpoint slots in the image's area: 0 = run, 1 = best */
+    /* --estimator split (ZO_TRAIN_SPLIT builds): block 2 starts at layers[split]; block 1's
+     * loss-difference clamp; 2 x layer_count streams (each layer's, and a copy for the -
+     * side); the query sums are P_1 block-1 sums then P_2 = 2 P_1 P_s block-2 sums */
+    uint32_t split;
+    int32_t block1_diff_limit;
+    zo_perturb_stream *streams;
 } zo_train_model;
 
 typedef struct {

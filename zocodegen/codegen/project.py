@@ -246,7 +246,7 @@ LINK_BLOCKDEV = "blockdev_link.c"
 #: (tests/test_image.py); generated projects use LINK_BLOCKDEV.
 TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
 #: HELLO's estimator field: the index in training.config.ESTIMATORS (mezo has no firmware)
-ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2, "int8": 4}
+ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2, "int8": 4, "split": 5}
 
 
 def _render_training(env: jinja2.Environment, render) -> None:

@@ -50,6 +50,15 @@ class PerturbCode:
     pool: tuple[int, ...]  # pool:N's values (flash)
     cycle_shifts: tuple[int, ...]  # rotating + uniform: 256 shifts (flash)
 
+    @property
+    def stream_bytes(self) -> int:
+        """sizeof(zo_perturb_stream) for this source (zo_perturb.h)."""
+        if self.source == "pool":
+            return 4
+        if self.source == "rotating":
+            return _align(self.size, 4) + 12
+        return 8
+
 
 def perturb_code(plan: TrainingPlan) -> PerturbCode:
     """The build's perturbation tables; refuses a plan whose uniform XORShift draws lack a
@@ -227,6 +236,19 @@ class TrainingCode:
     perturb: PerturbCode
     query_batch: BatchCode | None  # --query-batch B > 1
     record_scalars: bool  # main.c sends each WP layer's query sums (zocodegen replay)
+    split: int  # --estimator split: position of block 2's first layer (0: not split)
+    inner_queries: int  # split: P_s
+    block1_diff_limit: int
+
+    @property
+    def query_sum_count(self) -> int:
+        """Q query sums, or split's P_1 + P_2."""
+        return self.queries * (1 + 2 * self.inner_queries) if self.split else self.queries
+
+    @property
+    def saved_slots(self) -> int:
+        """One per sample, plus split's slot for the cutoff's inputs."""
+        return self.batch + (1 if self.split else 0)
 
     def ram_items(self) -> list[RamItem]:
         """The training buffers, for placement and the memory report (docs/training.md)."""
@@ -238,10 +260,14 @@ class TrainingCode:
             RamItem("gradient buffer", 4 * self.gradient_words,
                     "largest per-layer need: NP node gradient / WP gradient + weight backup"
                     + (" / the BP head's activations and errors" if self.head else "")),
-            RamItem("saved activations", self.batch * self.saved_stride,
-                    "per sample: what a forward from the current layer reads"),
-            RamItem("training state", _align(4 * self.queries) + 2 * _align(4 * self.batch),
-                    "Q query loss sums, N clean losses and labels"),
+            RamItem("saved activations", self.saved_slots * self.saved_stride,
+                    "per sample: what a forward from the current layer reads"
+                    + ("; split: the cutoff's inputs" if self.split else "")),
+            RamItem("training state", _align(4 * self.query_sum_count) + 2 * _align(4 * self.batch)
+                    + (_align(2 * len(self.layers) * self.perturb.stream_bytes) if self.split
+                       else 0),
+                    "query loss sums, N clean losses and labels"
+                    + ("; split: two perturbation streams per layer" if self.split else "")),
         ] + ([] if self.query_batch is None else [
             RamItem("query batch arena", self.query_batch.arena_bytes,
                     f"--query-batch {self.query_batch.batch}: {self.query_batch.batch}-wide "
@@ -386,6 +412,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)
         grad_words = max(grad_words, head.words)
+    if plans[0].split:  # the backup of every weight, then one layer's int32 gradient
+        grad_words = plans[0].gradient_bytes() // 4
     for plan in plans:  # what plan.gradient_bytes() counts, in words of the int32 region
         assert 4 * grad_words >= plan.gradient_bytes()
     plan = plans[0]
@@ -416,4 +444,5 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         checkpoint_slot_bytes(largest) // SECTOR_BYTES, head,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
-                        perturb_code(plan), query_batch, cfg.record_scalars)
+                        perturb_code(plan), query_batch, cfg.record_scalars, plan.split,
+                        cfg.inner_queries, plan.block1_diff_limit)

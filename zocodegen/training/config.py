@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from ..errors import UserError
 from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
-ESTIMATORS = ("adaptive", "wp", "np", "mezo", "int8")
+ESTIMATORS = ("adaptive", "wp", "np", "mezo", "int8", "split")
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
 #: Loss differences are clamped to +-(2^31 - 1) // (N Q) so that the int32 gradient sums
@@ -50,6 +50,10 @@ class TrainConfig:
     two_sided: bool = False
     query_batch: int = 1  # P-RGE's outer loop: forwards evaluated together (device only)
     record_scalars: bool = False  # the device sends each WP layer's query sums (replay.py)
+    # --estimator split (FedSPZO's split perturbation, docs/training.md): block 2 starts at
+    # trainable layer ``cutoff`` (None: the last trained layer); P_s inner perturbations
+    cutoff: int | None = None
+    inner_queries: int = 2
     blocks: int = 4
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
@@ -111,6 +115,21 @@ class TrainConfig:
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
                             "data; add --no-guard and a fixed --lr")
+        if self.estimator == "split":
+            if self.two_sided or self.query_batch > 1:
+                raise UserError("--estimator split is two-sided already and evaluates one "
+                                "forward at a time: drop --two-sided and --query-batch")
+            if self.bp_layers or self.mode == "sparse":
+                raise UserError("--estimator split trains its two blocks by zeroth-order "
+                                "over the whole run: use --train full and --bp-layers 0 "
+                                "(--layers picks the layers)")
+            if not 1 <= self.inner_queries <= 64:
+                raise UserError(f"--inner-queries must be in 1..64 (got "
+                                f"{self.inner_queries})")
+            if 2 * self.queries * self.inner_queries * self.batch > MAX_SAMPLES_TIMES_QUERIES:
+                raise UserError(f"--estimator split: 2 x --queries x --inner-queries x "
+                                f"--batch = {2 * self.queries * self.inner_queries * self.batch}"
+                                f" exceeds {MAX_SAMPLES_TIMES_QUERIES}; lower one of them")
         if self.estimator == "mezo" and self.two_sided:
             raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
                             "drop --two-sided")

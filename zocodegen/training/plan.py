@@ -81,6 +81,31 @@ class TrainingPlan:
     # the base seed of S(t, i) when it is not --seed: a loaded checkpoint's, which the device
     # adopts too (a fleet server gives each device its own); --seed still draws the pool
     run_seed: int | None = None
+    # --estimator split: layers[:split] are block 1, layers[split:] block 2 (0: no split);
+    # block 1's loss-difference clamp (diff_limit is block 2's)
+    split: int = 0
+    block1_diff_limit: int = 0
+
+    def scalar_source(self, layer: TrainableLayer) -> tuple[int, int]:
+        """Where a WP layer's query sums come from: (key, count). Its own Q sums, keyed by
+        its index; with --estimator split its block's: the P_1 sums of block 1 (keyed by
+        its first layer) or the P_2 of block 2 (keyed by the cutoff layer)."""
+        if not self.split:
+            return layer.index, self.config.queries
+        position = self.layers.index(layer)
+        if position < self.split:
+            return self.layers[0].index, self.config.queries
+        return self.layers[self.split].index, self.inner_perturbations
+
+    @property
+    def scalar_layout(self) -> tuple[tuple[int, int], ...]:
+        """The (key, count) of every scalar record of a step, in the order they are sent."""
+        return tuple(dict.fromkeys(self.scalar_source(layer) for layer in self.layers))
+
+    @property
+    def inner_perturbations(self) -> int:
+        """Split: P_2 = 2 P_1 P_s block-2 perturbations per step."""
+        return 2 * self.config.queries * self.config.inner_queries
 
     @property
     def seed(self) -> int:
@@ -100,13 +125,15 @@ class TrainingPlan:
         n = self.config.batch
         if self.config.estimator == "mezo":
             return 2 * self.queries_per_step * n
+        if self.split:  # 2 P_1 block-1 forwards, each followed by 2 P_s block-2 ones
+            return 2 * self.config.queries * (1 + 2 * self.config.inner_queries) * n
         return self.sides * self.queries_per_step * len(self.zo_layers) * n
 
     @property
     def sides(self) -> int:
         """Forwards per query: 2 for the two-point estimates (theta + z and theta - z)."""
         cfg = self.config
-        return 2 if cfg.two_sided or cfg.estimator in ("int8", "mezo") else 1
+        return 2 if cfg.two_sided or cfg.estimator in ("int8", "mezo", "split") else 1
 
     @property
     def perturbation(self) -> Perturbation:
@@ -136,6 +163,9 @@ class TrainingPlan:
             shifted = _align4(len(self.node_shifts) * layer.output_count)
             return (4 * layer.output_count + shifted
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
+        if self.split:  # a backup of every trained weight; then one layer's int32 gradient
+            return max(_align4(sum(layer.weight_count for layer in self.layers)),
+                       4 * max(layer.weight_count for layer in self.layers))
         return max([need(layer) for layer in self.zo_layers] + [self.backprop_bytes()])
 
     def backprop_bytes(self) -> int:
@@ -356,8 +386,9 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     # MeZO (two-point SPSA): Q L / 2 queries of two full forwards each = the Q L forwards a
     # layer-wise step spends
     q = max(1, config.queries * len(chosen) // 2) if config.estimator == "mezo" else config.queries
-    sides = 2 if config.two_sided or config.estimator == "mezo" else 1
+    sides = 2 if config.two_sided or config.estimator in ("mezo", "split") else 1
     rule = config.perturbation_rule
+    split = _split_position(config, chosen)
     total_d = 0
     drafts = []
     for i in chosen + bp:
@@ -372,7 +403,7 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             mode = "BP"
         elif config.estimator == "int8":
             mode = "INT8"
-        elif config.estimator in ("wp", "mezo"):
+        elif config.estimator in ("wp", "mezo", "split"):
             mode = "WP"
         elif config.estimator == "np":
             mode = "NP"
@@ -381,10 +412,17 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         total_d += weights.size if mode != "BP" else 0
         drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
     layers = []
-    for i, k, op, bias, w_count, b_count, d_a, channels, inner, mode in drafts:
+    for position, (i, k, op, bias, w_count, b_count, d_a, channels, inner, mode) in enumerate(
+            drafts):
         d = total_d if config.estimator == "mezo" else (w_count if mode in ("WP", "INT8")
                                                          else d_a)
-        gscale = np.float32(n * q / (n * q + d - 1) if config.gnorm_scaling else 1.0)
+        q_layer = q
+        if split:  # model-wise within each block: d of the block, P_1 or P_2 perturbations
+            block = drafts[:split] if position < split else drafts[split:]
+            d = sum(draft[4] for draft in block)
+            q_layer = q if position < split else 2 * q * config.inner_queries
+        gscale = np.float32(n * q_layer / (n * q_layer + d - 1) if config.gnorm_scaling
+                            else 1.0)
         if mode == "BP":  # an exact gradient: coefficient eta gscale / (N Q) = eta / N
             gscale = np.float32(sides * q)
         if config.quant_scaling:
@@ -405,8 +443,27 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     if classes >= MAX_CLASSES:
         raise UserError(f"the loss's fixed-point softmax sums at most {MAX_CLASSES - 1} "
                         f"classes in int32; '{logits}' has {classes}")
+    # split: 1 / (2 N P_2) for both blocks; block 1's 1 / (2 N P_1) and the mean over its
+    # 2 P_s losses per side, 1 / (2 P_s), make the same number (P_2 = 2 P_1 P_s)
+    q_last = 2 * q * config.inner_queries if split else q
     return TrainingPlan(config, tuple(layers), all_ops, logits, logits_op,
                         log_softmax_params(graph.tensor(logits).quant.scalar_scale), classes,
-                        np.float32(1.0 / (sides * n * q)), q,
-                        ((1 << 31) - 1) // (n * q),
-                        head(graph, all_ops[bp[0]], logits_op) if bp else None)
+                        np.float32(1.0 / (sides * n * q_last)), q,
+                        ((1 << 31) - 1) // (n * q_last),
+                        head(graph, all_ops[bp[0]], logits_op) if bp else None,
+                        split=split, block1_diff_limit=((1 << 31) - 1) // (n * q) if split else 0)
+
+
+def _split_position(config: TrainConfig, chosen: list[int]) -> int:
+    """--estimator split: how many of the trained layers (trainable-layer indices, forward
+    order) are in block 1; refuses a cutoff that leaves a block empty."""
+    if config.estimator != "split":
+        return 0
+    if len(chosen) < 2:
+        raise UserError("--estimator split needs at least two trained layers (one per block)")
+    cutoff = chosen[-1] if config.cutoff is None else config.cutoff
+    split = sum(1 for i in chosen if i < cutoff)
+    if not 1 <= split < len(chosen) or cutoff not in chosen:
+        raise UserError(f"--cutoff {cutoff} must be a trained layer after the first one: "
+                        f"one of {', '.join(map(str, chosen[1:]))}")
+    return split

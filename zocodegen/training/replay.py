@@ -104,14 +104,14 @@ def replay(plan: TrainingPlan, params: Params, scalars: Scalars, stop: int, firs
                         "--lr) can be replayed")
     for t in range(first, stop):
         sums = {}
-        for layer in plan.layers:
-            values = scalars.get((t, layer.index))
-            if values is None or len(values) != cfg.queries:
+        for key, count in plan.scalar_layout:
+            values = scalars.get((t, key))
+            if values is None or len(values) != count:
                 found = "none" if values is None else f"{len(values)} values"
-                raise DataError(f"no query sums for step {t}, trainable layer {layer.index} "
-                                f"(expected {cfg.queries}, found {found}): the run's scalars "
+                raise DataError(f"no query sums for step {t}, trainable layer {key} "
+                                f"(expected {count}, found {found}): the run's scalars "
                                 "are incomplete")
-            sums[layer.index] = values
+            sums[key] = values
         params = replay_step(plan, params, t, sums)
     return params
 

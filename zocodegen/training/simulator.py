@@ -96,8 +96,9 @@ def _perturbed_losses(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, p
 
 
 def wp_perturbations(plan: TrainingPlan, layer: TrainableLayer, seed: int) -> np.ndarray:
-    """The layer's Q perturbations of the stream ``seed`` (Q, d_w), int8."""
-    q = plan.config.queries
+    """The layer's Q perturbations of the stream ``seed`` (Q, d_w), int8 (split: its
+    block's P_1 or P_2)."""
+    q = plan.scalar_source(layer)[1]
     return plan.perturbation.values(seed, q * layer.weight_count, layer.perturb_shift
                                     ).reshape(q, layer.weight_count)
 
@@ -234,6 +235,51 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
         pos += layer.weight_count
 
 
+def _split_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
+                labels: np.ndarray, t: int, eta_t: np.float32, record: dict | None) -> None:
+    """FedSPZO's split perturbation (Alg. 2, Eqs. 2-4) in integers: for each of the P_1
+    block-1 directions z1 and each side, block 1 runs once with theta_1 +- z1, then block 2
+    runs 2 P_s times on that output with theta_2 +- z2_j (fresh z2 per side). Block 2's sums
+    D2_j = sum_n clamp(l+ - l-); block 1's D1_p = sum_n clamp(sum of the 2 P_s losses on
+    the + side - those on the - side). Each layer then updates as WP with its block's
+    perturbations (z1_p: chunk p of S(t, i); z2_f: chunk f = (2p + side) P_s + j) and sums."""
+    cfg = plan.config
+    n, ps = len(labels), cfg.inner_queries
+    block1, block2 = plan.layers[:plan.split], plan.layers[plan.split:]
+    xi = {layer.index: wp_perturbations(plan, layer, step_seed(plan.seed, t, layer.index))
+          for layer in plan.layers}
+    cut = block2[0]
+    start = {name: env[name] for name in block1[0].crossing}
+    start.update(params)
+    d1 = np.zeros(cfg.queries, dtype=np.int64)
+    d2 = np.zeros(plan.inner_perturbations, dtype=np.int64)
+    for p in range(cfg.queries):
+        side_losses = []
+        for side, sign in enumerate((1, -1)):
+            first = dict(start)
+            for layer in block1:
+                first.update(_perturbed_params(layer, params, sign * xi[layer.index][p:p + 1], n))
+            out = forward(graph, first, block1[0].op_index, cut.op_index - 1)
+            f = (2 * p + side) * ps
+            second = {name: _tile(out[name], 2 * ps) for name in cut.crossing}
+            second.update(params)
+            for layer in block2:
+                z = xi[layer.index][f:f + ps]
+                second.update(_perturbed_params(layer, params, np.concatenate([z, -z]), n))
+            logits = forward(graph, second, cut.op_index, plan.logits_op)[plan.logits]
+            losses = losses_q16(plan, logits, _tile(labels, 2 * ps)).reshape(2 * ps, n)
+            d2[f:f + ps] = np.clip(losses[:ps] - losses[ps:], -plan.diff_limit,
+                                   plan.diff_limit).sum(axis=1)
+            side_losses.append(losses.sum(axis=0))
+        d1[p] = np.clip(side_losses[0] - side_losses[1], -plan.block1_diff_limit,
+                        plan.block1_diff_limit).sum()
+    if record is not None:
+        record[block1[0].index], record[cut.index] = d1.astype(np.int32), d2.astype(np.int32)
+    for layer in plan.layers:
+        sums = d1 if layer in block1 else d2
+        _update_layer(plan, layer, params, wp_gradient(xi[layer.index], sums), eta_t)
+
+
 def _int8_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
                    env: dict, labels: np.ndarray, seed: int, t: int) -> np.ndarray:
     """ElasticZO-INT8's two-point sign estimate for one layer (training/int8.py): G_j =
@@ -278,12 +324,14 @@ def _bp_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
 def replay_step(plan: TrainingPlan, params: Params, t: int, sums: dict[int, np.ndarray]
                 ) -> Params:
     """Step t rebuilt without data: every trained layer is WP, and its update follows from
-    the stream S(t, i) and the query sums the device recorded (no guard, fixed eta)."""
+    the stream S(t, i) and the query sums the device recorded (no guard, fixed eta); ``sums``
+    by scalar key (plan.scalar_source)."""
     params = dict(params)
     eta_t = step_learning_rate(plan, t)
     for layer in plan.layers:
         xi = wp_perturbations(plan, layer, step_seed(plan.seed, t, layer.index))
-        _update_layer(plan, layer, params, wp_gradient(xi, sums[layer.index]), eta_t)
+        sums_of = sums[plan.scalar_source(layer)[0]]
+        _update_layer(plan, layer, params, wp_gradient(xi, sums_of), eta_t)
     return params
 
 
@@ -309,6 +357,8 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     clean = losses_q16(plan, env[plan.logits], labels)
     if cfg.estimator == "mezo":
         _mezo_step(graph, plan, params, xs, labels, t, eta_t)
+    elif plan.split:
+        _split_step(graph, plan, params, env, labels, t, eta_t, record)
     else:
         for layer in plan.zo_layers:
             seed = step_seed(plan.seed, t, layer.index)
