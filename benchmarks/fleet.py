@@ -51,16 +51,21 @@ MARKS = {"upload": ("<!-- fleet-upload:start -->", "<!-- fleet-upload:end -->"),
          "experiment": ("<!-- fleet-experiment:start -->", "<!-- fleet-experiment:end -->")}
 #: (model, queries, K values): uploads measured for a full WP run (digits: a device's share
 #: of the corrupted digits; the others: random data, which has no real loss landscape)
-UPLOAD_MODELS = [(FIXTURES / "digits_cnn.tflite", 4, (1, 2, 5, 10, 20, 50)),
-                 (SHARED / "kws_ref_model.tflite", 2, (1, 2, 5, 10, 20, 50)),
-                 (FIXTURES / "mcunet_in1.tflite", 2, (20,))]
+#: (model, estimator, queries, K values); split: block 2 = the last layer, P_s = 2
+UPLOAD_MODELS = [(FIXTURES / "digits_cnn.tflite", "wp", 4, (1, 2, 5, 10, 20, 50)),
+                 (FIXTURES / "digits_cnn.tflite", "split", 2, (20, 50)),
+                 (SHARED / "kws_ref_model.tflite", "wp", 2, (1, 2, 5, 10, 20, 50)),
+                 (SHARED / "kws_ref_model.tflite", "split", 2, (20, 50)),
+                 (FIXTURES / "mcunet_in1.tflite", "wp", 2, (20,)),
+                 (FIXTURES / "mcunet_in1.tflite", "split", 2, (20,))]
 DIGITS = FIXTURES / "digits_cnn.tflite"
 DEVICES, ROUNDS, K, QUERIES, LR = 6, 10, 20, 20, 0.01
 SEEDS = (1, 2, 3)
 
 
-def build(model: Path, out: Path, queries: int, seed: int = 1, lr: float = LR) -> Path:
-    args = ["build", str(model), "--target", "native", "--train", "full", "--estimator", "wp",
+def build(model: Path, out: Path, queries: int, seed: int = 1, lr: float = LR,
+          estimator: str = "wp") -> Path:
+    args = ["build", str(model), "--target", "native", "--train", "full", "--estimator", estimator,
             "--record-scalars", "--no-guard", "--lr", str(lr), "--queries", str(queries),
             "--schedule", "constant", "--seed", str(seed), "-o", str(out)]
     if zocodegen(args) != 0:
@@ -75,12 +80,13 @@ def _client(project: Path, image: Path, state: Path) -> DeviceClient:
 
 def upload_sizes(tmp: Path) -> list[dict]:
     rows = []
-    for model_path, queries, ks in UPLOAD_MODELS:
+    for model_path, estimator, queries, ks in UPLOAD_MODELS:
         if not model_path.is_file():
             print(f"skipping {model_path.name}: not found (../shared is absent)",
                   file=sys.stderr)
             continue
-        project = build(model_path, tmp / f"{model_path.stem}-build", queries)
+        name = f"{model_path.stem}-{estimator}"
+        project = build(model_path, tmp / f"{name}-build", queries, estimator=estimator)
         model = FleetModel.load(model_path, project)
         graph, rng = model.graph, np.random.default_rng(0)
         t = graph.tensor(graph.inputs[0])
@@ -89,11 +95,11 @@ def upload_sizes(tmp: Path) -> list[dict]:
         else:
             x = rng.integers(-128, 128, size=(16,) + tuple(t.shape[1:])).astype(t.dtype)
             y = rng.integers(0, model.plan.num_classes, 16)
-        image = tmp / f"{model_path.stem}.img"
+        image = tmp / f"{name}.img"
         pack_image(image, x, y, num_classes=model.plan.num_classes, checkpoint_bytes=4 << 20)
         for k in ks:
-            server = FleetServer(model, tmp / f"{model_path.stem}-k{k}", k, rounds=1)
-            client = _client(project, image, tmp / f"{model_path.stem}-state-k{k}")
+            server = FleetServer(model, tmp / f"{name}-k{k}", k, rounds=1)
+            client = _client(project, image, tmp / f"{name}-state-k{k}")
             message = server.instruction(0)
             client.train(message)
             run = client.state / "round-0000"
@@ -102,9 +108,11 @@ def upload_sizes(tmp: Path) -> list[dict]:
             both = make_update(message["checkpoint"], end, scalars, 16)
             scalar_bytes = len(zlib.compress(pack_scalars(scalars, range(k),
                                                           model.plan.scalar_layout), LEVEL))
-            rows.append({"model": model_path.name, "layers": len(model.plan.layers),
-                         "queries": queries, "k": k, "trainable": model.trainable_bytes,
-                         "raw_scalars": 4 * queries * len(model.plan.layers) * k,
+            per_step = sum(count for _, count in model.plan.scalar_layout)
+            rows.append({"model": model_path.name, "estimator": estimator,
+                         "layers": len(model.plan.layers), "queries": queries,
+                         "per_step": per_step, "k": k, "trainable": model.trainable_bytes,
+                         "raw_scalars": 4 * per_step * k,
                          "scalars": scalar_bytes, "delta": len(delta.payload),
                          "sent": len(both.payload), "kind": both.kind})
             print(rows[-1], flush=True)
@@ -192,20 +200,22 @@ def experiment(tmp: Path) -> dict:
 
 # ---- reporting ----------------------------------------------------------------------------
 def upload_table(rows: list[dict]) -> str:
-    lines = ["| model | trained layers x Q | K | trainable bytes | scalars (raw -> zlib) | "
-             "int8 delta (zlib) | sent | sent / trainable |",
-             "|---|---:|---:|---:|---:|---:|---|---:|"]
+    lines = ["| model | estimator | scalars per step | K | trainable bytes | "
+             "scalars (raw -> varint + zlib) | int8 delta (zlib) | sent | sent / trainable |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['layers']} x {r['queries']} | {r['k']} | "
+        how = (f"WP, {r['layers']} layers x Q = {r['queries']}" if r["estimator"] == "wp"
+               else f"split, P_1 = {r['queries']}, P_2 = {r['per_step'] - r['queries']}")
+        lines.append(f"| {r['model']} | {how} | {r['per_step']} | {r['k']} | "
                      f"{r['trainable']:,} | {r['raw_scalars']:,} -> {r['scalars']:,} | "
                      f"{r['delta']:,} | {r['kind']} | "
                      f"{100 * r['sent'] / r['trainable']:.2f} % |")
     crossings = []
     for name in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == name and len(rows) > 1]
+        mine = [r for r in rows if r["model"] == name and r["estimator"] == "wp"]
         first = next((r["k"] for r in mine if r["delta"] < r["scalars"]), None)
         if len(mine) > 1:
-            crossings.append(f"{name}: " + (f"the delta is smaller from K = {first}" if first
+            crossings.append(f"{name} (WP): " + (f"the delta is smaller from K = {first}" if first
                                             else f"scalars stay smaller up to K = {mine[-1]['k']}"))
     return "\n".join(lines) + ("\n\nCrossover: " + "; ".join(crossings) + "." if crossings else "")
 

@@ -46,6 +46,16 @@ def fleet_build(tmp_path_factory) -> Path:
     return build
 
 
+@pytest.fixture(scope="module")
+def split_build(tmp_path_factory) -> Path:
+    """A FedSPZO split build: block 2 = the last layer, P_1 = 2, P_s = 2."""
+    build = tmp_path_factory.mktemp("fleet-split") / "build"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full",
+                 "--estimator", "split", "--queries", "2", "--record-scalars", "--no-guard",
+                 "--lr", "0.01", "--schedule", "constant", "-o", str(build)]) == 0
+    return build
+
+
 def _device_data(count: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Non-IID shares of the corrupted digits: device k holds mostly classes 3k..3k+4."""
     graph = load_model(MODEL)
@@ -131,6 +141,31 @@ def test_rounds_on_native_devices_equal_simulated_devices_averaged(fleet_build, 
     assert _same(saved, expected)
     assert not _same(expected, simulator.initial_params(model.graph, model.plan))
     assert kinds <= {"scalars", "delta"}
+
+
+def test_split_devices_upload_p1_plus_p2_scalars_per_step(split_build, tmp_path):
+    """Two devices with the split estimator: their scalar uploads (P_1 + P_2 = 10 sums a
+    step) replay into the simulated devices, averaged."""
+    model = FleetModel.load(MODEL, split_build)
+    images = _images(tmp_path, 2)
+    clients = [DeviceClient(lambda: open_device(native=split_build), image, split_build,
+                            tmp_path / f"state{k}", log=lambda text: None)
+               for k, image in enumerate(images)]
+    server = FleetServer(model, tmp_path / "out", K, rounds=1)
+    server.begin()
+    for node, client in enumerate(clients):
+        message = server.instruction(node)
+        update = client.train(message)
+        scalars = replay.read(client.state / "round-0000" / "scalars.bin")
+        assert model.plan.scalar_layout == ((0, 2), (3, 8))
+        packed = pack_scalars(scalars, range(K), model.plan.scalar_layout)
+        forced = dataclasses.replace(update, kind="scalars", payload=zlib.compress(packed))
+        server.receive(node, forced, client.image.stem)
+    entry = server.finish()
+    assert all(p["accepted"] and p["kind"] == "scalars" for p in entry["participants"])
+    data = {img.stem: xy for img, xy in zip(images, _device_data(2))}
+    record = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    assert _same(server.params, _expected_rounds(model, record, data))
 
 
 def test_scalars_and_delta_rebuild_the_same_device_checkpoint(fleet_build, tmp_path):
