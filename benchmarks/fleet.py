@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from zocodegen.cli import main as zocodegen  # noqa: E402
-from zocodegen.datasets import FAMILIES, corrupt_family, load_digits_split, quantize_images  # noqa: E402,E501
+from zocodegen.datasets import fleet_shares  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.host.fleet.client import DeviceClient  # noqa: E402
 from zocodegen.host.fleet.server import FleetServer  # noqa: E402
@@ -121,23 +121,8 @@ def upload_sizes(tmp: Path) -> list[dict]:
 
 # ---- the experiment -----------------------------------------------------------------------
 def device_data(count: int) -> list[dict[str, np.ndarray]]:
-    """Device k: a disjoint share of the adapt split and the whole test split, both under
-    corruption family k mod 4 at severity 1 + k // 4 (int8, the model's input)."""
     graph = load_model(DIGITS)
-    q = graph.tensor(graph.inputs[0]).quant
-    split = load_digits_split(0)
-    out = []
-    for k in range(count):
-        family, severity = FAMILIES[k % len(FAMILIES)], 1 + (k // len(FAMILIES)) % 2
-        mine = np.arange(k, len(split["y_adapt"]), count)
-
-        def shift(images, stream):
-            return quantize_images(corrupt_family(images, family, severity, 100 * k + stream),
-                                   q.scalar_scale, q.scalar_zero_point)
-        out.append({"name": f"{family}-{severity}", "x": shift(split["x_adapt"][mine], 1),
-                    "y": split["y_adapt"][mine], "x_test": shift(split["x_test"], 2),
-                    "y_test": split["y_test"]})
-    return out
+    return fleet_shares(count, graph.tensor(graph.inputs[0]).quant)
 
 
 def _alone(model: FleetModel, x, y, seed: int, checkpoints: list[int], x_test, y_test

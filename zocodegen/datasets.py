@@ -364,3 +364,26 @@ __all__ = ["FAMILIES", "FAMILY_PARAMS", "PIXEL_MAX", "SEVERITIES", "corrupt", "c
            "dct_matrix", "digits_npz", "family_npz", "family_param", "fog", "gaussian_blur",
            "gaussian_noise", "jpeg_like", "load_digits_split", "load_family_split",
            "quantize_images", "rotate", "smooth_field", "stratified_split", "to_unit"]
+
+
+def fleet_shares(count: int, model_input_quant: Any, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """The fleet experiment's devices (docs/fleet.md): device k holds every count-th image of
+    the adapt split from k on (disjoint shares), and the whole test split, both under
+    corruption family k mod 4 at severity 1 + (k // 4) mod 2, each with its own random
+    stream. Keys as DATA.npz's (``x``, ``y``, ``x_test``, ``y_test``, int8 for the model's
+    input) plus ``name`` ("fog-1", ...)."""
+    scale, zero_point = _scale_zero_point(model_input_quant)
+    split = load_digits_split(seed)
+    shares = []
+    for k in range(count):
+        family, severity = FAMILIES[k % len(FAMILIES)], 1 + (k // len(FAMILIES)) % 2
+        mine = np.arange(k, len(split["y_adapt"]), count)
+
+        def shifted(images: np.ndarray, stream: int) -> np.ndarray:
+            corrupted = corrupt_family(images, family, severity, 100 * k + stream)
+            return quantize_images(corrupted, scale, zero_point)
+        shares.append({"name": f"{family}-{severity}", "x": shifted(split["x_adapt"][mine], 1),
+                       "y": split["y_adapt"][mine].astype(np.int64),
+                       "x_test": shifted(split["x_test"], 2),
+                       "y_test": split["y_test"].astype(np.int64)})
+    return shares

@@ -85,6 +85,9 @@ def serve(grid: Grid, context: Context) -> None:
                          int(cfg["rounds"]), _test_data(str(cfg.get("test", "")), model))
     if server.round:
         print(f"fleet: resuming at round {server.round} from {server.out}", flush=True)
+    elif server.test is not None:
+        print(f"fleet: before training, test accuracy {100 * server.accuracy_before():.1f}%",
+              flush=True)
     held: dict[int, str] = {}  # parameters hash each device reported holding
     while not server.done:
         nodes = _connected(grid, int(cfg["min-devices"]), float(cfg["wait"]))
