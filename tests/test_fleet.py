@@ -112,6 +112,12 @@ def _expected_rounds(model: FleetModel, record: dict, data: dict[str, tuple]) ->
     return params
 
 
+def _client(build: Path, image: Path, state: Path) -> DeviceClient:
+    """A native device of ``build`` training on ``image``."""
+    return DeviceClient(lambda: open_device(native=build), image, build, state,
+                        log=lambda text: None)
+
+
 def _same(a: dict, b: dict) -> bool:
     return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -119,8 +125,7 @@ def _same(a: dict, b: dict) -> bool:
 def test_rounds_on_native_devices_equal_simulated_devices_averaged(fleet_build, tmp_path):
     model = FleetModel.load(MODEL, fleet_build)
     images = _images(tmp_path, 3)
-    clients = [DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
-                            tmp_path / f"state{k}", log=lambda text: None)
+    clients = [_client(fleet_build, image, tmp_path / f"state{k}")
                for k, image in enumerate(images)]
     server = FleetServer(model, tmp_path / "out", K, rounds=2)
     kinds = set()
@@ -148,8 +153,7 @@ def test_split_devices_upload_p1_plus_p2_scalars_per_step(split_build, tmp_path)
     step) replay into the simulated devices, averaged."""
     model = FleetModel.load(MODEL, split_build)
     images = _images(tmp_path, 2)
-    clients = [DeviceClient(lambda: open_device(native=split_build), image, split_build,
-                            tmp_path / f"state{k}", log=lambda text: None)
+    clients = [_client(split_build, image, tmp_path / f"state{k}")
                for k, image in enumerate(images)]
     server = FleetServer(model, tmp_path / "out", K, rounds=1)
     server.begin()
@@ -173,8 +177,7 @@ def test_scalars_and_delta_rebuild_the_same_device_checkpoint(fleet_build, tmp_p
     device's checkpoint (the CRC check inside reconstruct) and equal parameters."""
     model = FleetModel.load(MODEL, fleet_build)
     (image,) = _images(tmp_path, 1)
-    client = DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
-                          tmp_path / "state", log=lambda text: None)
+    client = _client(fleet_build, image, tmp_path / "state")
     server = FleetServer(model, tmp_path / "out", K, rounds=3)
     server.record["rounds"] = [{}, {}]  # round 2: first step 40
     server.begin()
@@ -249,8 +252,7 @@ def test_a_restarted_server_resumes_from_its_last_round(fleet_build, tmp_path):
 def test_a_device_holding_the_round_model_gets_only_its_hash(fleet_build, tmp_path):
     model = FleetModel.load(MODEL, fleet_build)
     (image,) = _images(tmp_path, 1)
-    client = DeviceClient(lambda: open_device(native=fleet_build), image, fleet_build,
-                          tmp_path / "state", log=lambda text: None)
+    client = _client(fleet_build, image, tmp_path / "state")
     server = FleetServer(model, tmp_path / "out", K, rounds=3)
     server.begin()
     first = server.instruction(3, client.holds())
