@@ -169,7 +169,7 @@ def experiment(tmp: Path) -> dict:
             entry = server.finish()
             curve.append(entry["accuracy"])
             results["bytes"].append({k: entry[k] for k in (
-                "upload_bytes", "download_bytes", "fedavg_upload_bytes",
+                "round", "upload_bytes", "download_bytes", "fedavg_upload_bytes",
                 "fedavg_download_bytes")})
             print(f"seed {seed} round {entry['round']}: {100 * entry['accuracy']:.1f}% "
                   f"({entry['upload_bytes']} B up)", flush=True)
@@ -214,11 +214,17 @@ def experiment_table(res: dict) -> str:
         def cell(a):
             return f"{a[:, r].mean():.1f} % (± {a[:, r].std():.1f})"
         lines.append(f"| {r} ({r * K}) | {cell(fleet)} | {cell(alone_all)} | {cell(alone_own)} |")
+
+    def mean(key, rounds):
+        return round(np.mean([b[key] for b in res["bytes"] if rounds(b["round"])]))
     b = res["bytes"][0]
     lines.append("")
-    lines.append(f"Per round, all {DEVICES} devices together: {b['upload_bytes']:,} B up "
-                 f"(FedAvg of full parameters: {b['fedavg_upload_bytes']:,} B), "
-                 f"{b['download_bytes']:,} B down (FedAvg: {b['fedavg_download_bytes']:,} B)."
+    every = mean("upload_bytes", lambda r: True)
+    lines.append(f"Per round, all {DEVICES} devices together: {every:,} B up on average"
+                 f" (FedAvg of full parameters: {b['fedavg_upload_bytes']:,} B);"
+                 f" down {mean('download_bytes', lambda r: r == 0):,} B in round 0 (whole "
+                 f"checkpoints), then {mean('download_bytes', bool):,} B on average (deltas "
+                 f"from the last round's model; FedAvg: {b['fedavg_download_bytes']:,} B)."
                  f" Devices: {', '.join(res['devices'])} ({', '.join(map(str, res['records']))}"
                  f" training records); test: {res['test']} images, every device's corruption;"
                  f" seeds {', '.join(map(str, SEEDS))} (mean ± std).")

@@ -19,7 +19,7 @@ import pytest
 from conftest import FIXTURES
 from zocodegen.cli import main
 from zocodegen.datasets import load_digits_split, quantize_images
-from zocodegen.errors import UserError
+from zocodegen.errors import DataError, UserError
 from zocodegen.frontends import load_model
 from zocodegen.host.fleet import launch
 from zocodegen.host.fleet.client import DeviceClient
@@ -146,6 +146,9 @@ def test_rounds_on_native_devices_equal_simulated_devices_averaged(fleet_build, 
     assert _same(saved, expected)
     assert not _same(expected, simulator.initial_params(model.graph, model.plan))
     assert kinds <= {"scalars", "delta"}
+    # round 1's model went down as a delta from round 0's, which every device held
+    first, second = ([p["download"] for p in r["participants"]] for r in record["rounds"])
+    assert max(second) < min(first) // 4, (first, second)
 
 
 def test_split_devices_upload_p1_plus_p2_scalars_per_step(split_build, tmp_path):
@@ -268,6 +271,11 @@ def test_a_device_holding_the_round_model_gets_only_its_hash(fleet_build, tmp_pa
     assert entry["participants"][0]["accepted"], entry
     assert entry["participants"][0]["download"] == 16 + 32  # the fields and the hash
     assert first_download == 16 + len(first["checkpoint"])
+    server.begin()
+    third = server.instruction(3, "00" * 32)  # holds something else: the whole checkpoint
+    assert "checkpoint" in third and "delta" not in third
+    with pytest.raises(DataError, match="by reference to a model this device does not hold"):
+        client.train({**second, "params-sha256": "11" * 32})
 
 
 def test_the_cosine_schedule_must_cover_the_rounds(fleet_build, tmp_path):

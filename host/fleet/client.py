@@ -4,13 +4,15 @@ resets, retransmissions and CRC-checked checkpoints behave as in a single run), 
 with the smaller update (updates.py).
 
 ``STATE/`` keeps the round's run directory (checkpoint, scalars, metrics) and ``held.bin``,
-the last round checkpoint the server sent, so a server that knows the device holds the
-round's parameters sends only their hash.
+the last round checkpoint received, so a server that knows the device holds the round's
+parameters sends only their hash, and one that knows it holds the last round's sends the
+difference.
 """
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from ...errors import DataError
 from ...training import checkpoint, replay
 from ..image import verify_image
 from ..trainer import Device, Trainer
-from .updates import Update, make_update
+from .updates import Update, apply_delta, make_update
 
 
 class DeviceClient:
@@ -47,15 +49,24 @@ class DeviceClient:
         if message["model-sha256"] != self.model_sha256:
             raise DataError(f"the server trains model {message['model-sha256'][:12]}..., this "
                             f"device's build is for {self.model_sha256[:12]}...")
+        held_hash = self.holds()
         if "checkpoint" in message:
             blob = bytes(message["checkpoint"])
             checkpoint.decode(blob, "the server's checkpoint")
-        elif self.holds() == message["params-sha256"]:
+        elif held_hash is not None and held_hash in (message["params-sha256"],
+                                                     message.get("delta-from")):
             held = checkpoint.decode(self.held_path.read_bytes())
+            if held_hash != message["params-sha256"]:  # the last round's model + the delta
+                try:
+                    delta = zlib.decompress(bytes(message["delta"]))
+                except zlib.error as exc:
+                    raise DataError(f"the server's delta does not decompress ({exc})") from None
+                held = apply_delta(held, delta, 0)
             blob = checkpoint.encode(dataclasses.replace(
                 held, step=message["first-step"], seed=message["seed"]))
         else:
-            raise DataError("the server sent only a parameters hash this device does not hold")
+            raise DataError("the server sent the parameters by reference to a model this "
+                            "device does not hold")
         if checkpoint.parameters_sha256(blob) != message["params-sha256"]:
             raise DataError("the round's checkpoint does not match its parameters hash")
         checkpoint.save_bytes(self.held_path, blob)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,9 +20,10 @@ import numpy as np
 from ...errors import DataError, UserError
 from ...training import checkpoint
 from ...training.simulator import Params, initial_params, predict
-from .updates import FleetModel, Update, fedavg, reconstruct
+from .updates import LEVEL, FleetModel, Update, fedavg, parameter_delta, reconstruct
 
-#: Bytes of an instruction besides the checkpoint: round, first step, steps, seed (u32 each)
+#: Bytes of an instruction besides the parameters and their hash: round, first step, steps,
+#: seed (u32 each)
 INSTRUCTION_FIELDS = 16
 #: Bytes of an update besides its payload: kind (1), records (4), CRC-32 (4), model hash (32)
 UPDATE_FIELDS = 41
@@ -72,7 +74,8 @@ class FleetServer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.record_path, self.model_path = self.out / "fleet.json", self.out / "model.bin"
         self.record = self._load_record()
-        self.params = self._load_params()
+        self._set_params(self._load_params())
+        self.previous: tuple[str, checkpoint.Checkpoint] | None = None  # last round's model
         self.begin()
 
     # ---- state -------------------------------------------------------------------------
@@ -121,16 +124,20 @@ class FleetServer:
     def done(self) -> bool:
         return self.round >= self.rounds
 
-    @property
-    def params_sha256(self) -> str:
-        """The round's parameters by hash (checkpoint.parameters_sha256): what a device
-        compares with the last checkpoint it received."""
-        return checkpoint.parameters_sha256(self.model.checkpoint(self.params, 0, 1))
+    def _set_params(self, params: Params) -> None:
+        self.params = params
+        blob = self.model.checkpoint(params, 0, 1)
+        # the round's parameters by hash (checkpoint.parameters_sha256): what a device
+        # compares with the last checkpoint it received
+        self.params_sha256 = checkpoint.parameters_sha256(blob)
+        self._layers = checkpoint.decode(blob)
+        self._download_delta: bytes | None = None
 
     # ---- a round -----------------------------------------------------------------------
     def instruction(self, node: int, holds: str | None = None) -> dict:
-        """What device ``node`` gets this round: the round's checkpoint with its own seed,
-        or only the parameters' hash when ``holds`` says the device has them already."""
+        """What device ``node`` gets this round: its seed, the parameters' hash, and the
+        parameters unless ``holds`` says it has them: as a delta from the last round's model
+        when it holds that one and the delta is smaller, else the round's checkpoint."""
         seed = device_seed(self.model.plan.config.seed, self.round, node)
         first = self.round * self.steps
         start = self.model.checkpoint(self.params, first, seed)
@@ -138,11 +145,27 @@ class FleetServer:
         message = {"round": self.round, "first-step": first, "steps": self.steps,
                    "seed": seed, "model-sha256": self.model.sha256.hex(),
                    "params-sha256": self.params_sha256}
+        sent = 32  # the hash
         if holds != self.params_sha256:
-            message["checkpoint"] = start
-        self._outcomes[node] = Outcome(node, seed, download=INSTRUCTION_FIELDS + (
-            len(start) if "checkpoint" in message else 32))
+            delta = self._delta_from(holds)
+            if delta is not None and len(delta) < len(start):
+                message["delta"], message["delta-from"] = delta, holds
+                sent += len(delta) + 32
+            else:
+                message["checkpoint"] = start
+                sent = len(start)
+        self._outcomes[node] = Outcome(node, seed, download=INSTRUCTION_FIELDS + sent)
         return message
+
+    def _delta_from(self, holds: str | None) -> bytes | None:
+        """The round's parameters as a compressed delta from the last round's, when that is
+        what the device holds (computed once per round)."""
+        if self.previous is None or holds != self.previous[0]:
+            return None
+        if self._download_delta is None:
+            self._download_delta = zlib.compress(
+                parameter_delta(self.previous[1], self._layers), LEVEL)
+        return self._download_delta
 
     def left_out(self, node: int, reason: str, device: str = "") -> None:
         self._outcomes[node] = Outcome(**{**asdict(self._outcomes[node]), "reason": reason,
@@ -175,7 +198,9 @@ class FleetServer:
         a round nobody finished keeps the model."""
         nodes = sorted(self._accepted)
         if nodes:
-            self.params = fedavg([(self._accepted[n], self._outcomes[n].samples) for n in nodes])
+            self.previous = (self.params_sha256, self._layers)
+            self._set_params(fedavg([(self._accepted[n], self._outcomes[n].samples)
+                                     for n in nodes]))
         outcomes = [self._outcomes[n] for n in sorted(self._outcomes)]
         answered = sum(1 for o in outcomes if o.upload)
         entry = {"round": self.round, "first_step": self.round * self.steps,

@@ -155,7 +155,10 @@ def scalar_layout(scalars: replay.Scalars) -> Layout:
     return tuple((key, len(v)) for (t, key), v in sorted(scalars.items()) if t == first)
 
 
-def _delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
+def parameter_delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
+    """New minus old parameters, layer by layer (weights int16, biases int64, little-endian):
+    a device's upload, and the server's download of a round's model to a device that holds
+    the previous round's."""
     parts = []
     for a, b in zip(start.layers, end.layers):
         parts.append((b.weights.astype("<i2") - a.weights.astype("<i2")).tobytes())
@@ -170,7 +173,7 @@ def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, sample
     a = checkpoint.decode(start, "the round's checkpoint")
     b = checkpoint.decode(end, "the device's checkpoint")
     crc = int.from_bytes(end[-4:], "little")
-    options = [("delta", zlib.compress(_delta(a, b), LEVEL))]
+    options = [("delta", zlib.compress(parameter_delta(a, b), LEVEL))]
     if scalars is not None:
         packed = pack_scalars(scalars, range(a.step, b.step), scalar_layout(scalars))
         options.append(("scalars", zlib.compress(packed, LEVEL)))
@@ -178,7 +181,9 @@ def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, sample
     return Update(kind, payload, samples, crc, a.model_sha256.hex())
 
 
-def _apply_delta(start: checkpoint.Checkpoint, data: bytes, steps: int) -> checkpoint.Checkpoint:
+def apply_delta(start: checkpoint.Checkpoint, data: bytes, steps: int) -> checkpoint.Checkpoint:
+    """``start`` moved by a parameter_delta and ``steps`` steps on; DataError when the delta
+    does not fit the checkpoint's layers or leaves int8 / int32."""
     layers, pos = [], 0
     for lp in start.layers:
         w_end, b_end = pos + 2 * lp.weights.size, pos + 2 * lp.weights.size + 8 * lp.bias.size
@@ -213,7 +218,7 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
         raise DataError(f"the {update.kind} payload does not decompress ({exc})") from None
     first = checkpoint.decode(start, "the round's checkpoint")
     if update.kind == "delta":
-        blob = checkpoint.encode(_apply_delta(first, data, steps))
+        blob = checkpoint.encode(apply_delta(first, data, steps))
     else:
         if not model.replayable:
             raise DataError("scalars from a build that does not record them")
