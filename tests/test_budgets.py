@@ -97,3 +97,31 @@ def test_step_instructions_are_repeatable(tmp_path):
     layers = 4
     for a, b in zip(*counts):
         assert abs(a - b) <= 40 * (layers + 2), counts
+
+
+@pytest.mark.parametrize("target, expected", [("stm32f746", 4), ("stm32h7b3", 1)])
+def test_blocks_auto_picks_the_fewest_blocks_that_fit(target, expected, tmp_path, capsys):
+    """--blocks auto (issue 14): the MCUNet-class fixture's sparse training needs 4 blocks on
+    the F746 (3 do not fit; the refusal of 3 names 4 and auto) and 1 on the H7B3."""
+    out = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
+                 "--blocks", "auto", "-o", str(out)]) == 0
+    assert f"--blocks auto: {expected} block(s)" in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["training"]["blocks"] == expected
+    if expected > 1:
+        assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
+                     "--blocks", str(expected - 1), "-o", str(tmp_path / "fewer")]) == 2
+        err = capsys.readouterr().err
+        assert f"--blocks {expected} " in err and "--blocks auto picks the fewest" in err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--blocks", "many"], "--blocks expects a number of blocks or auto, got 'many'"),
+    (["--blocks", "auto", "--bp-layers", "auto"], "choose one of them"),
+    (["--blocks", "0"], "--blocks must be at least 1, or auto"),
+])
+def test_bad_blocks_options_are_one_line(options, message, tmp_path, capsys):
+    assert main(["build", str(MODEL), "--target", "stm32f746", "--train", "sparse",
+                 "-o", str(tmp_path / "fw")] + options) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

@@ -341,3 +341,16 @@ def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
     assert _same(saved, _expected_rounds(model, record, data))
     up = [p["upload"] for r in record["rounds"] for p in r["participants"] if p["accepted"]]
     assert up and max(up) < model.trainable_bytes
+
+
+def test_a_sparse_build_trains_its_block_in_the_fleet(tmp_path):
+    """The manifest of a sparse build (--blocks 3 --block 1) gives back its options: the
+    fleet and `replay` train the same block the device does."""
+    build = tmp_path / "sparse"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", "--blocks",
+                 "3", "--block", "1", "--estimator", "wp", "--record-scalars", "--no-guard",
+                 "--lr", "0.01", "-o", str(build)]) == 0
+    model = FleetModel.load(MODEL, build)
+    manifest = json.loads((build / "manifest.json").read_text())["training"]
+    assert (model.plan.config.blocks, model.plan.config.block) == (3, 1)
+    assert [layer.op_index for layer in model.plan.layers] == manifest["block_ops"][0]

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from .codegen import (BuildOptions, ProjectPlan, plan_project, render_project,
-                      resolve_bp_layers, write_project)
+                      resolve_auto, write_project)
 from .errors import UserError
 from .frontends import load_model
 from .ir import Graph
@@ -26,7 +26,7 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
             ) -> tuple[ProjectPlan, dict[str, str]]:
     """Plan and render a model (loaded here unless the caller already has its graph)."""
     graph = graph if graph is not None else load_model(model_path)
-    options = resolve_bp_layers(graph, options)
+    options = resolve_auto(graph, options)
     plan = plan_project(graph, options)
     return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
                                 options, plan)

@@ -32,8 +32,8 @@ from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import (BP_AUTO, ESTIMATORS, TrainConfig, parse_bp_layers,
-                              parse_layer_list)
+from .training.config import (BLOCKS_AUTO, BP_AUTO, ESTIMATORS, TrainConfig, parse_blocks,
+                              parse_bp_layers, parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
 from .training.export import export_checkpoint
 from .training.replay import replay_build
@@ -329,7 +329,9 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "default 0). auto: the largest C whose buffers fit the board")
     g.add_argument("--layers", metavar="LIST",
                    help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
-    g.add_argument("--blocks", type=int, default=4, help="sparse mode: number of blocks")
+    g.add_argument("--blocks", default="4", metavar="N|auto",
+                   help="sparse mode: number of blocks (default 4); auto: the fewest blocks "
+                        "whose build fits the board (most layers trained at once)")
     g.add_argument("--block", metavar="K|auto", default="auto",
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
                         "trial of each block, then the one with the best held-out gain")
@@ -367,7 +369,7 @@ def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        perturbation=args.perturbation, distribution=args.distribution,
                        two_sided=args.two_sided, query_batch=args.query_batch,
                        record_scalars=args.record_scalars, cutoff=args.cutoff,
-                       inner_queries=args.inner_queries, mode=mode, blocks=args.blocks, block=block,
+                       inner_queries=args.inner_queries, mode=mode, blocks=parse_blocks(args.blocks), block=block,
                        trial_samples=args.trial_samples)
 
 
@@ -508,6 +510,9 @@ def cmd_build(args: argparse.Namespace) -> None:
                          if layer.mode == "ZO_TRAIN_BP" and layer.defines)
             print(f"--bp-layers auto: the last {chosen} trainable layer(s) by back-propagation "
                   f"(the largest C that fits the {plan.board.name} budget)")
+        if train.blocks == BLOCKS_AUTO and train.mode == "sparse":
+            print(f"--blocks auto: {plan.training.blocks} block(s) (the fewest that fit the "
+                  f"{plan.board.name} budget)")
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")

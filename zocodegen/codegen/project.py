@@ -22,7 +22,7 @@ from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_messag
                        plan_arena, report_dict, report_text)
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.backprop import largest_bp_layers
-from ..training.config import BP_AUTO, TrainConfig
+from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
 from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
 from .model_code import ModelCode, model_code
@@ -82,6 +82,35 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
         if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
             return replace(options, train=config)
     return replace(options, train=replace(train, bp_layers=0))
+
+
+def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """--blocks auto: sparse training in the fewest blocks (the most layers trained at once)
+    whose build fits the board's SRAM budget; when none does, in as many blocks as there
+    are layers (up to MAX_SUGGESTED_BLOCKS), and the budget check then names what does not
+    fit. Full training does not use blocks."""
+    train = options.train
+    if train is None or train.blocks != BLOCKS_AUTO:
+        return options
+    if train.mode != "sparse":
+        return replace(options, train=replace(train, blocks=4))
+    board = load_target(options.board)
+    arena = plan_arena(graph)
+    most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
+               MAX_SUGGESTED_BLOCKS)
+    for n in range(1, most + 1):
+        config = replace(train, blocks=n)
+        if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
+            continue
+        _, _, items = _layout(graph, arena, board, config)
+        if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
+            return replace(options, train=config)
+    return replace(options, train=replace(train, blocks=most))
+
+
+def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """The build's --bp-layers auto and --blocks auto, chosen for its board."""
+    return resolve_blocks(graph, resolve_bp_layers(graph, options))
 
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
@@ -153,7 +182,8 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
         more = next(((n, t) for n in range(count + 1, MAX_SUGGESTED_BLOCKS + 1)
                      if (t := total(replace(auto, blocks=n))) is not None), None)
         if more:
-            tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])})")
+            tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])}; "
+                        "--blocks auto picks the fewest that fit)")
     return tips
 
 
@@ -352,7 +382,7 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         "training": None if options.train is None else {
             **options.train.as_dict(),
             "trainable_layers": [l.op for l in plan.training.layers],
-            "blocks": [[l.op for l in plan.training.block_layers(k)]
+            "block_ops": [[l.op for l in plan.training.block_layers(k)]
                        for k in range(len(plan.training.models))],
             "modes": [l.mode.removeprefix("ZO_TRAIN_") for l in plan.training.layers],
             "buffers": {i.name: i.bytes for i in plan.training.ram_items()},

@@ -239,6 +239,7 @@ class TrainingCode:
     split: int  # --estimator split: position of block 2's first layer (0: not split)
     inner_queries: int  # split: P_s
     block1_diff_limit: int
+    blocks: int  # sparse: the run's number of blocks (resolved from --blocks auto)
 
     @property
     def query_sum_count(self) -> int:
@@ -445,4 +446,4 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
                         perturb_code(plan), query_batch, cfg.record_scalars, plan.split,
-                        cfg.inner_queries, plan.block1_diff_limit)
+                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks)

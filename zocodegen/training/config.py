@@ -15,6 +15,7 @@ MODES = ("full", "sparse")
 #: ordinary differences.
 MAX_SAMPLES_TIMES_QUERIES = 1 << 16
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
+BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class TrainConfig:
     # trainable layer ``cutoff`` (None: the last trained layer); P_s inner perturbations
     cutoff: int | None = None
     inner_queries: int = 2
-    blocks: int = 4
+    blocks: int = 4  # BLOCKS_AUTO: the build picks the fewest blocks that fit the board
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
     # The bare algorithm by default; the CLI turns both on (docs/training.md "Training guard")
@@ -140,10 +141,14 @@ class TrainConfig:
                             "least 1")
         if self.seed < 0 or self.seed > 0xFFFFFFFF:
             raise UserError("--seed must fit in 32 bits")
+        if self.blocks == BLOCKS_AUTO and self.bp_layers == BP_AUTO:
+            raise UserError("--blocks auto and --bp-layers auto each size the build to the "
+                            "board; choose one of them (e.g. --bp-layers 1 --blocks auto)")
         if self.mode == "sparse":
-            if self.blocks < 1:
-                raise UserError("--blocks must be at least 1")
-            if self.block is not None and not 0 <= self.block < self.blocks:
+            if self.blocks < 1 and self.blocks != BLOCKS_AUTO:
+                raise UserError("--blocks must be at least 1, or auto")
+            if (self.block is not None and self.blocks != BLOCKS_AUTO
+                    and not 0 <= self.block < self.blocks):
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
             if self.trial_samples < 1:
                 raise UserError("--trial-samples must be at least 1")
@@ -175,6 +180,16 @@ def parse_bp_layers(text: str) -> int:
     except ValueError:
         raise UserError(f"--bp-layers expects a number of layers or auto, got '{text}'"
                         ) from None
+
+
+def parse_blocks(text: str) -> int:
+    """'--blocks N|auto' -> N or BLOCKS_AUTO."""
+    if text == "auto":
+        return BLOCKS_AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"--blocks expects a number of blocks or auto, got '{text}'") from None
 
 
 def parse_layer_list(text: str | None) -> tuple[int, ...]:

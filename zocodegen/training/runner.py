@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..codegen import BuildOptions, resolve_bp_layers
+from ..codegen import BuildOptions, resolve_auto
 from ..errors import UserError
 from ..frontends import load_model
 from ..host.metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
-from .config import BP_AUTO, TrainConfig
+from .config import BLOCKS_AUTO, BP_AUTO, TrainConfig
 from .data import Dataset, load_dataset
 from .guard import GuardState, guard_schedule, validation_count
 from .plan import TrainingPlan, loss_head, training_plans
@@ -125,10 +125,15 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = steps_for(config, epochs, len(data.x))
-    if config.bp_layers == BP_AUTO:  # what `build --target stm32f746` would choose
-        config = resolve_bp_layers(graph, BuildOptions("native", "stm32f746", config)).train
-        print(f"--bp-layers auto: the last {config.bp_layers} trainable layer(s) by "
-              "back-propagation (as `build --target stm32f746` picks)")
+    if config.bp_layers == BP_AUTO or config.blocks == BLOCKS_AUTO:  # as the F746 build picks
+        chosen = resolve_auto(graph, BuildOptions("native", "stm32f746", config)).train
+        if config.bp_layers == BP_AUTO:
+            print(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
+                  "back-propagation (as `build --target stm32f746` picks)")
+        if config.blocks == BLOCKS_AUTO and config.mode == "sparse":
+            print(f"--blocks auto: {chosen.blocks} block(s) (as `build --target stm32f746` "
+                  "picks)")
+        config = chosen
     plans = training_plans(graph, config)
     sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
     if out_dir.exists() and not out_dir.is_dir():
