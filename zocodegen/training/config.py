@@ -171,25 +171,25 @@ class TrainConfig:
         return asdict(self)
 
 
-def parse_bp_layers(text: str) -> int:
-    """'--bp-layers C|auto' -> C or BP_AUTO."""
+def _count_or_auto(text: str, option: str, things: str, auto: int) -> int:
+    """An option that is a count or 'auto' (the build sizes it to the board)."""
     if text == "auto":
-        return BP_AUTO
+        return auto
     try:
         return int(text)
     except ValueError:
-        raise UserError(f"--bp-layers expects a number of layers or auto, got '{text}'"
+        raise UserError(f"{option} expects a number of {things} or auto, got '{text}'"
                         ) from None
+
+
+def parse_bp_layers(text: str) -> int:
+    """'--bp-layers C|auto' -> C or BP_AUTO."""
+    return _count_or_auto(text, "--bp-layers", "layers", BP_AUTO)
 
 
 def parse_blocks(text: str) -> int:
     """'--blocks N|auto' -> N or BLOCKS_AUTO."""
-    if text == "auto":
-        return BLOCKS_AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"--blocks expects a number of blocks or auto, got '{text}'") from None
+    return _count_or_auto(text, "--blocks", "blocks", BLOCKS_AUTO)
 
 
 def parse_layer_list(text: str | None) -> tuple[int, ...]:
