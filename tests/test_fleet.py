@@ -354,3 +354,21 @@ def test_a_sparse_build_trains_its_block_in_the_fleet(tmp_path):
     manifest = json.loads((build / "manifest.json").read_text())["training"]
     assert (model.plan.config.blocks, model.plan.config.block) == (3, 1)
     assert [layer.op_index for layer in model.plan.layers] == manifest["block_ops"][0]
+
+
+def test_fleet_local_command_and_a_restarted_server(fleet_build, tmp_path, capsys):
+    """`zocodegen fleet local` end to end (SuperLink, three SuperNodes, flwr run); run again
+    with more rounds, the server resumes from its last round instead of starting over."""
+    images = [str(p) for p in _images(tmp_path, 3)]
+    out = tmp_path / "out"
+    args = ["fleet", "local", str(MODEL), "--build", str(fleet_build), "--native",
+            str(fleet_build), "--images", *images, "-o", str(out), "--steps-per-round", "5",
+            "--min-devices", "3", "--wait", "60", "--deadline", "60"]
+    assert main(args + ["--rounds", "1"]) == 0
+    first = json.loads((out / "fleet.json").read_text())
+    assert [len([p for p in r["participants"] if p["accepted"]]) for r in first["rounds"]] == [3]
+    assert main(args + ["--rounds", "2"]) == 0
+    record = json.loads((out / "fleet.json").read_text())
+    assert record["rounds"][0] == first["rounds"][0]  # kept, not rerun
+    assert record["rounds"][1]["first_step"] == 5
+    assert "2 rounds; the averaged model is" in capsys.readouterr().out
