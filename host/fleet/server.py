@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,12 +48,6 @@ def device_seed(base: int, round_index: int, node: int) -> int:
     client"): the first 4 bytes of SHA-256 over base, round and node; never 0."""
     digest = hashlib.sha256(f"{base}:{round_index}:{node}".encode()).digest()
     return int.from_bytes(digest[:4], "little") or 1
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 class FleetServer:
@@ -168,23 +161,20 @@ class FleetServer:
         return self._download_delta
 
     def left_out(self, node: int, reason: str, device: str = "") -> None:
-        self._outcomes[node] = Outcome(**{**asdict(self._outcomes[node]), "reason": reason,
-                                          "device": device})
+        self._outcomes[node] = replace(self._outcomes[node], reason=reason, device=device)
 
     def receive(self, node: int, update: Update, device: str = "") -> None:
         """Replays (or applies) a device's update; a bad one is left out with its reason."""
-        outcome = Outcome(**{**asdict(self._outcomes[node]), "device": device,
-                             "kind": update.kind,
-                             "upload": len(update.payload) + UPDATE_FIELDS,
-                             "samples": update.samples})
+        outcome = replace(self._outcomes[node], device=device, kind=update.kind,
+                          upload=len(update.payload) + UPDATE_FIELDS, samples=update.samples)
         try:
             if update.samples < 1:
                 raise DataError(f"it reports {update.samples} training records")
             params = reconstruct(self.model, self._starts[node], self.steps, update)
         except DataError as exc:
-            self._outcomes[node] = Outcome(**{**asdict(outcome), "reason": str(exc)})
+            self._outcomes[node] = replace(outcome, reason=str(exc))
             return
-        self._outcomes[node] = Outcome(**{**asdict(outcome), "accepted": True})
+        self._outcomes[node] = replace(outcome, accepted=True)
         self._accepted[node] = params
 
     def begin(self) -> None:
@@ -212,18 +202,19 @@ class FleetServer:
                  "fedavg_download_bytes": len(outcomes) * self.model.trainable_bytes,
                  "participants": [asdict(o) for o in outcomes]}
         if self.test is not None:
-            x, y = self.test
-            entry["accuracy"] = float((predict(self.model.graph, self.params, x) == y).mean())
+            entry["accuracy"] = self._accuracy(self.params)
         step = (self.round + 1) * self.steps
         checkpoint.save_bytes(self.model_path, self.model.checkpoint(
             self.params, step, self.model.plan.config.seed))
         self.record["rounds"].append(entry)
-        _write_atomic(self.record_path, (json.dumps(self.record, indent=1) + "\n").encode())
+        checkpoint.save_bytes(self.record_path, (json.dumps(self.record, indent=1) + "\n").encode())
         return entry
+
+    def _accuracy(self, params: Params) -> float:
+        x, y = self.test
+        return float((predict(self.model.graph, params, x) == y).mean())
 
     def accuracy_before(self) -> float | None:
         if self.test is None:
             return None
-        x, y = self.test
-        start = initial_params(self.model.graph, self.model.plan)
-        return float((predict(self.model.graph, start, x) == y).mean())
+        return self._accuracy(initial_params(self.model.graph, self.model.plan))

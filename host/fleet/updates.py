@@ -19,7 +19,6 @@ equals the one the device reported: a device that returns garbage contributes no
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +47,7 @@ class FleetModel:
 
     @classmethod
     def load(cls, model_path: Path, build: Path) -> FleetModel:
-        config, sha_hex = replay.build_config(build)
-        sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
-        if sha.hex() != sha_hex:
-            raise UserError(f"{model_path} is another model than the one {build} was built "
-                            f"from (sha256 {sha.hex()[:12]}... against {sha_hex[:12]}...)")
+        config, sha = replay.model_build(model_path, build)
         if config.guard or config.lr_auto:
             raise UserError(f"{build} was built with the training guard or --lr auto, whose "
                             "decisions the server cannot rebuild; rebuild with --no-guard and "
@@ -149,7 +144,7 @@ def unpack_scalars(data: bytes, steps: range, layout: Layout) -> replay.Scalars:
     return out
 
 
-def scalar_layout(scalars: replay.Scalars) -> Layout:
+def recorded_layout(scalars: replay.Scalars) -> Layout:
     """The layout a device's own records show (its first step's keys and sizes)."""
     first = min((t for t, _ in scalars), default=0)
     return tuple((key, len(v)) for (t, key), v in sorted(scalars.items()) if t == first)
@@ -175,7 +170,7 @@ def make_update(start: bytes, end: bytes, scalars: replay.Scalars | None, sample
     crc = int.from_bytes(end[-4:], "little")
     options = [("delta", zlib.compress(parameter_delta(a, b), LEVEL))]
     if scalars is not None:
-        packed = pack_scalars(scalars, range(a.step, b.step), scalar_layout(scalars))
+        packed = pack_scalars(scalars, range(a.step, b.step), recorded_layout(scalars))
         options.append(("scalars", zlib.compress(packed, LEVEL)))
     kind, payload = min(options, key=lambda option: len(option[1]))
     return Update(kind, payload, samples, crc, a.model_sha256.hex())

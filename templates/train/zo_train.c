@@ -626,8 +626,9 @@ static int8_t *split_backup(const zo_train_model *m, uint32_t i)
 static void perturb_block(const zo_train_model *m, uint32_t first, uint32_t stop,
                           zo_perturb_stream *streams, int32_t sign)
 {
-    for (uint32_t i = first; i < stop; ++i) {
-        perturb_weights(&m->layers[i], split_backup(m, i), &streams[i], sign);
+    const int8_t *backup = split_backup(m, first);
+    for (uint32_t i = first; i < stop; backup += m->layers[i].weight_count, ++i) {
+        perturb_weights(&m->layers[i], backup, &streams[i], sign);
         refold(&m->layers[i]);
     }
 }
@@ -691,8 +692,9 @@ static void estimate_split(const zo_train_model *m, const zo_train_state *s, uin
     const uint32_t p2 = 2u * m->queries * ZO_SPLIT_INNER;
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
-        for (uint32_t i = 0; i < m->layer_count; ++i) {
-            memcpy(split_backup(m, i), m->layers[i].weights, m->layers[i].weight_count);
+        int8_t *backup = split_backup(m, 0);
+        for (uint32_t i = 0; i < m->layer_count; backup += m->layers[i].weight_count, ++i) {
+            memcpy(backup, m->layers[i].weights, m->layers[i].weight_count);
         }
         ZO_PROFILE_END();
     }
@@ -702,8 +704,9 @@ static void estimate_split(const zo_train_model *m, const zo_train_state *s, uin
     }
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
-        for (uint32_t i = 0; i < m->layer_count; ++i) {
-            memcpy(m->layers[i].weights, split_backup(m, i), m->layers[i].weight_count);
+        const int8_t *backup = split_backup(m, 0);
+        for (uint32_t i = 0; i < m->layer_count; backup += m->layers[i].weight_count, ++i) {
+            memcpy(m->layers[i].weights, backup, m->layers[i].weight_count);
             refold(&m->layers[i]);
         }
         ZO_PROFILE_END();

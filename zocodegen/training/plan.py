@@ -92,10 +92,10 @@ class TrainingPlan:
         its first layer) or the P_2 of block 2 (keyed by the cutoff layer)."""
         if not self.split:
             return layer.index, self.config.queries
-        position = self.layers.index(layer)
-        if position < self.split:
+        cut = self.layers[self.split]
+        if layer.index < cut.index:  # trained layers are in forward order
             return self.layers[0].index, self.config.queries
-        return self.layers[self.split].index, self.inner_perturbations
+        return cut.index, self.inner_perturbations
 
     @property
     def scalar_layout(self) -> tuple[tuple[int, int], ...]:

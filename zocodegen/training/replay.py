@@ -132,15 +132,22 @@ def build_config(build: Path) -> tuple[TrainConfig, str]:
     return TrainConfig(**options), manifest["model"]["sha256"]
 
 
+def model_build(model_path: Path, build: Path) -> tuple[TrainConfig, bytes]:
+    """The build's training options and the model file's SHA-256, refusing a model file that
+    is not the one the build was made from."""
+    config, sha_hex = build_config(build)
+    model_sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
+    if model_sha.hex() != sha_hex:
+        raise UserError(f"{model_path} is another model than the one {build} was built from "
+                        f"(sha256 {model_sha.hex()[:12]}... against {sha_hex[:12]}...)")
+    return config, model_sha
+
+
 def replay_build(model_path: Path, graph: Graph, build: Path, scalars_path: Path,
                  steps: int | None) -> bytes:
     """The checkpoint of the build's run after ``steps`` steps (all the scalars have, when
     None), rebuilt from the model file, the build's options and the scalars."""
-    config, sha_hex = build_config(build)
-    model_sha = hashlib.sha256(model_path.read_bytes()).digest()
-    if model_sha.hex() != sha_hex:
-        raise UserError(f"{model_path} is another model than the one {build} was built from "
-                        f"(sha256 {model_sha.hex()[:12]}... against {sha_hex[:12]}...)")
+    config, model_sha = model_build(model_path, build)
     if not config.record_scalars:
         raise UserError(f"{build} was built without --record-scalars: its device sends no "
                         "scalars to replay")

@@ -275,8 +275,8 @@ def _split_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
                         plan.block1_diff_limit).sum()
     if record is not None:
         record[block1[0].index], record[cut.index] = d1.astype(np.int32), d2.astype(np.int32)
-    for layer in plan.layers:
-        sums = d1 if layer in block1 else d2
+    for position, layer in enumerate(plan.layers):
+        sums = d1 if position < plan.split else d2
         _update_layer(plan, layer, params, wp_gradient(xi[layer.index], sums), eta_t)
 
 
