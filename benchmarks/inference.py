@@ -129,7 +129,7 @@ def measure(path: Path, samples: int, portable: bool, profile: bool) -> dict:
     from zocodegen.engines import FirmwareSession, run_samples
     from zocodegen.frontends import load_model
     from zocodegen.planner import plan_arena
-    from zocodegen.summary import macs as op_macs
+    from zocodegen.ir import macs as op_macs
 
     graph = load_model(path)
     layers = [dict(op=op.type, family=family(graph, op), macs=op_macs(graph, op),

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .codegen import (BuildOptions, ProjectPlan, plan_project, render_project,
+from .codegen import (BuildOptions, ProjectPlan, device_graph, plan_project, render_project,
                       resolve_auto, write_project)
 from .errors import UserError
 from .frontends import load_model
@@ -25,7 +25,7 @@ ARTEFACTS = {"native": "build/native/model", "native-sanitize": "build/native-sa
 def _render(model_path: Path, options: BuildOptions, graph: Graph | None
             ) -> tuple[ProjectPlan, dict[str, str]]:
     """Plan and render a model (loaded here unless the caller already has its graph)."""
-    graph = graph if graph is not None else load_model(model_path)
+    graph = device_graph(graph if graph is not None else load_model(model_path), options)
     options = resolve_auto(graph, options)
     plan = plan_project(graph, options)
     return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
@@ -67,14 +67,16 @@ def cache_root() -> Path:
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
                  sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
-                 graph: Graph | None = None, train: TrainConfig | None = None) -> Path:
+                 graph: Graph | None = None, train: TrainConfig | None = None,
+                 patches: str = "auto", input_quantize: str = "device") -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
     rebuilds) plus the goal; a hit skips the compiler entirely.
     """
-    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate, train=train),
-                       graph)
+    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate, train=train,
+                                                patches=patches,
+                                                input_quantize=input_quantize), graph)
     digest = hashlib.sha256()
     for rel in sorted(files):
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")

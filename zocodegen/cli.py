@@ -18,7 +18,9 @@ from tqdm import tqdm
 
 from . import __version__
 from .errors import DataError, UserError
-from .codegen import BUILD_TARGETS, BuildOptions
+from .codegen import BUILD_TARGETS, BuildOptions, device_graph
+from .codegen.host_inputs import host_side_inputs
+from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
 from .frontends import load_model
 from .ir import Graph
 from .build import cached_build, generate
@@ -71,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGET_NAMES, default="stm32f746",
                    help="the board whose memory budget native/qemu builds stand for "
                         "(default stm32f746)")
+    _add_memory_options(p)
     p.set_defaults(func=cmd_infer)
 
     p = sub.add_parser("build", help="generate the firmware project (C sources, Makefile, "
@@ -85,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                         "stm32f746)")
     p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
                    help="also generate the on-device zeroth-order training engine")
+    _add_memory_options(p)
     _add_train_options(p, default_queries=50)
     p.set_defaults(func=cmd_build)
 
@@ -390,6 +394,17 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print(format_summary(summary, budget))
 
 
+def _add_memory_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--patches", choices=PATCH_MODES, default="auto",
+                   help="patch-based inference of the first stage (MCUNetV2; docs/memory.md): "
+                        "auto when the build would not fit the board otherwise (default), on "
+                        "whenever it lowers the arena, off; inference builds only")
+    p.add_argument("--input-quantize", choices=INPUT_QUANTIZE_MODES, default="device",
+                   help="host: the host runs the model's leading float32 -> int8 QUANTIZE "
+                        "and the device takes the int8 input (a quarter of the bytes); "
+                        "default device")
+
+
 def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
     """Load X.npy / X.npz and check it against the model's inputs (batch axis first)."""
     try:
@@ -449,15 +464,20 @@ def write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
             np.save(f, next(iter(outputs.values())))
 
 
-def _sample_outputs(graph: Graph, engine: str, model: Path, target: str,
+def _sample_outputs(graph: Graph, engine: str, model: Path, args: argparse.Namespace,
                     samples: list[dict[str, np.ndarray]]):
     """Yield (outputs, cycles) per sample from the chosen engine."""
     if engine == "reference":
         for sample in samples:
             yield run(graph, sample), 0
         return
-    artefact = cached_build(model, engine, emulate=target, graph=graph)
-    for result in run_samples(graph, engine, artefact, samples):
+    options = BuildOptions(target=engine, emulate=args.target, patches=args.patches,
+                           input_quantize=args.input_quantize)
+    device = device_graph(graph, options)
+    artefact = cached_build(model, engine, emulate=args.target, graph=graph,
+                            patches=args.patches, input_quantize=args.input_quantize)
+    device_samples = (host_side_inputs(graph, device, sample) for sample in samples)
+    for result in run_samples(device, engine, artefact, device_samples):
         yield result.outputs, result.cycles
 
 
@@ -469,7 +489,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
     samples = [{n: x[i:i + 1] for n, x in inputs.items()} for i in range(batch)]
     results: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     cycles = []
-    progress = tqdm(_sample_outputs(graph, args.engine, args.model, args.target, samples),
+    progress = tqdm(_sample_outputs(graph, args.engine, args.model, args, samples),
                     total=batch, desc=f"infer ({args.engine})", unit="sample", disable=None,
                     leave=False)
     for outputs, count in progress:
@@ -494,7 +514,8 @@ def cmd_build(args: argparse.Namespace) -> None:
                             "adaptive, wp or np")
         train = _train_config(args, args.train)
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
-                                             train=train), out)
+                                             train=train, patches=args.patches,
+                                             input_quantize=args.input_quantize), out)
     placement = plan.placement
     print(f"{out}/: {len(plan.code.layers)} layers, arena {plan.arena.arena_bytes:,} B "
           f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "

@@ -127,3 +127,16 @@ class Graph:
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
+
+
+def macs(graph: Graph, op: Op) -> int:
+    """Multiply-accumulates of one inference of ``op`` (convolutions and FC only)."""
+    out = graph.tensor(op.outputs[0]).shape
+    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        w = graph.tensor(op.inputs[1]).shape
+        per_output = w[1] * w[2] * (w[3] if op.type == "CONV_2D" else 1)
+        return int(np.prod(out)) * per_output
+    if op.type == "FULLY_CONNECTED":
+        w = graph.tensor(op.inputs[1]).shape
+        return int(np.prod(out)) * w[1]
+    return 0

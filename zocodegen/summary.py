@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .ir import TRAINABLE_OP_TYPES, Graph, Op
+from .ir import TRAINABLE_OP_TYPES, Graph, Op, macs
 from .planner import plan_arena
 
 
@@ -44,19 +44,6 @@ class ModelSummary:
 def param_bytes(graph: Graph, op: Op) -> int:
     """Bytes of the op's constant operands (weights, biases) as stored on the device."""
     return sum(graph.tensor(n).nbytes for n in op.inputs[1:] if n and graph.tensor(n).is_constant)
-
-
-def macs(graph: Graph, op: Op) -> int:
-    """Multiply-accumulates of one inference (convolutions and FC only)."""
-    out = graph.tensor(op.outputs[0]).shape
-    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        w = graph.tensor(op.inputs[1]).shape
-        per_output = w[1] * w[2] * (w[3] if op.type == "CONV_2D" else 1)
-        return int(np.prod(out)) * per_output
-    if op.type == "FULLY_CONNECTED":
-        w = graph.tensor(op.inputs[1]).shape
-        return int(np.prod(out)) * w[1]
-    return 0
 
 
 def estimator_dims(graph: Graph, op: Op) -> tuple[int, int]:

@@ -150,6 +150,16 @@ typedef struct {
 /* RESHAPE when its output cannot alias its input */
 void zo_copy_bytes(const zo_copy_params *p, const void *input, void *output);
 
+typedef struct {
+    int32_t rows;               /* rows of the window */
+    int32_t row_bytes;          /* bytes of one window row (columns * channels * element) */
+    int32_t input_stride;       /* bytes from one row to the next in the input */
+    int32_t output_stride;      /* ... and in the output */
+} zo_window_params;
+
+/* patch-based inference: copy a window of rows between a whole tensor and a patch */
+void zo_copy_window(const zo_window_params *p, const void *input, void *output);
+
 /* ---- QUANTIZE / DEQUANTIZE (zo_quantize.c); requantize in place ------------------------- */
 typedef struct {
     int32_t size;

@@ -85,3 +85,12 @@ void zo_copy_bytes(const zo_copy_params *p, const void *input, void *output)
         dst[i] = src[i];
     }
 }
+
+void zo_copy_window(const zo_window_params *p, const void *input, void *output)
+{
+    const zo_copy_params row = {p->row_bytes};
+    for (int32_t r = 0; r < p->rows; ++r) {
+        zo_copy_bytes(&row, (const uint8_t *)input + r * p->input_stride,
+                      (uint8_t *)output + r * p->output_stride);
+    }
+}

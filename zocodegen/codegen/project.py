@@ -18,13 +18,15 @@ import numpy as np
 from .. import __version__
 from ..errors import UserError
 from ..ir import Graph
-from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message, kb, place,
-                       plan_arena, report_dict, report_text)
+from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message,
+                       default_suggestions, kb, place, plan_arena, report_dict, report_text)
+from ..planner.patches import best_patched_arena
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.backprop import largest_bp_layers
 from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
 from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
+from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
 
@@ -41,6 +43,8 @@ TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
                         "a board with more SRAM (--target stm32h7b3)"]
 VALUES_PER_LINE = 16
 MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
+PATCH_MODES = ("auto", "on", "off")
+INPUT_QUANTIZE_MODES = ("device", "host")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class BuildOptions:
     target: str  # one of BUILD_TARGETS
     emulate: str = "stm32f746"  # the board whose budget native and QEMU builds stand for
     train: TrainConfig | None = None  # None: inference only
+    # patch-based inference (planner/patches.py): auto uses it when the build would not fit
+    # the board without it; on whenever it lowers the arena; off never
+    patches: str = "auto"
+    input_quantize: str = "device"  # host: the host runs the leading QUANTIZE (host_inputs.py)
 
     @property
     def board(self) -> str:
@@ -113,35 +121,90 @@ def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
     return resolve_blocks(graph, resolve_bp_layers(graph, options))
 
 
+def device_graph(graph: Graph, options: BuildOptions) -> Graph:
+    """The graph the device runs: the model, or with --input-quantize host the model
+    without its leading QUANTIZE ops."""
+    if options.input_quantize not in INPUT_QUANTIZE_MODES:
+        raise UserError(f"--input-quantize {options.input_quantize}: choose one of "
+                        f"{', '.join(INPUT_QUANTIZE_MODES)}")
+    return quantize_inputs_on_host(graph) if options.input_quantize == "host" else graph
+
+
+def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
+    stack_memory = target_data(board.name)["linker"]["stack_region"]
+    # The link buffers are ordinary .bss, which every linker script puts right after the
+    # stack: pinned to the stack's memory, they are placed (and reported) there too.
+    what = "inference activations"
+    if arena.patches is not None:
+        what += f"; patch-based: {arena.patches.describe()}"
+    return [RamItem("arena", arena.arena_bytes, what),
+            RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
+            RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
+                    f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
+                    "(static)", memory=stack_memory)]
+
+
+def plan_inference_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan:
+    """The arena of the build: every op whole, or the first stage in patches (--patches).
+    Training builds run every op whole: a partial forward restarts from saved activations,
+    which a patched stage never holds whole."""
+    if options.patches not in PATCH_MODES:
+        raise UserError(f"--patches {options.patches}: choose one of {', '.join(PATCH_MODES)}")
+    whole = plan_arena(graph)
+    if options.train is not None:
+        if options.patches == "on":
+            raise UserError("--patches on is for inference builds: training restarts partial "
+                            "forwards from saved activations, which patches never hold whole")
+        return whole
+
+    def fits(arena: ArenaPlan) -> bool:
+        return place(_inference_items(arena, board), board.name, board.sram_budget_bytes,
+                     strict=False).fits
+
+    if options.patches == "off" or (options.patches == "auto" and fits(whole)):
+        return whole
+    patched = best_patched_arena(graph, fits if options.patches == "auto" else None)
+    return patched or whole
+
+
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
-    """Plan memory and generate the layer code; refuses (BudgetError) when the board's SRAM
-    budget is exceeded, except for native builds, which only report it. A refused training
-    build names the training modes and blocks that would fit."""
+    """Plan memory and generate the layer code of ``graph`` (the device graph); refuses
+    (BudgetError) when the board's SRAM budget is exceeded, except for native builds, which
+    only report it. A refused build names what would fit or what else to try."""
     if options.target not in BUILD_TARGETS:
         raise UserError(f"unknown target '{options.target}'; choose one of "
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
-    arena = plan_arena(graph)
+    arena = plan_inference_arena(graph, options, board)
     code, training, items = _layout(graph, arena, board, options.train)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
         tips = (_fitting_alternatives(graph, arena, board, options.train) + TRAINING_SUGGESTIONS
-                if training else None)
+                if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
     return ProjectPlan(arena, placement, code, board, training)
+
+
+def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions) -> list[str]:
+    """What else to try when an inference build does not fit, given what is applied."""
+    tips = []
+    if arena.patches is None and options.patches == "off":
+        tips.append("patch-based inference of the first stage (--patches auto)")
+    elif arena.patches is None:
+        tips.append("patch-based inference does not lower this model's arena (no stage of "
+                    "convolutions whose patches need less)")
+    if options.input_quantize == "device" and host_quantizable(graph):
+        floats = sum(graph.tensors[n].nbytes for n in graph.inputs)
+        ints = sum(graph.tensors[n].nbytes for n in quantize_inputs_on_host(graph).inputs)
+        tips.append(f"quantize the input on the host (--input-quantize host): the device then "
+                    f"takes {kb(ints)} of int8 instead of {kb(floats)} of float32")
+    return tips + default_suggestions(options.board)
 
 
 def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None
             ) -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
     """Layer code, training tables and the SRAM items of one build configuration."""
-    stack_memory = target_data(board.name)["linker"]["stack_region"]
-    # The link buffers are ordinary .bss, which every linker script puts right after the
-    # stack: pinned to the stack's memory, they are placed (and reported) there too.
-    items = [RamItem("arena", arena.arena_bytes, "inference activations"),
-             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
-             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
-                     f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
-                     "(static)", memory=stack_memory)]
+    items = _inference_items(arena, board)
     if train is None:
         return model_code(graph, arena), None, items
     plans = training_plans(graph, train)

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from ..ir import Graph
 from .lifetimes import ALIAS_MODES, activation_names, align_up, alias_groups, tensor_lifetimes
 from .scratch import kernel_scratch, scratch_name
+
+if TYPE_CHECKING:
+    from .patches import PatchPlan
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class ArenaPlan:
     tensor_bytes: Mapping[str, int] = field(default_factory=dict)  # unpadded sizes
     # op index -> offset of the kernel's working memory during that op (planner/scratch.py)
     scratch_offsets: Mapping[int, int] = field(default_factory=dict)
+    # patch-based inference of the first stage (planner/patches.py); its workspace is the
+    # scratch of the stage's first op
+    patches: PatchPlan | None = None
 
     def buffer_of(self, tensor: str) -> Buffer:
         for buf in self.buffers:

@@ -29,11 +29,18 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
 
 
 def kernel_scratch(graph: Graph) -> dict[int, int]:
-    """Op index -> scratch bytes, for the ops that need any."""
-    return {index: IM2COL_PIXELS * im2col_row_bytes(graph, op)
-            for index, op in enumerate(graph.ops) if uses_im2col(graph, op)}
+    """Op index -> scratch bytes, for the ops that need any (in a patched plan's planning
+    view, the stage's workspace is its scratch: planner/patches.py)."""
+    out = {index: IM2COL_PIXELS * im2col_row_bytes(graph, op)
+           for index, op in enumerate(graph.ops) if uses_im2col(graph, op)}
+    out.update({index: op.options["workspace_bytes"] for index, op in enumerate(graph.ops)
+                if "workspace_bytes" in op.options})
+    return out
 
 
 def scratch_name(graph: Graph, index: int) -> str:
     """The scratch buffer's name in the plan and the report (never a tensor name)."""
-    return f"im2col rows of {graph.ops[index].name}"
+    op = graph.ops[index]
+    if "workspace_bytes" in op.options:
+        return f"workspace of the {op.name}"
+    return f"im2col rows of {op.name}"
