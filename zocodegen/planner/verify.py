@@ -7,9 +7,12 @@ and view cases the kernels allow), or a graph output / keep-alive tensor lost at
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..ir import Graph
 from .arena import ArenaPlan
 from .lifetimes import allows_in_place
+from .patches import planning_view
 from .scratch import kernel_scratch
 
 
@@ -18,7 +21,17 @@ class PlanError(AssertionError):
 
 
 def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
-    """Everything wrong with ``plan`` for ``graph`` (empty when it is sound)."""
+    """Everything wrong with ``plan`` for ``graph`` (empty when it is sound). A patched plan
+    is checked on its planning view, and each class of patches on its own patch graph."""
+    if plan.patches is not None:
+        problems = plan_problems(planning_view(graph, plan.patches), replace(plan, patches=None))
+        for k, patch_class in enumerate(plan.patches.classes):
+            problems += [f"patch class {k}: {p}"
+                         for p in plan_problems(patch_class.graph, patch_class.plan)]
+            if patch_class.plan.arena_bytes > plan.patches.workspace_bytes:
+                problems.append(f"patch class {k} needs {patch_class.plan.arena_bytes} B, "
+                                f"more than the workspace ({plan.patches.workspace_bytes} B)")
+        return problems
     acts = [n for n, t in graph.tensors.items() if t.data is None]
     problems = []
     span = {}
