@@ -338,3 +338,41 @@ void zo_conv2d_1x1_s8(const zo_conv_params *p, const int8_t *input, const int8_t
 }
 
 #endif
+
+/*
+ * A convolution whose output overwrites its input (MCUNet / TinyEngine's in-place
+ * depthwise, for any convolution whose output is no larger than its input). Output rows
+ * are computed in order by p->row_kernel on the input rows they read, into a ring of
+ * p->ring_rows rows; a finished row is copied over the input as soon as the bytes it lands
+ * on hold only input rows no later output row reads. The arithmetic is the row kernel's,
+ * so the result equals the row kernel on separate buffers. The planner sizes the ring by
+ * the same rule (zocodegen/planner/scratch.py: in_place_rows).
+ */
+void zo_conv_in_place_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                         const int32_t *bias, int8_t *output)
+{
+    const int32_t in_row = p->in_w * p->in_c, out_row = p->out_w * p->out_c;
+    const int32_t span = (p->k_h - 1) * p->dilation_h + 1; /* input rows one output row reads */
+    int8_t *ring = p->scratch;
+    zo_conv_params row = *p;
+    row.out_h = 1;
+    row.scratch = p->scratch + p->ring_rows * out_row;
+    int32_t committed = 0;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t y0 = oy * p->stride_h - p->pad_top;
+        const int32_t lo = y0 > 0 ? y0 : 0;
+        const int32_t hi = y0 + span < p->in_h ? y0 + span : p->in_h;
+        row.in_h = hi - lo;
+        row.pad_top = lo - y0;
+        p->row_kernel(&row, input + lo * in_row, weights, bias,
+                      ring + (oy % p->ring_rows) * out_row);
+        const int32_t next = (oy + 1) * p->stride_h - p->pad_top;
+        const int32_t first_read = oy + 1 < p->out_h ? (next > 0 ? next : 0) : p->in_h;
+        while (committed <= oy && (committed + 1) * out_row <= first_read * in_row) {
+            const zo_copy_params bytes = {out_row};
+            zo_copy_bytes(&bytes, ring + (committed % p->ring_rows) * out_row,
+                          output + committed * out_row);
+            ++committed;
+        }
+    }
+}

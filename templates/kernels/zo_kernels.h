@@ -13,7 +13,13 @@
 #include <stdint.h>
 
 /* ---- CONV_2D (zo_conv.c) / DEPTHWISE_CONV_2D (zo_depthwise.c) ------------------------- */
-typedef struct {
+typedef struct zo_conv_params zo_conv_params;
+
+/* Every convolution kernel has this signature (the training engine keeps the layer's). */
+typedef void (*zo_conv_kernel)(const zo_conv_params *p, const int8_t *input,
+                               const int8_t *weights, const int32_t *bias, int8_t *output);
+
+struct zo_conv_params {
     int32_t batches;
     int32_t in_h, in_w, in_c;
     int32_t out_h, out_w, out_c;
@@ -29,11 +35,11 @@ typedef struct {
     const int32_t *shift;      /* per output channel, > 0 left */
     int32_t right_shift_only;  /* 1: every shift < 0 (the fast kernels' cheaper requantization) */
     int8_t *scratch;           /* zo_conv2d_im2col_s8: 2 k_h k_w in_c bytes (planned); else NULL */
-} zo_conv_params;
-
-/* Every convolution kernel has this signature (the training engine keeps the layer's). */
-typedef void (*zo_conv_kernel)(const zo_conv_params *p, const int8_t *input,
-                               const int8_t *weights, const int32_t *bias, int8_t *output);
+    /* zo_conv_in_place_s8 only: the kernel that computes each output row, and the rows of
+     * the ring at scratch (the row kernel's own scratch follows the ring) */
+    zo_conv_kernel row_kernel;
+    int32_t ring_rows;
+};
 
 /* CONV_2D: weights OHWI [out_c][k_h][k_w][in_c]; `folded` = bias + input_offset * (sum of
  * the channel's weights), never NULL (zo_conv.c says why). */
@@ -49,6 +55,10 @@ void zo_depthwise_conv2d_s8(const zo_conv_params *p, const int8_t *input, const 
 void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
                                const int8_t *weights, const int32_t *bias,
                                int8_t *output); /* depth multiplier 1 */
+/* Any of the above with its output over its input (output == input allowed; in place),
+ * row by row through p->ring_rows rows at p->scratch (zocodegen/planner/scratch.py) */
+void zo_conv_in_place_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
+                         const int32_t *bias, int8_t *output);
 
 /* ---- FULLY_CONNECTED (zo_fully_connected.c) ---------------------------------------------- */
 typedef struct {

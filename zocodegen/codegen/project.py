@@ -72,6 +72,17 @@ class ProjectPlan:
     training: TrainingCode | None = None
 
 
+def whole_arena(graph: Graph, train: TrainConfig | None) -> ArenaPlan:
+    """The arena with every op run whole. Trained layers never compute in place: the
+    training engine also runs their kernels on buffers of its own."""
+    if train is None:
+        return plan_arena(graph)
+    ops = trainable_ops(graph)
+    chosen = train.layers or range(len(ops))
+    return plan_arena(graph, separate_ops=frozenset(ops[i] for i in chosen
+                                                    if 0 <= i < len(ops)))
+
+
 def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     """--bp-layers auto: the largest C that the head's backward rules allow and whose build
     fits the board's SRAM budget (0 when none does; the budget check then speaks)."""
@@ -79,7 +90,7 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     if train is None or train.bp_layers != BP_AUTO:
         return options
     board = load_target(options.board)
-    arena = plan_arena(graph)
+    arena = whole_arena(graph, train)
     _, logits_op = loss_head(graph)
     for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
         config = replace(train, bp_layers=c)
@@ -103,7 +114,7 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
     if train.mode != "sparse":
         return replace(options, train=replace(train, blocks=4))
     board = load_target(options.board)
-    arena = plan_arena(graph)
+    arena = whole_arena(graph, train)
     most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
                MAX_SUGGESTED_BLOCKS)
     for n in range(1, most + 1):
@@ -150,7 +161,7 @@ def plan_inference_arena(graph: Graph, options: BuildOptions, board: Target) -> 
     which a patched stage never holds whole."""
     if options.patches not in PATCH_MODES:
         raise UserError(f"--patches {options.patches}: choose one of {', '.join(PATCH_MODES)}")
-    whole = plan_arena(graph)
+    whole = whole_arena(graph, options.train)
     if options.train is not None:
         if options.patches == "on":
             raise UserError("--patches on is for inference builds: training restarts partial "

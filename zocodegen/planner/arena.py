@@ -194,7 +194,7 @@ def _local_search(buffers: list[Buffer], conflicts: list[list[int]], order: list
 
 
 def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
-               alignment: int = 4) -> ArenaPlan:
+               alignment: int = 4, separate_ops: frozenset[int] = frozenset()) -> ArenaPlan:
     """Offsets for every activation tensor so that no two live at once share bytes, except
     where a kernel is known to allow it (RESHAPE views, in-place element-wise ops).
 
@@ -202,7 +202,8 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     no sharing, then a bounded local search while the best is above the lower bound; the
     smallest arena wins (ties: the earlier, simpler candidate). ``keep_alive`` tensors live to
     the end and are never overwritten in place. Kernel scratch (``planner/scratch.py``) is
-    placed like a tensor that lives for its op only.
+    placed like a tensor that lives for its op only. Ops in ``separate_ops`` (indices) never
+    compute in place: training runs the kernels of trainable layers on buffers of its own.
     """
     if alignment < 1:
         raise ValueError(f"alignment must be positive, got {alignment}")
@@ -215,17 +216,17 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     raw = {n: graph.tensors[n].nbytes for n in acts}
     sizes = {n: align_up(raw[n], alignment) for n in acts}
 
-    scratch = {scratch_name(graph, i): (i, align_up(n, alignment))
-               for i, n in kernel_scratch(graph).items()}
-    scratch_buffers = [Buffer((name,), size, i, i) for name, (i, size) in scratch.items()]
-
     best = None
-    per_mode: dict[str, tuple[list[Buffer], tuple[str, ...]]] = {}
+    per_mode: dict[str, tuple[list[Buffer], tuple[str, ...], dict]] = {}
     for mode in ALIAS_MODES:
-        groups = alias_groups(graph, lifetimes, keep, mode)
+        groups = alias_groups(graph, lifetimes, keep, mode, separate_ops)
+        # the scratch depends on the mode: a convolution in place needs its ring
+        scratch = {scratch_name(graph, i): (i, align_up(n, alignment))
+                   for i, n in kernel_scratch(graph, frozenset(groups.ops)).items()}
+        scratch_buffers = [Buffer((name,), size, i, i) for name, (i, size) in scratch.items()]
         buffers = sorted(_make_buffers(groups.groups, sizes, lifetimes) + scratch_buffers,
                          key=lambda b: (b.first, b.last, b.name))
-        per_mode[mode] = (buffers, groups.ops)
+        per_mode[mode] = (buffers, groups.ops, scratch)
         conflicts = _conflict_lists(buffers)
         candidates = sorted(_candidates(buffers, conflicts, alignment), key=lambda c: c[0])
         if not candidates:
@@ -252,7 +253,7 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     assert best is None or best[0] <= baseline_bytes, "greedy-by-size is among the candidates"
 
     arena_bytes, strategy, mode, offsets = best if best else (0, "empty", "none", [])
-    buffers, ops = per_mode[mode]
+    buffers, ops, scratch = per_mode[mode]
     placed = tuple(sorted((Buffer(b.tensors, b.size, b.first, b.last, off)
                            for b, off in zip(buffers, offsets)),
                           key=lambda b: (b.offset, b.first, b.name)))
@@ -262,9 +263,9 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
         offsets=MappingProxyType({n: tensor_offsets[n] for n in acts}),
         buffers=placed,
         in_place_ops=ops,
-        lower_bound=live_peak(per_mode["in-place"][0]),
+        lower_bound=min(live_peak(per_mode[m][0]) for m in ("in-place", "element-wise")),
         greedy_by_size_bytes=baseline_bytes,
-        sum_of_activations=sum(sizes.values()) + sum(b.size for b in scratch_buffers),
+        sum_of_activations=sum(sizes.values()) + sum(size for _, size in scratch.values()),
         strategy=strategy,
         alignment=alignment,
         keep_alive=keep,

@@ -15,13 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph, Op
+from .scratch import in_place_rows
 
 # Kernels whose output may overwrite one of their inputs (same bytes, element by element or
-# after a full read, as SOFTMAX does). RESHAPE is a pure view and is handled separately.
-IN_PLACE_OP_TYPES = ("ADD", "MUL", "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX")
+# after a full read, as SOFTMAX does; convolutions row by row through a ring, scratch.py).
+# RESHAPE is a pure view and is handled separately.
+IN_PLACE_OP_TYPES = ("ADD", "MUL", "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "CONV_2D",
+                     "DEPTHWISE_CONV_2D")
+CONV_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
 # How much sharing a plan uses; the planner tries several and keeps the smallest arena.
-ALIAS_MODES = ("in-place", "reshape", "none")
+# "element-wise" leaves convolutions out: one computed in place needs its ring of rows,
+# which can cost more than it saves.
+ALIAS_MODES = ("in-place", "element-wise", "reshape", "none")
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -77,7 +83,19 @@ def allows_in_place(graph: Graph, op: Op) -> bool:
     if op.type == "QUANTIZE":
         return (len(inputs) == 1 and np.dtype(inputs[0].dtype) == np.int8
                 and np.dtype(out.dtype) == np.int8)
+    if op.type in CONV_OP_TYPES:
+        return in_place_rows(graph, op) is not None
     return True  # SOFTMAX, LOG_SOFTMAX
+
+
+def in_place_input(graph: Graph, op: Op) -> tuple[str, ...]:
+    """The inputs an in-place op may overwrite: a convolution only its activation input
+    (which may be larger than the output), the others any input of the output's size."""
+    if op.type in CONV_OP_TYPES:
+        return (op.inputs[0],)
+    size = graph.tensors[op.outputs[0]].nbytes
+    return tuple(n for n in dict.fromkeys(n for n in op.inputs if n)
+                 if graph.tensors[n].nbytes == size)
 
 
 def reshape_may_alias(graph: Graph, op: Op) -> bool:
@@ -115,12 +133,14 @@ class _UnionFind:
 
 
 def alias_groups(graph: Graph, lifetimes: Mapping[str, tuple[int, int]],
-                 keep_alive: Iterable[str] = (), mode: str = "in-place") -> AliasGroups:
+                 keep_alive: Iterable[str] = (), mode: str = "in-place",
+                 separate_ops: frozenset[int] = frozenset()) -> AliasGroups:
     """Group tensors that share bytes under ``mode`` (see ``ALIAS_MODES``).
 
     In-place needs the whole group of the overwritten input to die at the op, so a value that
     is still read later under another (reshaped) name is never clobbered. Of two candidates the
     one whose group started later is overwritten, which keeps the merged lifetime short.
+    Ops in ``separate_ops`` (indices) never compute in place.
     """
     if mode not in ALIAS_MODES:
         raise ValueError(f"unknown alias mode {mode!r}; choose one of {ALIAS_MODES}")
@@ -148,12 +168,13 @@ def alias_groups(graph: Graph, lifetimes: Mapping[str, tuple[int, int]],
             if reshape_may_alias(graph, op) and op.outputs[0] in lifetimes:
                 merge(op.inputs[0], op.outputs[0])
                 ops.append(op.name)
-            elif mode == "in-place" and allows_in_place(graph, op):
+            elif (mode in ("in-place", "element-wise") and index not in separate_ops
+                  and allows_in_place(graph, op)
+                  and (mode == "in-place" or op.type not in CONV_OP_TYPES)):
                 out = op.outputs[0]
-                size = graph.tensors[out].nbytes
                 candidates = []
-                for name in dict.fromkeys(n for n in op.inputs if n):
-                    if name not in lifetimes or graph.tensors[name].nbytes != size:
+                for name in in_place_input(graph, op):
+                    if name not in lifetimes:
                         continue
                     root = uf.find(name)
                     if root in tainted or span[root][1] != index:

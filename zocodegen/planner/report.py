@@ -6,6 +6,7 @@ from typing import Any
 
 from ..ir import Graph
 from .arena import ArenaPlan, Buffer
+from .patches import PatchPlan
 from .placement import Placement, kb
 
 LARGEST_SHOWN = 5
@@ -66,9 +67,16 @@ def report_dict(graph: Graph, arena: ArenaPlan, placement: Placement,
             "in_place_ops": list(arena.in_place_ops),
             "keep_alive": sorted(arena.keep_alive),
             "buffers": [_buffer_dict(graph, b) for b in arena.buffers],
+            "patches": None if arena.patches is None else _patches_dict(arena.patches),
         },
         "flash": flash,
     }
+
+
+def _patches_dict(patches: PatchPlan) -> dict[str, Any]:
+    return {"first_op": patches.first, "last_op": patches.last, "grid": list(patches.grid),
+            "classes": len(patches.classes), "workspace_bytes": patches.workspace_bytes,
+            "stage_macs": patches.stage_macs, "recomputed_macs": patches.recomputed_macs}
 
 
 def _tensor_label(graph: Graph, name: str) -> str:
@@ -110,6 +118,8 @@ def report_text(graph: Graph, arena: ArenaPlan, placement: Placement,
         if other:
             lines.append(f"    {arena.arena_bytes / other:.2f}x {label} ({kb(other)}, "
                          f"saves {kb(other - arena.arena_bytes)})")
+    if arena.patches is not None:
+        lines.append(f"    patch-based inference: {arena.patches.describe()}")
     if arena.in_place_ops:
         lines.append(f"    in place / views: {len(arena.in_place_ops)} op(s): "
                      + ", ".join(arena.in_place_ops))

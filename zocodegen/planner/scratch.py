@@ -1,5 +1,8 @@
 """Working memory a kernel needs for the duration of one op, beyond its tensors.
 
+A convolution computed in place (its output over its input, ``in_place_rows``) keeps the
+output rows it cannot write back yet in a ring of rows: they come first in its scratch.
+
 Only CONV_2D needs any (k x k, or 1 x 1 with a stride): `zo_conv2d_im2col_s8` (templates/kernels/zo_conv.c) copies
 the receptive fields of two output pixels into rows of k_h * k_w * in_c bytes (padding filled
 with the input zero point) and multiplies them with the filters as a matrix product. The rows
@@ -28,11 +31,49 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
     return int(kh * kw * in_c)
 
 
-def kernel_scratch(graph: Graph) -> dict[int, int]:
-    """Op index -> scratch bytes, for the ops that need any (in a patched plan's planning
-    view, the stage's workspace is its scratch: planner/patches.py)."""
+def in_place_rows(graph: Graph, op: Op) -> int | None:
+    """Rows of the ring a convolution needs to write its output over its input (None when
+    it cannot: batch > 1, or an output larger than the input).
+
+    Output rows are computed in order into the ring and copied over the input as soon as the
+    bytes they land on hold only input rows that no later output row reads
+    (``zo_conv_in_place_s8`` in zo_conv.c follows the same rule); the ring must hold the rows
+    waiting meanwhile. A 3x3 stride-1 depthwise convolution needs 2, a 1x1 projection 1.
+    """
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or len(op.inputs) < 2:
+        return None
+    x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if (x.data is not None or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
+            or y.nbytes > x.nbytes):
+        return None
+    in_h, out_h = x.shape[1], y.shape[1]
+    in_row, out_row = x.nbytes // in_h, y.nbytes // out_h
+    stride, pad_top = op.options["stride"][0], op.options["padding"][0]
+    pending = most = committed = 0
+    for oy in range(out_h):
+        pending += 1
+        most = max(most, pending)
+        first_read = max(0, (oy + 1) * stride - pad_top) if oy + 1 < out_h else in_h
+        while pending and (committed + 1) * out_row <= first_read * in_row:
+            committed += 1
+            pending -= 1
+    return most
+
+
+def in_place_ring_bytes(graph: Graph, op: Op) -> int:
+    y = graph.tensors[op.outputs[0]]
+    return in_place_rows(graph, op) * (y.nbytes // y.shape[1])
+
+
+def kernel_scratch(graph: Graph, in_place_ops: frozenset[str] = frozenset()) -> dict[int, int]:
+    """Op index -> scratch bytes, for the ops that need any: im2col rows, the ring of the
+    convolutions named in ``in_place_ops`` (before their im2col rows), and in a patched
+    plan's planning view the stage's workspace (planner/patches.py)."""
     out = {index: IM2COL_PIXELS * im2col_row_bytes(graph, op)
            for index, op in enumerate(graph.ops) if uses_im2col(graph, op)}
+    for index, op in enumerate(graph.ops):
+        if op.name in in_place_ops and op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            out[index] = out.get(index, 0) + in_place_ring_bytes(graph, op)
     out.update({index: op.options["workspace_bytes"] for index, op in enumerate(graph.ops)
                 if "workspace_bytes" in op.options})
     return out
@@ -43,4 +84,4 @@ def scratch_name(graph: Graph, index: int) -> str:
     op = graph.ops[index]
     if "workspace_bytes" in op.options:
         return f"workspace of the {op.name}"
-    return f"im2col rows of {op.name}"
+    return f"scratch of {op.name}"

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..ir import Graph
 from .arena import ArenaPlan
-from .lifetimes import allows_in_place
+from .lifetimes import CONV_OP_TYPES, allows_in_place
 from .patches import planning_view
 from .scratch import kernel_scratch
 
@@ -74,7 +74,7 @@ def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
             if overlap(a, b):
                 problems.append(f"graph inputs {a} and {b} overlap")
 
-    scratch = kernel_scratch(graph)
+    scratch = kernel_scratch(graph, frozenset(plan.in_place_ops))
     for index, op in enumerate(graph.ops):
         reads = [n for n in dict.fromkeys(op.inputs) if n in span]
         if index in scratch:
@@ -90,8 +90,10 @@ def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
                     continue
                 same = span[out] == span[name]
                 view = op.type == "RESHAPE" and same
-                in_place = (same and allows_in_place(graph, op)
-                            and name not in graph.inputs)
+                # a convolution in place writes its (smaller) output from the input's start
+                in_place = ((same or (span[out][0] == span[name][0]
+                                      and op.type in CONV_OP_TYPES))
+                            and allows_in_place(graph, op) and name not in graph.inputs)
                 if not (view or in_place):
                     problems.append(f"op {op.name} writes {out} over its input {name}")
             for other in writes:
