@@ -75,6 +75,12 @@ static int32_t sat_s32(int64_t x)
 }
 #endif
 
+/* Where layer L's estimate keeps its gradient region (zo_train_layer.gradient). */
+static int32_t *layer_gradient(const zo_train_model *m, const zo_train_layer *L)
+{
+    return L->gradient ? L->gradient : m->gradient;
+}
+
 static uint8_t *saved_slot(const zo_train_model *m, uint32_t n)
 {
     return m->saved + (size_t)n * m->saved_stride;
@@ -583,8 +589,8 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
                         float coef)
 {
     uint8_t *arena = model_arena();
-    int32_t *g = m->gradient;
-    int8_t *backup = (int8_t *)(m->gradient + L->weight_count);
+    int32_t *g = layer_gradient(m, L);
+    int8_t *backup = (int8_t *)(g + L->weight_count);
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
         memcpy(backup, L->weights, L->weight_count);
@@ -892,8 +898,8 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
                         float coef)
 {
     uint8_t *arena = model_arena();
-    int32_t *gz = m->gradient; /* then h(z + delta): d_a bytes per shift */
-    int32_t *acc = m->gradient + L->output_count
+    int32_t *gz = layer_gradient(m, L); /* then h(z + delta): d_a bytes per shift */
+    int32_t *acc = gz + L->output_count
                    + (ZO_NP_SHIFTS * L->output_count + 3u) / 4u; /* N > 1 */
     const int has_next = L->next_op != L->op;
     if (m->batch == 1) {
@@ -1028,8 +1034,8 @@ static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
                           const zo_train_layer *L, uint32_t seed)
 {
     uint8_t *arena = model_arena();
-    uint32_t *states = (uint32_t *)m->gradient;
-    int8_t *backup = (int8_t *)(m->gradient + m->queries);
+    uint32_t *states = (uint32_t *)layer_gradient(m, L);
+    int8_t *backup = (int8_t *)(states + m->queries);
     const uint32_t p_q16 = p_zero_q16(m, s, s->step);
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);

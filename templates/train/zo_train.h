@@ -102,6 +102,10 @@ typedef struct {
     const zo_train_batch_span *batch_restart;
     uint32_t batch_restart_count;
     uint32_t batch_output_offset;
+    /* the layer's gradient region, live from its first query to its update: arena bytes no
+     * op from the layer on uses (zocodegen/codegen/training_code.py), or NULL: the model's
+     * shared gradient buffer */
+    int32_t *gradient;
 } zo_train_layer;
 
 /* Reads training sample `index` into the model input (arena) and its label. */

@@ -73,14 +73,19 @@ class ProjectPlan:
 
 
 def whole_arena(graph: Graph, train: TrainConfig | None) -> ArenaPlan:
-    """The arena with every op run whole. Trained layers never compute in place: the
-    training engine also runs their kernels on buffers of its own."""
+    """The arena with every op run whole. The layers the build trains never compute in
+    place: the training engine also runs their kernels on buffers of its own."""
     if train is None:
         return plan_arena(graph)
     ops = trainable_ops(graph)
-    chosen = train.layers or range(len(ops))
-    return plan_arena(graph, separate_ops=frozenset(ops[i] for i in chosen
-                                                    if 0 <= i < len(ops)))
+    trained = {ops[i] for i in (train.layers or range(len(ops))) if 0 <= i < len(ops)}
+    if train.blocks != BLOCKS_AUTO and train.bp_layers != BP_AUTO:  # else: not known yet
+        try:  # a fixed sparse block trains only its own layers
+            trained = {layer.op_index for plan in training_plans(graph, train)
+                       for layer in plan.layers}
+        except UserError:  # the build's own checks speak later
+            pass
+    return plan_arena(graph, separate_ops=frozenset(trained))
 
 
 def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
@@ -222,6 +227,10 @@ def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | 
     code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
                       switched=len(plans) > 1)
     training = training_code(graph, arena, code, plans)
+    if training.arena_tail:
+        items[0] = replace(items[0], bytes=arena.arena_bytes + training.arena_tail,
+                           description=items[0].description + f" + {training.arena_tail} B "
+                           "of training gradient regions past its end")
     items[1:1] = training.ram_items()
     return code, training, items
 
@@ -298,6 +307,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
                    sha256_bytes=", ".join(str(b) for b in hashlib.sha256(model_bytes).digest())),
         identity=_identity(graph, plan, model_name, options),
         training=plan.training,
+        arena_tail=plan.training.arena_tail if plan.training else 0,
         layers=plan.code.layers, arrays=plan.code.arrays, inputs=plan.code.inputs,
         outputs=plan.code.outputs, arena_bytes=plan.arena.arena_bytes,
         flash_data_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,

@@ -110,6 +110,9 @@ class TrainLayerCode:
     defines: bool  # the first of the layer's entries (a BP head appears in every block)
     perturb_shift: int = 0  # --distribution uniform, XORShift: the layer's scale
     query_batch: BatchLayer | None = None  # --query-batch: where its batched queries go
+    # where its estimate's gradient region is: arena bytes no op from this layer on uses
+    # (the arena's tail may be extended for it), or None: the shared gradient buffer
+    gradient_offset: int | None = None
 
     @property
     def input_offset(self) -> str:
@@ -240,6 +243,7 @@ class TrainingCode:
     inner_queries: int  # split: P_s
     block1_diff_limit: int
     blocks: int  # sparse: the run's number of blocks (resolved from --blocks auto)
+    arena_tail: int = 0  # bytes added after the arena for the layers' gradient regions
 
     @property
     def query_sum_count(self) -> int:
@@ -258,9 +262,7 @@ class TrainingCode:
                     "int8 weights + int32 biases (+ CONV_2D folded biases), SRAM copies"
                     + (f" of the largest of {len(self.models)} blocks (one in SRAM at a time)"
                        if self.selects_block else "")),
-            RamItem("gradient buffer", 4 * self.gradient_words,
-                    "largest per-layer need: NP node gradient / WP gradient + weight backup"
-                    + (" / the BP head's activations and errors" if self.head else "")),
+            RamItem("gradient buffer", 4 * self.gradient_words, self._gradient_description()),
             RamItem("saved activations", self.saved_slots * self.saved_stride,
                     "per sample: what a forward from the current layer reads"
                     + ("; split: the cutoff's inputs" if self.split else "")),
@@ -276,6 +278,19 @@ class TrainingCode:
                     f"{self.query_batch.last_op}")])
 
 
+    def _gradient_description(self) -> str:
+        in_arena = sum(1 for layer in self.layers if layer.gradient_offset is not None)
+        if in_arena == len(self.layers):
+            return (f"none: every layer's gradient region is in arena bytes dead during its "
+                    f"estimate (arena tail +{self.arena_tail} B)")
+        text = "largest per-layer need: NP node gradient / WP gradient + weight backup"
+        if self.head:
+            text += " / the BP head's activations and errors"
+        if in_arena:
+            text += (f"; {in_arena} of {len(self.layers)} layers use dead arena bytes "
+                     f"instead (arena tail +{self.arena_tail} B)")
+        return text
+
     @property
     def parameter_bytes(self) -> int:
         """SRAM of the trainable copies: every layer's, or (--block auto) the largest
@@ -290,6 +305,49 @@ class TrainingCode:
     def layer_index(self, block: int, op: int) -> int:
         """Index of the layer computing model op ``op`` in block ``block``'s layer table."""
         return next(i for i, layer in enumerate(self.block_layers(block)) if layer.op == op)
+
+
+#: estimators whose gradient region is only live during their own layer's estimate
+ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_INT8")
+
+
+def gradient_words(plan: TrainingPlan, layer) -> int:
+    """int32 words of a layer's gradient region (plan.gradient_bytes says what they hold);
+    ``layer`` a TrainableLayer or its TrainLayerCode."""
+    mode = layer.mode.removeprefix("ZO_TRAIN_")
+    if mode == "INT8":
+        return plan.config.queries + (layer.weight_count + 3) // 4
+    if mode == "WP":
+        return layer.weight_count + (layer.weight_count + 3) // 4
+    if mode == "NP":
+        return (layer.output_count + (len(plan.node_shifts) * layer.output_count + 3) // 4
+                + ((layer.weight_count + layer.bias_count) if plan.config.batch > 1 else 0))
+    return 0  # BP: the head's needs
+
+
+def _gradients_in_arena(arena: ArenaPlan, layers: list, plans: tuple[TrainingPlan, ...]
+                        ) -> tuple[list, int]:
+    """The paper's memory-efficient NP, for every zeroth-order layer: its gradient region
+    (live from its first query to its update) goes into arena bytes that no op from the
+    layer on uses, the lowest gap that holds it, or the arena's end, which grows by the
+    largest overhang. Returns the layers with their offsets and that growth."""
+    out, end = [], arena.arena_bytes
+    for layer in layers:
+        if layer.mode not in ZO_MODES:
+            out.append(layer)
+            continue
+        need = 4 * gradient_words(plans[layer.block], layer)
+        used = sorted((b.offset, b.offset + b.size) for b in arena.buffers
+                      if b.last >= layer.op)
+        cursor = 0
+        for lo, hi in used:
+            if lo - _align(cursor, 8) >= need:
+                break
+            cursor = max(cursor, hi)
+        offset = _align(cursor, 8)
+        end = max(end, offset + need)
+        out.append(replace(layer, gradient_offset=offset))
+    return out, _align(end - arena.arena_bytes, 8) if end > arena.arena_bytes else 0
 
 
 def _align(n: int, a: int = BUFFER_ALIGN) -> int:
@@ -378,17 +436,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
-            if layer.mode == "INT8":
-                words = cfg.queries + (layer.weight_count + 3) // 4
-            elif layer.mode == "WP":
-                words = layer.weight_count + (layer.weight_count + 3) // 4
-            elif layer.mode == "NP":
-                words = (layer.output_count
-                         + (len(plan.node_shifts) * layer.output_count + 3) // 4
-                         + (layer.d_w if cfg.batch > 1 else 0))
-            else:
-                words = 0  # the head's needs, below
-            grad_words = max(grad_words, words)
+            grad_words = max(grad_words, gradient_words(plan, layer))
             call = code.layers[layer.op_index].calls[0]
             symbol = call.args[1].rsplit("_weights", 1)[0]
             defines = layer.op_index not in symbols
@@ -405,6 +453,11 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
                 layer.perturb_shift))
+    arena_tail = 0
+    if not plans[0].split:  # split keeps every layer's backup for the whole step
+        layers, arena_tail = _gradients_in_arena(arena, layers, plans)
+        grad_words = max([2] + [gradient_words(plans[0], layer) for layer in layers
+                                if layer.gradient_offset is None and layer.mode in ZO_MODES])
     query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
     if query_batch is not None:
         layers = [replace(L, query_batch=query_batch.layer(L.op))
@@ -415,8 +468,10 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
         grad_words = max(grad_words, head.words)
     if plans[0].split:  # the backup of every weight, then one layer's int32 gradient
         grad_words = plans[0].gradient_bytes() // 4
-    for plan in plans:  # what plan.gradient_bytes() counts, in words of the int32 region
-        assert 4 * grad_words >= plan.gradient_bytes()
+    grad_words += grad_words % 2  # whole 8-byte units, as the linker lays the buffers out
+    for plan in plans:  # what the shared region must hold (the rest is in the arena)
+        assert 4 * grad_words >= (plan.gradient_bytes() if plan.split
+                                  else plan.backprop_bytes())
     plan = plans[0]
     lp = plan.loss_params
     loss = (("rows", "1"), ("depth", str(plan.num_classes)),
@@ -446,4 +501,4 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
                         perturb_code(plan), query_batch, cfg.record_scalars, plan.split,
-                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks)
+                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks, arena_tail)

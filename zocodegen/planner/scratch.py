@@ -33,7 +33,9 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
 
 def in_place_rows(graph: Graph, op: Op) -> int | None:
     """Rows of the ring a convolution needs to write its output over its input (None when
-    it cannot: batch > 1, or an output larger than the input).
+    it does not: batch > 1, or an output of another size than the input; a smaller output
+    could share the input's bytes too, but the plan's buffers have one size for their whole
+    life, so the input's larger bytes would stay reserved as long as the output lives).
 
     Output rows are computed in order into the ring and copied over the input as soon as the
     bytes they land on hold only input rows that no later output row reads
@@ -44,7 +46,7 @@ def in_place_rows(graph: Graph, op: Op) -> int | None:
         return None
     x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
     if (x.data is not None or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
-            or y.nbytes > x.nbytes):
+            or y.nbytes != x.nbytes):
         return None
     in_h, out_h = x.shape[1], y.shape[1]
     in_row, out_row = x.nbytes // in_h, y.nbytes // out_h
