@@ -13,6 +13,7 @@ import pytest
 from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLITE,
                       random_inputs, reference_interpreter, resolve, shared_model)
 from zocodegen.build import cached_build
+from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, device_graph, plan_project
 from zocodegen.codegen.host_inputs import host_side_inputs, quantize_inputs_on_host
 from zocodegen.engines import run_samples
@@ -141,6 +142,19 @@ def test_qemu_with_patches_equals_reference(name):
             np.testing.assert_array_equal(result.outputs[out], expected[out])
 
 
+def test_patches_clean_under_sanitizers():
+    """ASan + UBSan over the per-patch loop (window copies, class functions, border
+    padding) and the in-place convolutions inside the patches."""
+    path = FIXTURES / "mcunet_in1.tflite"
+    graph = load_model(path)
+    samples = [{graph.inputs[0]: x} for x in random_inputs(
+        graph.tensor(graph.inputs[0]).shape, graph.tensor(graph.inputs[0]).dtype, 3, seed=9)]
+    artefact = cached_build(path, "native", sanitize=True, patches="on")
+    for sample, result in zip(samples, run_samples(graph, "native", artefact, samples)):
+        np.testing.assert_array_equal(result.outputs[graph.outputs[0]],
+                                      run(graph, sample)[graph.outputs[0]])
+
+
 def _detector_samples(graph, count):
     rng = np.random.default_rng(8)
     x = graph.tensor(graph.inputs[0])
@@ -180,6 +194,18 @@ def test_detector_needs_both_techniques_on_the_f746():
         plan_project(device, BuildOptions(target="stm32f746", input_quantize="host",
                                           patches="off"))
     assert "--patches auto" in str(whole.value)
+
+
+def test_detector_refusal_is_one_line(tmp_path, capsys):
+    """`build` of the detector for the F746 as is: exit 2, one line naming every buffer,
+    the patches applied and what else to try; no traceback."""
+    assert main(["build", str(shared_model(DETECTOR)), "--target", "stm32f746", "-o",
+                 str(tmp_path / "fw")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    for words in ("arena", "stack", "host link buffers", "patch-based: ops",
+                  "--input-quantize host", "stm32h7b3"):
+        assert words in err[0], words
 
 
 @NEEDS_ARM
