@@ -34,7 +34,6 @@ FIXTURES = REPO / "tests" / "fixtures"
 SHARED = REPO.parent / "shared" / "models"
 DOC = REPO / "docs" / "memory.md"
 MARKS = ("<!-- memory:begin -->", "<!-- memory:end -->")
-CONVOLUTIONS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 #: TinyEngine's README (mit-han-lab/tinyengine, "Measured Results", STM32H743): peak SRAM of
 #: the MCUNet models closest to ours; and the "Poor Man's Training" paper's MCUNet-in1.
 PUBLISHED = {
@@ -61,9 +60,8 @@ def row(path: Path) -> dict:
     if host_quantizable(graph) and path.name == "mcunet_det.tflite":
         graph = quantize_inputs_on_host(graph)  # its float input alone is 240 KB
         note = " (int8 input, --input-quantize host)"
-    convs = frozenset(k for k, op in enumerate(graph.ops) if op.type in CONVOLUTIONS)
-    elementwise = plan_arena(graph, separate_ops=convs)
-    in_place = plan_arena(graph)
+    elementwise = plan_arena(graph)
+    in_place = plan_arena(graph, in_place_convolutions=True)
     patched = best_patched_arena(graph)
     used = patched or in_place
     total_macs = sum(macs(graph, op) for op in graph.ops)

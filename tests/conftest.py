@@ -1,6 +1,7 @@
 """Shared test helpers: where the models are, and the TFLite reference interpreter."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,18 @@ FIXTURE_TFLITE = ("mcunet_tiny.tflite", "mcunet_in1.tflite", "multi_op.tflite", 
 FIXTURE_ONNX = ("onnx_qdq_int8.onnx", "onnx_qdq_uint8.onnx", "onnx_qop_uint8.onnx")
 
 
+HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
+HAVE_QEMU = HAVE_ARM and shutil.which("qemu-system-arm") is not None
+needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc (apt-get install "
+                               "gcc-arm-none-eabi libnewlib-arm-none-eabi)")
+needs_qemu = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc and "
+                                "qemu-system-arm (scripts/setup.sh)")
+
+
 def softmax_driver(source: str, variant: str, tmp_path_factory) -> Path:
     """A host C program (``source``) compiled with the kernels' zo_softmax.c, as the
     generated projects build it (-Werror), ``variant`` "plain" or "sanitize" (ASan + UBSan;
     skipped where gcc cannot link them). For tests comparing a C twin with numpy."""
-    import shutil
     import subprocess
     if shutil.which("gcc") is None:
         pytest.skip("needs the host gcc")

@@ -6,12 +6,11 @@ the 1024 KB budget trains through the host link to the simulator's checkpoint.""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, needs_arm, needs_qemu
 from test_build import TRAINING_ITEMS, _make, _reported, _sections
 from zocodegen.build import cached_build
 from zocodegen.cli import main
@@ -21,12 +20,6 @@ from zocodegen.host.trainer import LaunchedDevice, Trainer
 from zocodegen.training.config import TrainConfig
 
 MODEL = FIXTURES / "mcunet_in1.tflite"
-HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
-HAVE_QEMU = HAVE_ARM and shutil.which("qemu-system-arm") is not None
-needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc (apt-get install "
-                               "gcc-arm-none-eabi libnewlib-arm-none-eabi)")
-needs_qemu = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc and "
-                                "qemu-system-arm (scripts/setup.sh)")
 
 
 @needs_arm

@@ -4,12 +4,11 @@ stand-in (128x128) against the paper's budgets (docs/memory.md)."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, shared_model
+from conftest import FIXTURES, needs_arm, needs_qemu, shared_model
 from test_build import _make, _sections
 from zocodegen.build import cached_build
 from zocodegen.cli import main
@@ -26,12 +25,6 @@ from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plans
 
 PAPER = FIXTURES / "mcunet_in1_128.tflite"
-HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
-HAVE_QEMU = HAVE_ARM and shutil.which("qemu-system-arm") is not None
-needs_arm = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc (apt-get install "
-                               "gcc-arm-none-eabi libnewlib-arm-none-eabi)")
-needs_qemu = pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc and "
-                                "qemu-system-arm (scripts/setup.sh)")
 #: the paper's sparse selection stand-in: the last of 16 parameter-balanced blocks
 SPARSE = ["--train", "sparse", "--blocks", "16", "--block", "15"]
 
@@ -69,14 +62,12 @@ def test_convolutions_in_place_lower_real_arenas():
     for name, before, after in (("kws_ref_model.tflite", 16000, 8640),
                                 ("pretrainedResnet_quant.tflite", 49440, 34080)):
         graph = load_model(shared_model(name))
-        plan = plan_arena(graph)
+        plan = plan_arena(graph, in_place_convolutions=True)
         verify(graph, plan)
         convs = {op.name for op in graph.ops if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")}
         assert convs & set(plan.in_place_ops)
         assert plan.arena_bytes == after and plan.lower_bound <= plan.arena_bytes
-        whole = plan_arena(graph, separate_ops=frozenset(
-            k for k, op in enumerate(graph.ops) if op.name in convs))
-        assert whole.arena_bytes == before
+        assert plan_arena(graph).arena_bytes == before  # the default: no convolution
 
 
 @pytest.mark.parametrize("model,target,train", [

@@ -3,7 +3,6 @@ reference on whole tensors, the planner's choice, the generated per-patch loop b
 natively and under QEMU, and the real MCUNet detector on the F746's budget."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLITE,
-                      random_inputs, reference_interpreter, resolve, shared_model)
+                      needs_qemu, random_inputs, reference_interpreter, resolve, shared_model)
 from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, device_graph, plan_project
@@ -25,9 +24,6 @@ from zocodegen.planner.patches import (best_patched_arena, chains, patch_plan,
 from zocodegen.reference import run, run_all
 from zocodegen.training.config import TrainConfig
 
-HAVE_ARM = shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")
-NEEDS_ARM = pytest.mark.skipif(not HAVE_ARM, reason="needs arm-none-eabi-gcc and "
-                               "qemu-system-arm (scripts/setup.sh installs them)")
 MODELS = ([pytest.param(("shared", n), id=n) for n in SHARED_TFLITE]
           + [pytest.param(("fixture", n), id=n) for n in FIXTURE_TFLITE + FIXTURE_ONNX])
 DETECTOR = "mcunet_det.tflite"
@@ -110,13 +106,12 @@ def test_patched_plans_are_sound(spec):
 
 
 @pytest.mark.parametrize("spec", MODELS)
-def test_native_with_patches_equals_reference(spec):
-    """--patches on wherever patches lower the arena: the generated per-patch loop is
-    bit-exact with the reference on whole tensors."""
+def test_native_leanest_arena_equals_reference(spec):
+    """--patches on, the smallest arena: convolutions in place (kws, ResNet-8, ...) and the
+    first stage in patches wherever that lowers it; bit-exact with the reference on whole
+    tensors."""
     path = resolve(spec)
     graph = load_model(path)
-    if best_patched_arena(graph) is None:
-        pytest.skip(f"patches do not lower the arena of {spec[1]}")
     samples = [{graph.inputs[0]: x} for x in random_inputs(
         graph.tensor(graph.inputs[0]).shape, graph.tensor(graph.inputs[0]).dtype, 6, seed=5)]
     artefact = cached_build(path, "native", patches="on")
@@ -126,12 +121,17 @@ def test_native_with_patches_equals_reference(spec):
             np.testing.assert_array_equal(result.outputs[name], expected[name])
 
 
-@NEEDS_ARM
-@pytest.mark.parametrize("name", ["mcunet_in1.tflite", "mcunet_tiny.tflite"])
-def test_qemu_with_patches_equals_reference(name):
+@needs_qemu
+@pytest.mark.parametrize("name", ["mcunet_in1.tflite", "mcunet_tiny.tflite",
+                                  "digits_resnet.tflite"])
+def test_qemu_leanest_arena_equals_reference(name):
+    """Patches (the MCUNet fixtures) and convolutions in place (all three) with the
+    Cortex-M7 kernels."""
     path = FIXTURES / name
     graph = load_model(path)
-    assert best_patched_arena(graph) is not None
+    assert best_patched_arena(graph) is not None or name == "digits_resnet.tflite"
+    assert set(plan_arena(graph, in_place_convolutions=True).in_place_ops) & {
+        op.name for op in graph.ops if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")}
     samples = [{graph.inputs[0]: x} for x in random_inputs(
         graph.tensor(graph.inputs[0]).shape, graph.tensor(graph.inputs[0]).dtype, 3, seed=6)]
     for sample, result in zip(samples, run_samples(graph, "qemu",
@@ -208,7 +208,7 @@ def test_detector_refusal_is_one_line(tmp_path, capsys):
         assert words in err[0], words
 
 
-@NEEDS_ARM
+@needs_qemu
 def test_detector_on_qemu_within_the_f746_budget_equals_reference():
     """The real MCUNet detector, int8 input from the host, first stage in patches, linked
     with the F746's 256 KB as the RAM length: all three outputs bit-exact."""
@@ -254,8 +254,11 @@ def test_training_builds_refuse_patches_on():
 
 
 def test_auto_leaves_a_fitting_model_whole():
-    """A model that fits runs every op whole: no recomputation it does not need."""
-    graph = load_model(FIXTURES / "mcunet_in1.tflite")
-    plan = plan_project(graph, BuildOptions(target="stm32f746"))
-    assert plan.arena.patches is None
-    assert plan.arena.arena_bytes == plan_arena(graph).arena_bytes
+    """A model that fits runs every op whole and no convolution in place: no recomputation
+    or row-by-row overhead it does not need."""
+    for graph in (load_model(FIXTURES / "mcunet_in1.tflite"),
+                  load_model(shared_model("kws_ref_model.tflite"))):
+        plan = plan_project(graph, BuildOptions(target="stm32f746"))
+        assert plan.arena.patches is None
+        assert not set(plan.arena.in_place_ops) & {
+            op.name for op in graph.ops if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D")}

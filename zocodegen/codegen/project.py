@@ -72,11 +72,12 @@ class ProjectPlan:
     training: TrainingCode | None = None
 
 
-def whole_arena(graph: Graph, train: TrainConfig | None) -> ArenaPlan:
+def whole_arena(graph: Graph, train: TrainConfig | None,
+                in_place_convolutions: bool = False) -> ArenaPlan:
     """The arena with every op run whole. The layers the build trains never compute in
     place: the training engine also runs their kernels on buffers of its own."""
     if train is None:
-        return plan_arena(graph)
+        return plan_arena(graph, in_place_convolutions=in_place_convolutions)
     ops = trainable_ops(graph)
     trained = {ops[i] for i in (train.layers or range(len(ops))) if 0 <= i < len(ops)}
     if train.blocks != BLOCKS_AUTO and train.bp_layers != BP_AUTO:  # else: not known yet
@@ -85,7 +86,8 @@ def whole_arena(graph: Graph, train: TrainConfig | None) -> ArenaPlan:
                        for layer in plan.layers}
         except UserError:  # the build's own checks speak later
             pass
-    return plan_arena(graph, separate_ops=frozenset(trained))
+    return plan_arena(graph, separate_ops=frozenset(trained),
+                      in_place_convolutions=in_place_convolutions)
 
 
 def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
@@ -95,7 +97,7 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     if train is None or train.bp_layers != BP_AUTO:
         return options
     board = load_target(options.board)
-    arena = whole_arena(graph, train)
+    arena = whole_arena(graph, train, in_place_convolutions=True)
     _, logits_op = loss_head(graph)
     for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
         config = replace(train, bp_layers=c)
@@ -119,7 +121,7 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
     if train.mode != "sparse":
         return replace(options, train=replace(train, blocks=4))
     board = load_target(options.board)
-    arena = whole_arena(graph, train)
+    arena = whole_arena(graph, train, in_place_convolutions=True)
     most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
                MAX_SUGGESTED_BLOCKS)
     for n in range(1, most + 1):
@@ -160,27 +162,35 @@ def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
                     "(static)", memory=stack_memory)]
 
 
-def plan_inference_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan:
-    """The arena of the build: every op whole, or the first stage in patches (--patches).
-    Training builds run every op whole: a partial forward restarts from saved activations,
-    which a patched stage never holds whole."""
+def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan:
+    """The arena of the build: the cheapest in instructions that fits the board. Every op
+    whole; else convolutions in place too (row by row: a few % more instructions); else,
+    for inference, the first stage in patches (--patches; it recomputes overlaps). Training
+    builds run every op whole: a partial forward restarts from saved activations, which a
+    patched stage never holds whole."""
     if options.patches not in PATCH_MODES:
         raise UserError(f"--patches {options.patches}: choose one of {', '.join(PATCH_MODES)}")
-    whole = whole_arena(graph, options.train)
-    if options.train is not None:
-        if options.patches == "on":
-            raise UserError("--patches on is for inference builds: training restarts partial "
-                            "forwards from saved activations, which patches never hold whole")
-        return whole
+    train = options.train
+    if train is not None and options.patches == "on":
+        raise UserError("--patches on is for inference builds: training restarts partial "
+                        "forwards from saved activations, which patches never hold whole")
 
     def fits(arena: ArenaPlan) -> bool:
-        return place(_inference_items(arena, board), board.name, board.sram_budget_bytes,
-                     strict=False).fits
+        items = (_inference_items(arena, board) if train is None
+                 else _layout(graph, arena, board, train)[2])
+        return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
-    if options.patches == "off" or (options.patches == "auto" and fits(whole)):
+    whole = whole_arena(graph, train)
+    if options.patches != "on" and fits(whole):
         return whole
+    in_place = whole_arena(graph, train, in_place_convolutions=True)
+    leaner = in_place if in_place.arena_bytes < whole.arena_bytes else whole
+    if train is not None or options.patches == "off":
+        return leaner
+    if options.patches == "auto" and fits(leaner):
+        return leaner
     patched = best_patched_arena(graph, fits if options.patches == "auto" else None)
-    return patched or whole
+    return patched or leaner
 
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
@@ -191,7 +201,7 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
         raise UserError(f"unknown target '{options.target}'; choose one of "
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
-    arena = plan_inference_arena(graph, options, board)
+    arena = build_arena(graph, options, board)
     code, training, items = _layout(graph, arena, board, options.train)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":

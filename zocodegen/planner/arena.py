@@ -14,7 +14,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from ..ir import Graph
-from .lifetimes import ALIAS_MODES, activation_names, align_up, alias_groups, tensor_lifetimes
+from .lifetimes import (ALIAS_MODES, CONV_OP_TYPES, activation_names, align_up, alias_groups,
+                        tensor_lifetimes)
 from .scratch import kernel_scratch, scratch_name
 
 if TYPE_CHECKING:
@@ -194,7 +195,8 @@ def _local_search(buffers: list[Buffer], conflicts: list[list[int]], order: list
 
 
 def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
-               alignment: int = 4, separate_ops: frozenset[int] = frozenset()) -> ArenaPlan:
+               alignment: int = 4, separate_ops: frozenset[int] = frozenset(),
+               in_place_convolutions: bool = False) -> ArenaPlan:
     """Offsets for every activation tensor so that no two live at once share bytes, except
     where a kernel is known to allow it (RESHAPE views, in-place element-wise ops).
 
@@ -204,12 +206,17 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
     the end and are never overwritten in place. Kernel scratch (``planner/scratch.py``) is
     placed like a tensor that lives for its op only. Ops in ``separate_ops`` (indices) never
     compute in place: training runs the kernels of trainable layers on buffers of its own.
+    Convolutions compute in place only with ``in_place_convolutions``: row by row they cost
+    instructions (kws +12 %), so builds ask for it only when they do not fit otherwise.
     """
     if alignment < 1:
         raise ValueError(f"alignment must be positive, got {alignment}")
     unknown = sorted(set(keep_alive) - set(graph.tensors))
     if unknown:
         raise ValueError(f"keep_alive names tensors the graph lacks: {', '.join(unknown)}")
+    if not in_place_convolutions:
+        separate_ops = separate_ops | {k for k, op in enumerate(graph.ops)
+                                       if op.type in CONV_OP_TYPES}
     acts = activation_names(graph)
     keep = frozenset(n for n in keep_alive if n in acts)
     lifetimes = tensor_lifetimes(graph, keep)

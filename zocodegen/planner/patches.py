@@ -238,7 +238,7 @@ def _spans(size: int, parts: int) -> list[Span]:
 
 
 def patch_plan(graph: Graph, first: int, last: int, grid: tuple[int, int],
-               alignment: int = 4) -> PatchPlan | None:
+               alignment: int = 4, in_place_convolutions: bool = False) -> PatchPlan | None:
     """Patches of the stage ``first..last`` in a ``grid``; None when the grid does not suit
     the stage (more patches than output rows or columns, or a patch all padding)."""
     y = graph.tensors[graph.ops[last].outputs[0]]
@@ -263,7 +263,8 @@ def patch_plan(graph: Graph, first: int, last: int, grid: tuple[int, int],
                 counts.append(0)
             counts[classes[key]] += 1
             patches.append(Patch(classes[key], windows[0][0], windows[0][1], rows, cols))
-    plans = [plan_arena(g, alignment=alignment) for g in class_graphs]
+    plans = [plan_arena(g, alignment=alignment, in_place_convolutions=in_place_convolutions)
+             for g in class_graphs]
     stage_macs = sum(macs(graph, graph.ops[i]) for i in range(first, last + 1))
     patched = sum(count * sum(macs(g, op) for op in g.ops)
                   for g, count in zip(class_graphs, counts))
@@ -292,23 +293,26 @@ def planning_view(graph: Graph, patches: PatchPlan) -> Graph:
     return Graph(graph.name, graph.source_format, tensors, ops, graph.inputs, graph.outputs)
 
 
-def plan_patched_arena(graph: Graph, patches: PatchPlan, alignment: int = 4) -> ArenaPlan:
+def plan_patched_arena(graph: Graph, patches: PatchPlan, alignment: int = 4,
+                       in_place_convolutions: bool = False) -> ArenaPlan:
     """The arena of the model run with ``patches`` (``ArenaPlan.patches`` set)."""
-    plan = plan_arena(planning_view(graph, patches), alignment=alignment)
+    plan = plan_arena(planning_view(graph, patches), alignment=alignment,
+                      in_place_convolutions=in_place_convolutions)
     return replace(plan, patches=patches)
 
 
-def _candidates(graph: Graph, alignment: int) -> Iterator[PatchPlan]:
+def _candidates(graph: Graph, alignment: int, in_place: bool) -> Iterator[PatchPlan]:
     for start, end in chains(graph):
         for last in range(start + 1, end + 1):
             for n in range(2, MAX_GRID + 1):
-                plan = patch_plan(graph, start, last, (n, n), alignment)
+                plan = patch_plan(graph, start, last, (n, n), alignment, in_place)
                 if plan is not None:
                     yield plan
 
 
 def best_patched_arena(graph: Graph, fits: Callable[[ArenaPlan], bool] | None = None,
-                       alignment: int = 4) -> ArenaPlan | None:
+                       alignment: int = 4, in_place_convolutions: bool = True
+                       ) -> ArenaPlan | None:
     """The patched arena to use, or None when no stage and grid beats running every op whole.
 
     With ``fits`` (does a build with this arena fit the board?): of the plans that fit, the
@@ -316,8 +320,9 @@ def best_patched_arena(graph: Graph, fits: Callable[[ArenaPlan], bool] | None = 
     needs. Without, or when none fits: the smallest arena (of near-equal ones, the one that
     recomputes least).
     """
-    whole = plan_arena(graph, alignment=alignment)
-    found = [plan_patched_arena(graph, p, alignment) for p in _candidates(graph, alignment)]
+    whole = plan_arena(graph, alignment=alignment, in_place_convolutions=in_place_convolutions)
+    found = [plan_patched_arena(graph, p, alignment, in_place_convolutions)
+             for p in _candidates(graph, alignment, in_place_convolutions)]
     found = [p for p in found if p.arena_bytes < whole.arena_bytes]
     if not found:
         return None
