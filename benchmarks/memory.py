@@ -10,7 +10,7 @@ Columns, each a plan of the memory planner (planner/arena.py, planner/patches.py
   lower bound   the heaviest set of buffers live at one op, for the patched schedule
 
     .venv/bin/python benchmarks/memory.py                  # prints the table
-    .venv/bin/python benchmarks/memory.py --write          # also updates docs/memory.md
+    .venv/bin/python benchmarks/memory.py --write          # also updates docs/benchmarks.md
     .venv/bin/python benchmarks/memory.py --vww PATH       # adds a model that is not shared
 
 Runtime: under a minute.
@@ -32,7 +32,7 @@ from zocodegen.planner.patches import best_patched_arena  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 SHARED = REPO.parent / "shared" / "models"
-DOC = REPO / "docs" / "memory.md"
+DOC = REPO / "docs" / "benchmarks.md"
 MARKS = ("<!-- memory:begin -->", "<!-- memory:end -->")
 #: TinyEngine's README (mit-han-lab/tinyengine, "Measured Results", STM32H743): peak SRAM of
 #: the MCUNet models closest to ours; and the "Poor Man's Training" paper's MCUNet-in1.
@@ -98,7 +98,7 @@ def write(text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", action="store_true", help="update docs/memory.md")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--vww", type=Path, help="an extra model (e.g. MLPerf Tiny VWW)")
     args = parser.parse_args()
     text = table([row(p) for p in models(args.vww)])
