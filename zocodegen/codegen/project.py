@@ -187,10 +187,15 @@ def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan
     leaner = in_place if in_place.arena_bytes < whole.arena_bytes else whole
     if train is not None or options.patches == "off":
         return leaner
-    if options.patches == "auto" and fits(leaner):
+    if options.patches == "on":
+        return best_patched_arena(graph) or leaner
+    if fits(leaner):
         return leaner
-    patched = best_patched_arena(graph, fits if options.patches == "auto" else None)
-    return patched or leaner
+    for convolutions in (False, True):  # the cheaper patched plans first
+        patched = best_patched_arena(graph, fits, in_place_convolutions=convolutions)
+        if patched is not None and fits(patched):
+            return patched
+    return patched or leaner  # the smallest; the refusal names it
 
 
 def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
