@@ -177,8 +177,8 @@ def label(mode: str) -> str:
 def table(target: str, results: list[dict]) -> list[str]:
     lines = [f"**{target}**", "",
              "| model | mode | trainable parameters KB | arena KB (with the gradient tail, "
-             "docs/memory.md) | gradient buffer KB | SRAM KB (plan / linked) of budget | flash KB | instructions / step, Q=1 | "
-             "Q=2 | Q=50 (extrapolated) | paper |",
+             "docs/memory.md) | gradient buffer KB | SRAM KB (plan / linked) of budget | "
+             "flash KB | instructions / step, Q=1 | Q=2 | Q=50 (extrapolated) | paper |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         if r["target"] != target:
