@@ -1,4 +1,4 @@
-"""Patch-based inference (MCUNetV2, Lin et al. 2021, section 3.1): run the memory-hungry
+"""Patch-based inference (MCUNetV2, Lin et al., NeurIPS 2021): run the memory-hungry
 first stage of a network one spatial patch at a time, so that only a patch of each of its
 activations exists at once; the stage's input and output stay whole.
 
