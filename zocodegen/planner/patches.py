@@ -101,6 +101,9 @@ class PatchPlan:
                 f"{self.workspace_bytes} B, {extra:,} MACs recomputed{share}")
 
 
+Pads = tuple[tuple[int, int], tuple[int, int]]  # (before, after) of rows, of columns
+
+
 def _activation_inputs(graph: Graph, op: Op) -> list[str]:
     return [n for n in op.inputs if n and graph.tensors[n].data is None]
 
@@ -178,7 +181,7 @@ def _input_span(out: Span, size_in: int, kernel: int, stride: int, dilation: int
     return span, span.start - lo, hi - span.stop
 
 
-def _patch_op(op: Op, pads: tuple[tuple[int, int], tuple[int, int]]) -> Op:
+def _patch_op(op: Op, pads: Pads) -> Op:
     """``op`` with the padding of one patch (rows (before, after), columns (before, after))."""
     (top, bottom), (left, right) = pads
     options = dict(op.options)
@@ -190,17 +193,16 @@ def _patch_op(op: Op, pads: tuple[tuple[int, int], tuple[int, int]]) -> Op:
 
 
 def _walk_back(graph: Graph, first: int, last: int, rows: Span, cols: Span
-               ) -> tuple[list[tuple[Span, Span]], list[Op]] | None:
-    """Windows of every stage tensor (input first) and the patch's ops, for one output
+               ) -> tuple[list[tuple[Span, Span]], list[Pads]] | None:
+    """Windows of every stage tensor (input first) and every op's padding, for one output
     window; None when some intermediate window would be empty (a patch all padding)."""
     windows = [(rows, cols)]
-    ops = []
+    pads: list[Pads] = []
     for index in range(last, first - 1, -1):
         op = graph.ops[index]
         x = graph.tensors[_activation_inputs(graph, op)[0]]
         kernel, stride, dilation, before = _window_params(graph, op)
-        pads = []
-        spans = []
+        spans, op_pads = [], []
         for axis, out in enumerate(windows[0]):
             span, pad_before, pad_after = _input_span(out, x.shape[1 + axis], kernel[axis],
                                                       stride[axis], dilation[axis],
@@ -208,15 +210,16 @@ def _walk_back(graph: Graph, first: int, last: int, rows: Span, cols: Span
             if span.size <= 0:
                 return None
             spans.append(span)
-            pads.append((pad_before, pad_after))
+            op_pads.append((pad_before, pad_after))
         windows.insert(0, tuple(spans))
-        ops.insert(0, _patch_op(op, tuple(pads)))
-    return windows, ops
+        pads.insert(0, tuple(op_pads))
+    return windows, pads
 
 
 def _patch_graph(graph: Graph, first: int, last: int, windows: list[tuple[Span, Span]],
-                 ops: list[Op], name: str) -> Graph:
+                 pads: list[Pads], name: str) -> Graph:
     """The stage's ops and weights on patch-sized activations (same names as the model's)."""
+    ops = [_patch_op(graph.ops[first + k], p) for k, p in enumerate(pads)]
     stage_in = _activation_inputs(graph, graph.ops[first])[0]
     names = [stage_in] + [graph.ops[i].outputs[0] for i in range(first, last + 1)]
     tensors: dict[str, Tensor] = {}
@@ -253,12 +256,12 @@ def patch_plan(graph: Graph, first: int, last: int, grid: tuple[int, int],
             walked = _walk_back(graph, first, last, rows, cols)
             if walked is None:
                 return None
-            windows, ops = walked
-            key = (tuple((r.size, c.size) for r, c in windows),
-                   tuple(tuple(sorted((k, str(v)) for k, v in op.options.items())) for op in ops))
+            windows, pads = walked
+            # a patch graph depends on nothing else: equal geometry, one class
+            key = (tuple((r.size, c.size) for r, c in windows), tuple(pads))
             if key not in classes:
                 classes[key] = len(class_graphs)
-                class_graphs.append(_patch_graph(graph, first, last, windows, ops,
+                class_graphs.append(_patch_graph(graph, first, last, windows, pads,
                                                  f"{graph.name} patch class {len(class_graphs)}"))
                 counts.append(0)
             counts[classes[key]] += 1
