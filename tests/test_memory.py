@@ -20,9 +20,7 @@ from zocodegen.host.trainer import LaunchedDevice, Trainer
 from zocodegen.ir import macs
 from zocodegen.planner import plan_arena, verify
 from zocodegen.planner.scratch import in_place_rows
-from zocodegen.codegen.training_code import gradient_words
 from zocodegen.training.config import TrainConfig
-from zocodegen.training.plan import training_plans
 
 PAPER = FIXTURES / "mcunet_in1_128.tflite"
 #: the paper's sparse selection stand-in: the last of 16 parameter-balanced blocks
@@ -82,12 +80,12 @@ def test_gradient_regions_sit_in_bytes_no_later_op_uses(model, target, train):
     graph = load_model(FIXTURES / model)
     plan = plan_project(graph, BuildOptions(target=target, train=train))
     arena, training = plan.arena, plan.training
-    plans = training_plans(graph, train)
     placed = [layer for layer in training.layers if layer.gradient_offset is not None]
     assert placed
     for layer in placed:
         start = layer.gradient_offset
-        end = start + 4 * gradient_words(plans[layer.block], layer)
+        end = start + layer.gradient_bytes
+        assert layer.gradient_bytes > 0
         assert start % 8 == 0 and end <= arena.arena_bytes + training.arena_tail
         for buf in arena.buffers:
             if buf.last >= layer.op:

@@ -110,6 +110,7 @@ class TrainLayerCode:
     defines: bool  # the first of the layer's entries (a BP head appears in every block)
     perturb_shift: int = 0  # --distribution uniform, XORShift: the layer's scale
     query_batch: BatchLayer | None = None  # --query-batch: where its batched queries go
+    gradient_bytes: int = 0  # its gradient region (TrainingPlan.layer_gradient_bytes)
     # where its estimate's gradient region is: arena bytes no op from this layer on uses
     # (the arena's tail may be extended for it), or None: the shared gradient buffer
     gradient_offset: int | None = None
@@ -311,22 +312,7 @@ class TrainingCode:
 ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_INT8")
 
 
-def gradient_words(plan: TrainingPlan, layer) -> int:
-    """int32 words of a layer's gradient region (plan.gradient_bytes says what they hold);
-    ``layer`` a TrainableLayer or its TrainLayerCode."""
-    mode = layer.mode.removeprefix("ZO_TRAIN_")
-    if mode == "INT8":
-        return plan.config.queries + (layer.weight_count + 3) // 4
-    if mode == "WP":
-        return layer.weight_count + (layer.weight_count + 3) // 4
-    if mode == "NP":
-        return (layer.output_count + (len(plan.node_shifts) * layer.output_count + 3) // 4
-                + ((layer.weight_count + layer.bias_count) if plan.config.batch > 1 else 0))
-    return 0  # BP: the head's needs
-
-
-def _gradients_in_arena(arena: ArenaPlan, layers: list, plans: tuple[TrainingPlan, ...]
-                        ) -> tuple[list, int]:
+def _gradients_in_arena(arena: ArenaPlan, layers: list) -> tuple[list, int]:
     """The paper's memory-efficient NP, for every zeroth-order layer: its gradient region
     (live from its first query to its update) goes into arena bytes that no op from the
     layer on uses, the lowest gap that holds it, or the arena's end, which grows by the
@@ -336,7 +322,7 @@ def _gradients_in_arena(arena: ArenaPlan, layers: list, plans: tuple[TrainingPla
         if layer.mode not in ZO_MODES:
             out.append(layer)
             continue
-        need = 4 * gradient_words(plans[layer.block], layer)
+        need = layer.gradient_bytes
         used = sorted((b.offset, b.offset + b.size) for b in arena.buffers
                       if b.last >= layer.op)
         cursor = 0
@@ -424,7 +410,7 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
 def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                   plans: tuple[TrainingPlan, ...]) -> TrainingCode:
     """One zo_train_model per plan (several only for --block auto, one per block)."""
-    layers, models, stride, grad_words = [], [], 0, 0
+    layers, models, stride = [], [], 0
     cfg = plans[0].config
     symbols: dict[int, str] = {}
     saved_offsets: dict[int, dict[str, int]] = {}
@@ -436,7 +422,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
-            grad_words = max(grad_words, gradient_words(plan, layer))
             call = code.layers[layer.op_index].calls[0]
             symbol = call.args[1].rsplit("_weights", 1)[0]
             defines = layer.op_index not in symbols
@@ -452,12 +437,15 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
-                layer.perturb_shift))
+                layer.perturb_shift, gradient_bytes=plan.layer_gradient_bytes(layer)))
+    # the shared gradient buffer: split's backups of every layer (live the whole step), or
+    # the BP head's region; each zeroth-order layer's own region is in the arena
     arena_tail = 0
-    if not plans[0].split:  # split keeps every layer's backup for the whole step
-        layers, arena_tail = _gradients_in_arena(arena, layers, plans)
-        grad_words = max([2] + [gradient_words(plans[0], layer) for layer in layers
-                                if layer.gradient_offset is None and layer.mode in ZO_MODES])
+    grad_words = 2  # at least one 8-byte unit: C has no empty arrays
+    if plans[0].split:
+        grad_words = plans[0].gradient_bytes() // 4
+    else:
+        layers, arena_tail = _gradients_in_arena(arena, layers)
     query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
     if query_batch is not None:
         layers = [replace(L, query_batch=query_batch.layer(L.op))
@@ -466,8 +454,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)
         grad_words = max(grad_words, head.words)
-    if plans[0].split:  # the backup of every weight, then one layer's int32 gradient
-        grad_words = plans[0].gradient_bytes() // 4
     grad_words += grad_words % 2  # whole 8-byte units, as the linker lays the buffers out
     for plan in plans:  # what the shared region must hold (the rest is in the arena)
         assert 4 * grad_words >= (plan.gradient_bytes() if plan.split

@@ -150,23 +150,29 @@ class TrainingPlan:
     def parameter_bytes(self) -> int:
         return sum(layer.parameter_bytes for layer in self.layers)
 
-    def gradient_bytes(self) -> int:
-        """The one gradient region (docs/training.md): per layer, WP holds an int32 gradient
-        and a backup copy of the weights; NP an int32 node gradient of d_a and the int8
-        h(z + delta) of every node shift (plus an int32 weight-gradient accumulator when
-        N > 1)."""
-        def need(layer: TrainableLayer) -> int:
-            if layer.mode == "INT8":  # Q generator states + the weight backup; G is rebuilt
-                return 4 * self.config.queries + layer.weight_count
-            if layer.mode == "WP":
-                return 5 * layer.weight_count
-            shifted = _align4(len(self.node_shifts) * layer.output_count)
-            return (4 * layer.output_count + shifted
+    def layer_gradient_bytes(self, layer: TrainableLayer) -> int:
+        """A zeroth-order layer's gradient region (docs/training.md), live from its first
+        query to its update: WP holds an int32 gradient and a backup copy of the weights;
+        NP an int32 node gradient of d_a and the int8 h(z + delta) of every node shift (plus
+        an int32 weight-gradient accumulator when N > 1); INT8 Q generator states and the
+        weight backup (G is rebuilt). 0 for back-propagated layers (the head's region)."""
+        if layer.mode == "INT8":
+            return 4 * self.config.queries + _align4(layer.weight_count)
+        if layer.mode == "WP":
+            return 4 * layer.weight_count + _align4(layer.weight_count)
+        if layer.mode == "NP":
+            return (4 * layer.output_count + _align4(len(self.node_shifts) * layer.output_count)
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
+        return 0
+
+    def gradient_bytes(self) -> int:
+        """The one gradient region a build without arena placement would need: the largest
+        layer's (``layer_gradient_bytes``), the BP head's, or split's."""
         if self.split:  # a backup of every trained weight; then one layer's int32 gradient
             return max(_align4(sum(layer.weight_count for layer in self.layers)),
                        4 * max(layer.weight_count for layer in self.layers))
-        return max([need(layer) for layer in self.zo_layers] + [self.backprop_bytes()])
+        return max([self.layer_gradient_bytes(layer) for layer in self.zo_layers]
+                   + [self.backprop_bytes()])
 
     def backprop_bytes(self) -> int:
         """What back-propagation holds in the gradient region (paper Eq. 4): the head's int8
