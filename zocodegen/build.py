@@ -68,14 +68,15 @@ def cache_root() -> Path:
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
                  sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
                  graph: Graph | None = None, train: TrainConfig | None = None,
-                 patches: str = "auto", input_quantize: str = "device") -> Path:
+                 patches: str = "auto", input_quantize: str = "device",
+                 recompute: str = "auto") -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
     rebuilds) plus the goal; a hit skips the compiler entirely.
     """
     _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate, train=train,
-                                                patches=patches,
+                                                patches=patches, recompute=recompute,
                                                 input_quantize=input_quantize), graph)
     digest = hashlib.sha256()
     for rel in sorted(files):

@@ -21,6 +21,7 @@ from .errors import DataError, UserError
 from .codegen import BUILD_TARGETS, BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
+from .codegen.training_regions import RECOMPUTE_MODES
 from .frontends import load_model
 from .ir import Graph
 from .build import cached_build, generate
@@ -88,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
                         "stm32f746)")
     p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
                    help="also generate the on-device zeroth-order training engine")
+    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="auto",
+                   help="training: let WP layers restart their queries from an earlier "
+                        "layer's saved activations, recomputing the layers between, instead "
+                        "of saving their own (docs/memory.md): auto when that costs under "
+                        "1 %% of a step's MACs or the build does not fit otherwise "
+                        "(default), on for the least SRAM, off")
     _add_memory_options(p)
     _add_train_options(p, default_queries=50)
     p.set_defaults(func=cmd_build)
@@ -515,7 +522,8 @@ def cmd_build(args: argparse.Namespace) -> None:
         train = _train_config(args, args.train)
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
-                                             input_quantize=args.input_quantize), out)
+                                             input_quantize=args.input_quantize,
+                                             recompute=args.recompute), out)
     placement = plan.placement
     print(f"{out}/: {len(plan.code.layers)} layers, arena {plan.arena.arena_bytes:,} B "
           f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "

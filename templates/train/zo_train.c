@@ -81,9 +81,11 @@ static int32_t *layer_gradient(const zo_train_model *m, const zo_train_layer *L)
     return L->gradient ? L->gradient : m->gradient;
 }
 
-static uint8_t *saved_slot(const zo_train_model *m, uint32_t n)
+/* Sample n's slot of the saved activations layer L's queries restart from. */
+static uint8_t *saved_slot(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
 {
-    return m->saved + (size_t)n * m->saved_stride;
+    return L->saved ? L->saved + (size_t)n * L->saved_stride
+                    : m->saved + (size_t)n * m->saved_stride;
 }
 
 static void save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
@@ -283,8 +285,8 @@ static void refold(const zo_train_layer *L)
 static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
 {
     uint8_t *arena = model_arena();
-    restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
-    run_layers(L->op, (int32_t)L->next_op - 1);
+    restore_spans(L->restart, L->restart_count, arena, saved_slot(m, L, n));
+    run_layers(L->restart_op, (int32_t)L->next_op - 1);
 }
 
 #if ZO_TRAIN_NODE_GRADIENTS
@@ -443,10 +445,10 @@ static int32_t weight_query_loss(const zo_train_model *m, const zo_train_layer *
                                  const int8_t *backup, zo_perturb_stream *p, int32_t sign,
                                  uint32_t n)
 {
-    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, n));
+    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, L, n));
     perturb_weights(L, backup, p, sign);
     refold(L);
-    run_layers(L->op, m->logits_op);
+    run_layers(L->restart_op, m->logits_op);
     const int32_t loss = loss_q16(m, m->labels[n]);
     ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
     memcpy(L->weights, backup, L->weight_count);
@@ -534,13 +536,13 @@ static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
                            const int8_t *backup, uint32_t seed, uint32_t n)
 {
     uint8_t *qa = model_query_arena_storage;
-    const int8_t *input = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
+    const int8_t *input = (const int8_t *)(saved_slot(m, L, n) + L->input_saved_offset);
     zo_perturb_stream stream, minus;
     zo_perturb_start(&stream, seed, L->perturb_shift);
     minus = stream;
     int32_t plus = 0;
     for (uint32_t f0 = 0; f0 < m->queries * ZO_SIDES; f0 += ZO_TRAIN_QUERY_BATCH) {
-        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, n));
+        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, L, n));
         for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
             if (forward_sign(f0 + b) > 0) {
                 minus = stream; /* -z: the same draws again */
@@ -585,10 +587,9 @@ static void replay_gradient(const zo_train_layer *L, uint32_t seed, const int32_
     ZO_PROFILE_END();
 }
 
-static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                        float coef)
+/* WP layer L's queries and its gradient, kept in its gradient region for the update. */
+static void wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed)
 {
-    uint8_t *arena = model_arena();
     int32_t *g = layer_gradient(m, L);
     int8_t *backup = (int8_t *)(g + L->weight_count);
     {
@@ -602,16 +603,28 @@ static void estimate_wp(const zo_train_model *m, const zo_train_layer *L, uint32
     }
     refold(L);
     replay_gradient(L, seed, m->query_sums, m->queries, g);
+}
+
+/* The end of the estimate of WP layers[first..last] (a restart group; first == last unless
+ * the build recomputes): the saved activations advanced to the next layer with the old
+ * weights, then each layer's update, in forward order. */
+static void finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta)
+{
+    const zo_train_layer *L = &m->layers[last];
     if (L->next_op != L->op) {
         for (uint32_t n = 0; n < m->batch; ++n) {
             advance_saved(m, L, n);
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+            save_spans(L->next_restart, L->next_restart_count, model_arena(),
+                       saved_slot(m, L + 1, n));
         }
     }
-    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    (void)update_weights(m, L, g, coef);
-    ZO_PROFILE_END();
-    refold(L);
+    for (uint32_t i = first; i <= last; ++i) {
+        const zo_train_layer *W = &m->layers[i];
+        ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+        (void)update_weights(m, W, layer_gradient(m, W), (eta * W->gscale) * m->inv_nq);
+        ZO_PROFILE_END();
+        refold(W);
+    }
 }
 
 #if ZO_TRAIN_SPLIT
@@ -659,7 +672,7 @@ static void split_queries(const zo_train_model *m, const zo_train_state *s, uint
     const uint32_t split = m->split, count = m->layer_count;
     const zo_train_layer *first = &m->layers[0], *cut = &m->layers[split];
     zo_perturb_stream *stream = m->streams, *copy = m->streams + count;
-    uint8_t *cut_slot = saved_slot(m, m->batch); /* the slot after the samples' */
+    uint8_t *cut_slot = m->saved + (size_t)m->batch * m->saved_stride; /* after the samples' */
     int32_t *d1 = m->query_sums, *d2 = m->query_sums + m->queries;
     for (uint32_t i = 0; i < count; ++i) {
         const zo_train_layer *L = &m->layers[i];
@@ -670,7 +683,7 @@ static void split_queries(const zo_train_model *m, const zo_train_state *s, uint
         int32_t side_losses[2];
         memcpy(copy, stream, split * sizeof stream[0]); /* -z1: the same draws again */
         for (uint32_t side = 0; side < 2u; ++side) {
-            restore_spans(first->restart, first->restart_count, arena, saved_slot(m, n));
+            restore_spans(first->restart, first->restart_count, arena, saved_slot(m, first, n));
             perturb_block(m, 0, split, side ? copy : stream, side ? -1 : 1);
             run_layers((int32_t)first->op, (int32_t)cut->op - 1);
             save_spans(cut->restart, cut->restart_count, arena, cut_slot);
@@ -747,7 +760,7 @@ static void estimate_split(const zo_train_model *m, const zo_train_state *s, uin
 static void shifted_output(const zo_train_model *m, const zo_train_layer *L, uint32_t n,
                            uint32_t k, int8_t *out)
 {
-    const int8_t *a = (const int8_t *)(saved_slot(m, n) + L->input_saved_offset);
+    const int8_t *a = (const int8_t *)(saved_slot(m, L, n) + L->input_saved_offset);
     run_layer_kernel(L, L->conv_shifted ? &L->conv_shifted[k] : NULL,
                      L->fc_shifted ? &L->fc_shifted[k] : NULL, a, out);
 }
@@ -760,7 +773,7 @@ static int32_t node_query_loss(const zo_train_model *m, const zo_train_layer *L,
                                uint32_t n)
 {
     int8_t *z = (int8_t *)(model_arena() + L->output_offset);
-    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, n));
+    restore_spans(L->restart, L->restart_count, model_arena(), saved_slot(m, L, n));
     {
         ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
         for (uint32_t k = 0; k < L->output_count; ++k) {
@@ -821,7 +834,7 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
     zo_perturb_stream minus = stream;
     int32_t plus = 0;
     for (uint32_t f0 = 0; f0 < m->queries * ZO_SIDES; f0 += ZO_TRAIN_QUERY_BATCH) {
-        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, n));
+        restore_batch(L->batch_restart, L->batch_restart_count, saved_slot(m, L, n));
         ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
         for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b) {
             int8_t *z = (int8_t *)(model_query_arena_storage + L->batch_output_offset
@@ -908,10 +921,10 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
             advance_saved(m, L, 0);
         }
         update_from_node_gradient(m, L, gz,
-                                  (const int8_t *)(saved_slot(m, 0) + L->input_saved_offset),
+                                  (const int8_t *)(saved_slot(m, L, 0) + L->input_saved_offset),
                                   0, coef);
         if (has_next) {
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, 0));
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, L + 1, 0));
         }
         return;
     }
@@ -919,13 +932,13 @@ static void estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32
     for (uint32_t n = 0; n < m->batch; ++n) {
         node_gradient(m, L, seed, n, gz);
         accumulate_node_gradient(L, gz,
-                                 (const int8_t *)(saved_slot(m, n) + L->input_saved_offset), 0,
+                                 (const int8_t *)(saved_slot(m, L, n) + L->input_saved_offset), 0,
                                  acc);
     }
     if (has_next) {
         for (uint32_t n = 0; n < m->batch; ++n) {
             advance_saved(m, L, n);
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, L + 1, n));
         }
     }
     update_from_accumulator(m, L, acc, coef);
@@ -1048,7 +1061,7 @@ static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
             int32_t loss[2];
             for (int side = 0; side < 2; ++side) {
                 uint32_t state = zo_query_seed(seed, q);
-                restore_spans(L->restart, L->restart_count, arena, saved_slot(m, n));
+                restore_spans(L->restart, L->restart_count, arena, saved_slot(m, L, n));
                 {
                     ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
                     for (uint32_t j = 0; j < L->weight_count; ++j) {
@@ -1058,7 +1071,7 @@ static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
                     ZO_PROFILE_END();
                 }
                 refold(L);
-                run_layers(L->op, m->logits_op);
+                run_layers(L->restart_op, m->logits_op);
                 loss[side] = loss_q16(m, m->labels[n]);
                 ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
                 memcpy(L->weights, backup, L->weight_count);
@@ -1071,7 +1084,7 @@ static void estimate_int8(const zo_train_model *m, const zo_train_state *s,
     if (L->next_op != L->op) {
         for (uint32_t n = 0; n < m->batch; ++n) {
             advance_saved(m, L, n);
-            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, n));
+            save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, L + 1, n));
         }
     }
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
@@ -1112,7 +1125,7 @@ static void estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32
     memset(acc, 0, h->accumulator_words * sizeof acc[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
         const zo_train_layer *F = &m->layers[first];
-        restore_spans(F->restart, F->restart_count, arena, saved_slot(m, n));
+        restore_spans(F->restart, F->restart_count, arena, saved_slot(m, F, n));
         {
             ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
             zo_bp_forward(m);
@@ -1230,6 +1243,14 @@ static uint32_t report(const zo_train_state *s, uint32_t step, int32_t layer, in
 }
 
 #if !ZO_TRAIN_INTEGER_ONLY
+#if !ZO_TRAIN_SPLIT
+/* Whether layers[i] is the last of its restart group. */
+static int ends_group(const zo_train_model *m, uint32_t i)
+{
+    return i + 1u == m->layer_count || m->layers[i + 1u].restart_op == m->layers[i + 1u].op;
+}
+#endif
+
 /* --record-scalars: hands the query sums of the layer (split: of its block) to the state's
  * hook; returns the cycles that took (I/O, not the step's work). */
 static uint32_t send_scalars(const zo_train_state *s, uint32_t t, const zo_train_layer *L,
@@ -1283,7 +1304,7 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         }
         m->labels[n] = label;
         run_layers(0, (int32_t)first->op - 1);
-        save_spans(first->restart, first->restart_count, arena, saved_slot(m, n));
+        save_spans(first->restart, first->restart_count, arena, saved_slot(m, first, n));
         run_layers(first->op, m->logits_op);
         m->clean_q16[n] = loss_q16(m, label);
         loss_sum += m->clean_q16[n];
@@ -1302,11 +1323,19 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
         ZO_PROFILE_EXCLUDE(report_cycles);
     }
 #else
+#if !ZO_TRAIN_INTEGER_ONLY
+    uint32_t group_first = 0; /* of the current restart group */
+#endif
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         const zo_train_layer *L = &m->layers[i];
         const uint32_t layer_start = platform_cycles();
         const uint32_t seed = zo_step_seed(s->seed, t, L->seed_index);
         int32_t last = (int32_t)i;
+#if !ZO_TRAIN_INTEGER_ONLY
+        if (L->restart_op == L->op) {
+            group_first = i;
+        }
+#endif
 #if ZO_TRAIN_BACKPROP
         if (L->mode == ZO_TRAIN_BP) { /* the BP layers are the last ones: all at once */
             estimate_bp(m, s, i);
@@ -1317,12 +1346,14 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
 #if ZO_TRAIN_INTEGER_ONLY
             estimate_int8(m, s, L, seed);
 #else
-            const float coef = (eta * L->gscale) * m->inv_nq;
             if (L->mode == ZO_TRAIN_WP) {
-                estimate_wp(m, L, seed, coef);
+                wp_gradient(m, L, seed);
                 io_cycles += send_scalars(s, t, L, m->query_sums, m->queries);
+                if (ends_group(m, i)) {
+                    finish_wp_group(m, group_first, i, eta);
+                }
             } else {
-                estimate_np(m, L, seed, coef);
+                estimate_np(m, L, seed, (eta * L->gscale) * m->inv_nq);
             }
 #endif
         }

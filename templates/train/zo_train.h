@@ -57,6 +57,11 @@ typedef struct {
     uint16_t seed_index; /* i of S(t, i) */
     uint16_t op;      /* model layer index */
     uint16_t next_op; /* first layer of the next trainable layer (== op when this is the last) */
+    /* the op its queries restart at, from the saved activations of its restart group's
+     * first layer: == op, or an earlier trained layer's op whose queries' forwards rerun
+     * the ops between with their old weights, the group's updates waiting for its end
+     * (zocodegen/codegen/training_regions.py) */
+    uint16_t restart_op;
     int8_t *weights;  /* trainable SRAM copy */
     const int8_t *weights_flash;
     uint32_t weight_count;
@@ -82,10 +87,14 @@ typedef struct {
     const float *bias_inv_s2;
     uint32_t output_offset, output_count; /* the layer's int8 output in the arena */
     uint32_t input_saved_offset;          /* the layer's input inside a saved slot (NP) */
-    const zo_train_span *restart;         /* what a forward from op needs */
+    const zo_train_span *restart;         /* what a forward from restart_op needs */
     uint32_t restart_count;
     const zo_train_span *next_restart;    /* what a forward from next_op needs */
     uint32_t next_restart_count;
+    /* slot 0 of its restart group's saved activations (slot n: n x saved_stride after it):
+     * arena bytes dead while they are live; NULL: the model's static buffer (split) */
+    uint8_t *saved;
+    uint32_t saved_stride;
     /* the layer's kernel parameters: the geometry of the NP / BP outer product */
     const zo_conv_params *conv; /* CONV / DEPTHWISE */
     const zo_fc_params *fc;     /* FC */
@@ -175,7 +184,7 @@ typedef struct {
     uint32_t input_offset, input_bytes;
     uint8_t model_sha256[32];
     /* buffers (sizes in docs/training.md, reported by the memory report) */
-    uint8_t *saved;        /* batch x saved_stride */
+    uint8_t *saved;        /* split: batch + 1 slots of saved_stride (else NULL) */
     uint32_t saved_stride;
     int32_t *gradient;     /* the one gradient region */
     int32_t *clean_q16;    /* [batch] */

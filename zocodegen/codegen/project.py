@@ -29,6 +29,7 @@ from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .model_code import ModelCode, model_code
 from .training_code import TrainingCode, training_code
+from .training_regions import EVERY, RECOMPUTE_MODES
 
 BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
 STACK_BYTES = 8192
@@ -56,6 +57,10 @@ class BuildOptions:
     # the board without it; on whenever it lowers the arena; off never
     patches: str = "auto"
     input_quantize: str = "device"  # host: the host runs the leading QUANTIZE (host_inputs.py)
+    # training: restart groups that recompute instead of saving (training_regions.py): auto
+    # when they cost under 1 % of a step's MACs or the build does not fit otherwise; on
+    # for the least SRAM; off never
+    recompute: str = "auto"
 
     @property
     def board(self) -> str:
@@ -102,7 +107,7 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
         config = replace(train, bp_layers=c)
         try:
-            _, _, items = _layout(graph, arena, board, config)
+            _, _, items = _layout(graph, arena, board, config, options.recompute)
         except UserError:  # e.g. sparse training with no zeroth-order layer left
             continue
         if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
@@ -128,7 +133,7 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
         config = replace(train, blocks=n)
         if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
             continue
-        _, _, items = _layout(graph, arena, board, config)
+        _, _, items = _layout(graph, arena, board, config, options.recompute)
         if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
             return replace(options, train=config)
     return replace(options, train=replace(train, blocks=most))
@@ -177,7 +182,7 @@ def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan
 
     def fits(arena: ArenaPlan) -> bool:
         items = (_inference_items(arena, board) if train is None
-                 else _layout(graph, arena, board, train)[2])
+                 else _layout(graph, arena, board, train, options.recompute)[2])
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
     whole = whole_arena(graph, train)
@@ -207,10 +212,11 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
     arena = build_arena(graph, options, board)
-    code, training, items = _layout(graph, arena, board, options.train)
+    code, training, items = _layout(graph, arena, board, options.train, options.recompute)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
-        tips = (_fitting_alternatives(graph, arena, board, options.train) + TRAINING_SUGGESTIONS
+        tips = (_fitting_alternatives(graph, arena, board, options.train, options.recompute)
+                + _recompute_suggestions(training, options.recompute) + TRAINING_SUGGESTIONS
                 if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
     return ProjectPlan(arena, placement, code, board, training)
@@ -232,29 +238,57 @@ def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions
     return tips + default_suggestions(options.board)
 
 
-def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None
-            ) -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
+def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None,
+            recompute: str = "auto") -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
     """Layer code, training tables and the SRAM items of one build configuration."""
-    items = _inference_items(arena, board)
+    if recompute not in RECOMPUTE_MODES + (EVERY,):
+        raise UserError(f"--recompute {recompute}: choose one of {', '.join(RECOMPUTE_MODES)}")
     if train is None:
-        return model_code(graph, arena), None, items
+        return model_code(graph, arena), None, _inference_items(arena, board)
     plans = training_plans(graph, train)
     code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
                       switched=len(plans) > 1)
     training = training_code(graph, arena, code, plans)
+    if recompute != "off":
+        def fits(tail: int) -> bool:
+            items = _training_items(arena, board, replace(training, arena_tail=tail))
+            return place(items, board.name, board.sram_budget_bytes, strict=False).fits
+
+        training = training_code(graph, arena, code, plans, recompute, fits)
+    return code, training, _training_items(arena, board, training)
+
+
+def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode) -> list[RamItem]:
+    items = _inference_items(arena, board)
     if training.arena_tail:
+        saved = ("" if training.split else f"saved activations of {training.batch} "
+                 f"sample{'s' if training.batch > 1 else ''} (up to "
+                 f"{kb(training.largest_saved_bytes)}) and ")
         items[0] = replace(items[0], bytes=arena.arena_bytes + training.arena_tail,
                            description=items[0].description + f" + {training.arena_tail} B "
-                           "of training gradient regions past its end")
+                           f"past its end for the training step's {saved}gradient regions")
     items[1:1] = training.ram_items()
-    return code, training, items
+    return items
+
+
+def _recompute_suggestions(training: TrainingCode, recompute: str) -> list[str]:
+    """What restart groups did for a training build that still does not fit."""
+    if training.split:
+        return []
+    if recompute == "off":
+        return ["restart groups that recompute early layers instead of saving their "
+                "activations (--recompute auto)"]
+    if training.recomputed_macs:
+        return [f"restart groups already recompute {training.recomputed_macs / 1e6:.2f} M MACs "
+                "per step instead of saving activations; they cannot go lower"]
+    return []
 
 
 def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
-                          train: TrainConfig) -> list[str]:
+                          train: TrainConfig, recompute: str) -> list[str]:
     """Sparse configurations of the same run that fit the board, for the refusal."""
     def total(config: TrainConfig) -> int | None:
-        _, _, items = _layout(graph, arena, board, config)
+        _, _, items = _layout(graph, arena, board, config, recompute)
         placement = place(items, board.name, board.sram_budget_bytes, strict=False)
         return placement.total if placement.fits else None
 

@@ -3,6 +3,7 @@
 forward restores, and the buffer sizes the memory report lists."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
 from .query_batch import BatchCode, BatchLayer, query_batch_code
+from .training_regions import choose_groups, query_macs, recomputed_macs
 
 KINDS = {"CONV_2D": "ZO_TRAIN_CONV", "DEPTHWISE_CONV_2D": "ZO_TRAIN_DEPTHWISE",
          "FULLY_CONNECTED": "ZO_TRAIN_FC"}
@@ -111,9 +113,14 @@ class TrainLayerCode:
     perturb_shift: int = 0  # --distribution uniform, XORShift: the layer's scale
     query_batch: BatchLayer | None = None  # --query-batch: where its batched queries go
     gradient_bytes: int = 0  # its gradient region (TrainingPlan.layer_gradient_bytes)
-    # where its estimate's gradient region is: arena bytes no op from this layer on uses
-    # (the arena's tail may be extended for it), or None: the shared gradient buffer
+    # where its estimate's gradient region is: arena bytes no op from its restart op on
+    # uses (the arena's tail may be extended for it), or None: the shared gradient buffer
     gradient_offset: int | None = None
+    # its queries restart at this op from the saved activations (`restart`) of its restart
+    # group's first layer (training_regions.py); its own op unless it recomputes
+    restart_op: int = -1
+    saved_stride: int = 0  # bytes of one sample's saved activations
+    saved_offset: int | None = None  # slot 0 in the arena's storage; None: the static buffer
 
     @property
     def input_offset(self) -> str:
@@ -244,12 +251,19 @@ class TrainingCode:
     inner_queries: int  # split: P_s
     block1_diff_limit: int
     blocks: int  # sparse: the run's number of blocks (resolved from --blocks auto)
-    arena_tail: int = 0  # bytes added after the arena for the layers' gradient regions
+    arena_tail: int = 0  # bytes added after the arena for the step's regions
+    recomputed_macs: int = 0  # per step, by restart groups (training_regions.py)
+    query_macs: int = 0  # per step, of the query forwards without recomputation
 
     @property
     def query_sum_count(self) -> int:
         """Q query sums, or split's P_1 + P_2."""
         return self.queries * (1 + 2 * self.inner_queries) if self.split else self.queries
+
+    @property
+    def largest_saved_bytes(self) -> int:
+        """The largest restart group's saved activations, every sample's slot."""
+        return self.batch * max((L.saved_stride for L in self.layers), default=0)
 
     @property
     def saved_slots(self) -> int:
@@ -264,9 +278,10 @@ class TrainingCode:
                     + (f" of the largest of {len(self.models)} blocks (one in SRAM at a time)"
                        if self.selects_block else "")),
             RamItem("gradient buffer", 4 * self.gradient_words, self._gradient_description()),
-            RamItem("saved activations", self.saved_slots * self.saved_stride,
-                    "per sample: what a forward from the current layer reads"
-                    + ("; split: the cutoff's inputs" if self.split else "")),
+            RamItem("saved activations",
+                    self.saved_slots * self.saved_stride if self.split else 0,
+                    "per sample: what a forward from the current layer reads; split: the "
+                    "cutoff's inputs" if self.split else self._saved_description()),
             RamItem("training state", _align(4 * self.query_sum_count) + 2 * _align(4 * self.batch)
                     + (_align(2 * len(self.layers) * self.perturb.stream_bytes) if self.split
                        else 0),
@@ -278,6 +293,18 @@ class TrainingCode:
                     f"activations of layers {self.query_batch.first_op}.."
                     f"{self.query_batch.last_op}")])
 
+
+    def _saved_description(self) -> str:
+        text = (f"none: each restart group's are in arena bytes dead during its estimate "
+                f"(arena tail +{self.arena_tail} B)")
+        recomputing = [L for L in self.layers if L.restart_op != L.op]
+        if recomputing:
+            share = self.recomputed_macs / self.query_macs if self.query_macs else 0.0
+            text += (f"; {len(recomputing)} layers restart from an earlier layer's (ops "
+                     + ", ".join(f"{L.restart_op}..{L.op}" for L in recomputing)
+                     + f"): +{self.recomputed_macs / 1e6:.2f} M MACs per step "
+                     f"({100 * share:.2f} % of its query MACs)")
+        return text
 
     def _gradient_description(self) -> str:
         in_arena = sum(1 for layer in self.layers if layer.gradient_offset is not None)
@@ -308,32 +335,21 @@ class TrainingCode:
         return next(i for i, layer in enumerate(self.block_layers(block)) if layer.op == op)
 
 
-#: estimators whose gradient region is only live during their own layer's estimate
-ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_INT8")
+def stride_of(intervals: list[tuple[int, int, int]]) -> int:
+    """A saved slot's bytes (training_regions.slot_bytes, from the merged intervals)."""
+    return _align(sum(_align(iv[1], 4) for iv in intervals))
 
 
-def _gradients_in_arena(arena: ArenaPlan, layers: list) -> tuple[list, int]:
-    """The paper's memory-efficient NP, for every zeroth-order layer: its gradient region
-    (live from its first query to its update) goes into arena bytes that no op from the
-    layer on uses, the lowest gap that holds it, or the arena's end, which grows by the
-    largest overhang. Returns the layers with their offsets and that growth."""
-    out, end = [], arena.arena_bytes
-    for layer in layers:
-        if layer.mode not in ZO_MODES:
-            out.append(layer)
-            continue
-        need = layer.gradient_bytes
-        used = sorted((b.offset, b.offset + b.size) for b in arena.buffers
-                      if b.last >= layer.op)
-        cursor = 0
-        for lo, hi in used:
-            if lo - _align(cursor, 8) >= need:
-                break
-            cursor = max(cursor, hi)
-        offset = _align(cursor, 8)
-        end = max(end, offset + need)
-        out.append(replace(layer, gradient_offset=offset))
-    return out, _align(end - arena.arena_bytes, 8) if end > arena.arena_bytes else 0
+def _head_group(layers: list) -> list:
+    """The back-propagated head's layers restart together from its first layer's saved
+    activations (estimate_bp runs them all at once)."""
+    out = list(layers)
+    for i in range(1, len(out)):
+        if (out[i].mode == "ZO_TRAIN_BP" and out[i - 1].mode == "ZO_TRAIN_BP"
+                and out[i].block == out[i - 1].block):
+            first = out[i - 1]
+            out[i] = replace(out[i], restart_op=first.restart_op, restart=first.restart)
+    return out
 
 
 def _align(n: int, a: int = BUFFER_ALIGN) -> int:
@@ -408,8 +424,11 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
 
 
 def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
-                  plans: tuple[TrainingPlan, ...]) -> TrainingCode:
-    """One zo_train_model per plan (several only for --block auto, one per block)."""
+                  plans: tuple[TrainingPlan, ...], recompute: str = "off",
+                  fits: Callable[[int], bool] = lambda tail: True) -> TrainingCode:
+    """One zo_train_model per plan (several only for --block auto, one per block).
+    ``recompute`` and ``fits`` (given the arena tail): the restart groups' choice
+    (training_regions.choose_groups)."""
     layers, models, stride = [], [], 0
     cfg = plans[0].config
     symbols: dict[int, str] = {}
@@ -419,7 +438,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
         for k, layer in enumerate(plan.layers):
             intervals, where = _spans(graph, arena, layer.crossing)
             saved_offsets[layer.op_index] = where
-            stride = max(stride, sum(_align(iv[1], 4) for iv in intervals))
+            stride = max(stride, stride_of(intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
             call = code.layers[layer.op_index].calls[0]
@@ -437,15 +456,20 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 arena.offsets[layer.output], layer.output_count, where.get(layer.input, 0),
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
-                layer.perturb_shift, gradient_bytes=plan.layer_gradient_bytes(layer)))
+                layer.perturb_shift, gradient_bytes=plan.layer_gradient_bytes(layer),
+                restart_op=layer.op_index, saved_stride=stride_of(intervals)))
     # the shared gradient buffer: split's backups of every layer (live the whole step), or
     # the BP head's region; each zeroth-order layer's own region is in the arena
-    arena_tail = 0
+    arena_tail = recomputed = 0
     grad_words = 2  # at least one 8-byte unit: C has no empty arrays
+    forwards = cfg.queries * (2 if cfg.two_sided else 1) * cfg.batch
     if plans[0].split:
         grad_words = plans[0].gradient_bytes() // 4
     else:
-        layers, arena_tail = _gradients_in_arena(arena, layers)
+        layers = _head_group(layers)
+        layers, arena_tail = choose_groups(graph, arena, layers, cfg.batch, forwards,
+                                           plans[0].logits_op, recompute, fits)
+        recomputed = recomputed_macs(graph, layers, forwards)
     query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
     if query_batch is not None:
         layers = [replace(L, query_batch=query_batch.layer(L.op))
@@ -487,4 +511,5 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
                         perturb_code(plan), query_batch, cfg.record_scalars, plan.split,
-                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks, arena_tail)
+                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks, arena_tail,
+                        recomputed, query_macs(graph, layers, forwards, plan.logits_op))
