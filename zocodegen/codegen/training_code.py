@@ -300,8 +300,8 @@ class TrainingCode:
         recomputing = [L for L in self.layers if L.restart_op != L.op]
         if recomputing:
             share = self.recomputed_macs / self.query_macs if self.query_macs else 0.0
-            text += (f"; {len(recomputing)} layer{'s restart' if len(recomputing) > 1 else ' restarts'}"
-                     " from an earlier layer's (ops "
+            verb = "layers restart" if len(recomputing) > 1 else "layer restarts"
+            text += (f"; {len(recomputing)} {verb} from an earlier layer's (ops "
                      + ", ".join(f"{L.restart_op}..{L.op}" for L in recomputing)
                      + f"): +{self.recomputed_macs / 1e6:.2f} M MACs per step "
                      f"({100 * share:.2f} % of its query MACs)")
