@@ -20,8 +20,6 @@ from zocodegen.planner.scratch import in_place_rows
 from zocodegen.training.config import TrainConfig
 
 PAPER = FIXTURES / "mcunet_in1_128.tflite"
-#: the paper's sparse selection stand-in: the last of 16 parameter-balanced blocks
-SPARSE = ["--train", "sparse", "--blocks", "16", "--block", "15"]
 
 
 def _op(graph, name):
@@ -106,22 +104,30 @@ def test_paper_size_stand_in():
 
 
 @needs_qemu
-def test_paper_size_sparse_steps_on_qemu_equal_the_simulator(tmp_path):
-    """A few sparse steps of the 128x128 stand-in on QEMU with the F746's 256 KB in its
-    linker script: the checkpoint is byte-identical to the simulator's."""
+@pytest.mark.parametrize("mode, options, target", [
+    pytest.param("sparse", dict(blocks=16, block=15), "stm32f746", id="sparse-f746"),
+    pytest.param("full", dict(), "stm32h7b3", id="full-h7b3")])
+def test_paper_size_steps_on_qemu_equal_the_simulator(mode, options, target, tmp_path):
+    """Two steps of the 128x128 stand-in on QEMU linked with the board's budget (sparse: the
+    F746's 256 KB; full: the H7B3's, with layers that recompute, docs/memory.md): the
+    checkpoint is byte-identical to the simulator's."""
     rng = np.random.default_rng(12)
-    x = rng.integers(-128, 128, size=(4, 128, 128, 3)).astype(np.int8)
-    y = rng.integers(0, 10, size=4)
+    x = rng.integers(-128, 128, size=(3, 128, 128, 3)).astype(np.int8)
+    y = rng.integers(0, 10, size=3)
     image = tmp_path / "data.img"
     pack_image(image, x, y, num_classes=10, checkpoint_bytes=1 << 20)
-    config = TrainConfig(mode="sparse", blocks=16, block=15, steps=2, queries=2, lr=0.01)
-    elf = cached_build(PAPER, "qemu", emulate="stm32f746", train=config)
+    config = TrainConfig(mode=mode, steps=2, queries=1, lr=0.01, **options)
+    plan = plan_project(load_model(PAPER), BuildOptions(target="qemu", emulate=target,
+                                                        train=config))
+    assert plan.placement.total <= (209 if mode == "sparse" else 668) * 1024
+    assert mode == "sparse" or any(L.restart_op != L.op for L in plan.training.layers)
+    elf = cached_build(PAPER, "qemu", emulate=target, train=config)
     run = tmp_path / "run"
     trainer = Trainer(LaunchedDevice(Firmware("qemu", elf, icount=False)), image, run,
-                      checkpoint_every=2, timeout=300, progress=False)
+                      checkpoint_every=2, timeout=600, progress=False)
     assert trainer.run().steps == 2
     sim = tmp_path / "sim"
-    assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--mode",
-                 "sparse", *SPARSE[2:], "--steps", "2", "--queries", "2", "--lr", "0.01",
-                 "--no-guard"]) == 0
+    flags = [f"--{k}={v}" for k, v in options.items()]
+    assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--mode", mode,
+                 *flags, "--steps", "2", "--queries", "1", "--lr", "0.01", "--no-guard"]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pytest
 
-from conftest import FIXTURES, needs_qemu
+from conftest import needs_qemu
 from test_training import _data, _firmware_checkpoint, _image, _resolve, _simulated
-from zocodegen.build import cached_build
-from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, plan_project
 from zocodegen.frontends import load_model
-from zocodegen.host.devices import Firmware
-from zocodegen.host.image import pack_image
-from zocodegen.host.trainer import LaunchedDevice, Trainer
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan
 
-PAPER = FIXTURES / "mcunet_in1_128.tflite"
 PAPER_FULL_KB = 668  # the paper's Table 8: full training of MCUNet-in1 on the STM32H7B3
 
 pytestmark = pytest.mark.usefixtures("module_build_cache")
@@ -131,33 +124,8 @@ def test_the_paper_size_full_training_fits_668kb():
     default plan recomputes three layers' inputs (under 1 % of a step's MACs) instead of
     keeping them; without restart groups it needs more."""
     _, _, plan = _plan("fixture:mcunet_in1_128.tflite", dict(mode="full"), "auto")
-    assert plan.placement.total <= 668 * 1024
+    assert plan.placement.total <= PAPER_FULL_KB * 1024
     training = plan.training
     assert 0 < training.recomputed_macs < 0.01 * training.query_macs
     _, _, off = _plan("fixture:mcunet_in1_128.tflite", dict(mode="full"), "off")
-    assert off.placement.total > 668 * 1024
-
-
-@needs_qemu
-def test_paper_size_full_steps_on_qemu_equal_the_simulator(tmp_path):
-    """Two full-training steps of the 128x128 stand-in on QEMU, linked with the H7B3's
-    budget, restart groups included: the checkpoint is byte-identical to the simulator's."""
-    rng = np.random.default_rng(14)
-    x = rng.integers(-128, 128, size=(3, 128, 128, 3)).astype(np.int8)
-    y = rng.integers(0, 10, size=3)
-    image = tmp_path / "data.img"
-    pack_image(image, x, y, num_classes=10, checkpoint_bytes=1 << 20)
-    config = TrainConfig(mode="full", steps=2, queries=1, lr=0.01)
-    plan = plan_project(load_model(PAPER), BuildOptions(target="qemu", emulate="stm32h7b3",
-                                                        train=config))
-    assert plan.placement.total <= PAPER_FULL_KB * 1024
-    assert any(L.restart_op != L.op for L in plan.training.layers)
-    elf = cached_build(PAPER, "qemu", emulate="stm32h7b3", train=config)
-    run = tmp_path / "run"
-    trainer = Trainer(LaunchedDevice(Firmware("qemu", elf, icount=False)), image, run,
-                      checkpoint_every=2, timeout=600, progress=False)
-    assert trainer.run().steps == 2
-    sim = tmp_path / "sim"
-    assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--mode",
-                 "full", "--steps", "2", "--queries", "1", "--lr", "0.01", "--no-guard"]) == 0
-    assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()
+    assert off.placement.total > PAPER_FULL_KB * 1024
