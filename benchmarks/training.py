@@ -43,15 +43,17 @@ import revisions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
 MCUNET = REPO / "tests" / "fixtures" / "mcunet_in1.tflite"
+MCUNET_128 = REPO / "tests" / "fixtures" / "mcunet_in1_128.tflite"  # the paper's resolution
 #: target -> (model, mode) rows; the paper's figure where it has one.
 ROWS = {
-    "stm32h7b3": [(MCUNET, "full"), (SHARED / "pretrainedResnet_quant.tflite", "full"),
+    "stm32h7b3": [(MCUNET_128, "full"), (MCUNET, "full"),
+                  (SHARED / "pretrainedResnet_quant.tflite", "full"),
                   (SHARED / "kws_ref_model.tflite", "full")],
     "stm32f746": [(MCUNET, "sparse"), (MCUNET, "full"),
                   (SHARED / "pretrainedResnet_quant.tflite", "full"),
                   (SHARED / "kws_ref_model.tflite", "full")],
 }
-PAPER = {("stm32h7b3", "mcunet_in1.tflite", "full"): "668 KB (MCUNet-in1, full)",
+PAPER = {("stm32h7b3", "mcunet_in1_128.tflite", "full"): "668 KB (MCUNet-in1 128x128, full)",
          ("stm32f746", "mcunet_in1.tflite", "sparse"): "209 KB (MCUNet-in1, sparse)"}
 DEVICE_Q = 50
 DOC = REPO / "docs" / "benchmarks.md"
@@ -198,11 +200,13 @@ def table(target: str, results: list[dict]) -> list[str]:
 
 
 def baseline_rows(results: list[dict]) -> list[dict]:
-    """Each model and mode once, on the first target where the measured tree trained it."""
+    """Each model and mode once, on the first target where the measured tree trained it;
+    not the 128x128 stand-in, whose steps on the baseline's engine pass 2^32 instructions,
+    the range of the telemetry's 32-bit cycle count."""
     rows, seen = [], set()
     for r in results:
         key = (r["model"], r["mode"])
-        if key not in seen and "steps" in r:
+        if key not in seen and "steps" in r and Path(r["model"]) != MCUNET_128:
             seen.add(key)
             rows.append(dict(model=r["model"], target=r["target"], mode=r["mode"]))
     return rows

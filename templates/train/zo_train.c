@@ -292,6 +292,8 @@ static void advance_saved(const zo_train_model *m, const zo_train_layer *L, uint
 #if ZO_TRAIN_NODE_GRADIENTS
 /* ---- NP: node gradient -> parameter gradient ------------------------------------------- */
 
+#define ZO_GRADIENT_GROUP 4u /* weights whose outer products share one walk (gradient_sums) */
+
 /* [first, last) of the output positions o whose input position o * stride - pad + offset
  * lies in [0, size): offset is the tap's k * dilation. */
 static void covered_outputs(int32_t offset, int32_t stride, int32_t pad, int32_t size,
@@ -305,66 +307,93 @@ static void covered_outputs(int32_t offset, int32_t stride, int32_t pad, int32_t
     *last = l < outputs ? (l > *first ? l : *first) : outputs;
 }
 
-/* The convolution / FC shaped outer product of the node gradient gz with the layer input a
- * (zero point removed), for weight j and, where it shares j's output channel and tap (a
- * CONV_2D's next input channel), weight j + 1: int64, exact, so any order of the sum agrees
- * with the simulator. Returns how many gradients it wrote to g (1 or 2). Only the output
- * positions whose tap falls inside the input are visited, with pointers stepping through gz
- * and a; a pair shares each load of gz. */
-static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
-                                 uint32_t j, int64_t g[2])
+/* acc[i] += the sum over `count` positions of gz[i * g_lane] * (x[i] + offset), for the n
+ * weights i of a group (n = ZO_GRADIENT_GROUP or 1), gz stepping by g_step and x by x_step
+ * from one position to the next. g_lane 0: the group shares the node gradient (a CONV_2D's
+ * next input channels, an FC's next input features), whose zeros, the units the activation
+ * cuts off, skip the group's multiplies; 1: each weight has its own (a depthwise layer's next
+ * channels). Four accumulators stay in registers; int64, exact, so any order of the sum
+ * agrees with the simulator. */
+static inline void gradient_sums(const int32_t *gz, int32_t g_step, int32_t g_lane,
+                                 const int8_t *x, int32_t x_step, int32_t count,
+                                 int32_t offset, uint32_t n, int64_t acc[ZO_GRADIENT_GROUP])
 {
+    int64_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    if (n == ZO_GRADIENT_GROUP) {
+        for (int32_t k = 0; k < count; ++k, gz += g_step, x += x_step) {
+            if (g_lane == 0 && gz[0] == 0) {
+                continue;
+            }
+            a0 += (int64_t)gz[0] * (x[0] + offset);
+            a1 += (int64_t)gz[g_lane] * (x[1] + offset);
+            a2 += (int64_t)gz[2 * g_lane] * (x[2] + offset);
+            a3 += (int64_t)gz[3 * g_lane] * (x[3] + offset);
+        }
+    } else {
+        for (int32_t k = 0; k < count; ++k, gz += g_step, x += x_step) {
+            a0 += (int64_t)gz[0] * (x[0] + offset);
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* The convolution / FC shaped outer product of the node gradient gz with the layer input a
+ * (zero point removed) for weight j and, in a group (gradient_sums), the next weights of its
+ * row: the same output channel and tap (CONV_2D: the next input channels; depthwise with
+ * depth multiplier 1: the next channels) or the same output feature (FC). Only the output
+ * positions whose tap falls inside the input are visited. Writes g[0..n), returns n (1 or
+ * ZO_GRADIENT_GROUP). */
+static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
+                                 uint32_t j, int64_t g[ZO_GRADIENT_GROUP])
+{
+    g[0] = g[1] = g[2] = g[3] = 0;
     if (L->kind == ZO_TRAIN_FC) {
         const zo_fc_params *p = L->fc;
         const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
-        int64_t acc = 0;
-        for (int32_t r = 0; r < p->rows; ++r) {
-            acc += (int64_t)gz[r * p->out_features + o]
-                   * (a[r * p->in_features + k] + p->input_offset);
-        }
-        g[0] = acc;
-        return 1u;
+        const uint32_t n = k + (int32_t)ZO_GRADIENT_GROUP <= p->in_features ? ZO_GRADIENT_GROUP
+                                                                            : 1u;
+        gradient_sums(gz + o, p->out_features, 0, a + k, p->in_features, p->rows,
+                      p->input_offset, n, g);
+        return n;
     }
     const zo_conv_params *p = L->conv;
-    int32_t o, kh, kw, ic, pair = 0;
+    int32_t o, kh, kw, ic, g_lane = 0;
+    uint32_t n;
     if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
         o = (int32_t)j % p->out_c;
         kw = ((int32_t)j / p->out_c) % p->k_w;
         kh = (int32_t)j / (p->out_c * p->k_w);
         ic = o / p->depth_multiplier;
+        g_lane = 1;
+        n = p->depth_multiplier == 1 && o + (int32_t)ZO_GRADIENT_GROUP <= p->out_c
+            ? ZO_GRADIENT_GROUP : 1u;
     } else { /* [out_c][k_h][k_w][in_c] */
         ic = (int32_t)j % p->in_c;
         kw = ((int32_t)j / p->in_c) % p->k_w;
         kh = ((int32_t)j / (p->in_c * p->k_w)) % p->k_h;
         o = (int32_t)j / (p->in_c * p->k_w * p->k_h);
-        pair = ic + 1 < p->in_c;
+        n = ic + (int32_t)ZO_GRADIENT_GROUP <= p->in_c ? ZO_GRADIENT_GROUP : 1u;
     }
     int32_t oy0, oy1, ox0, ox1;
     covered_outputs(kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h, &oy0, &oy1);
     covered_outputs(kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w, &ox0, &ox1);
-    const int32_t offset = p->input_offset;
-    const int32_t a_step = p->stride_w * p->in_c;
-    int64_t acc0 = 0, acc1 = 0;
     for (int32_t oy = oy0; oy < oy1; ++oy) {
         const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
         const int32_t ix = ox0 * p->stride_w - p->pad_left + kw * p->dilation_w;
-        const int32_t *gp = gz + (oy * p->out_w + ox0) * p->out_c + o;
-        const int8_t *x = a + (iy * p->in_w + ix) * p->in_c + ic;
-        if (pair) {
-            for (int32_t ox = ox0; ox < ox1; ++ox, gp += p->out_c, x += a_step) {
-                const int32_t gv = *gp;
-                acc0 += (int64_t)gv * (x[0] + offset);
-                acc1 += (int64_t)gv * (x[1] + offset);
-            }
+        if (g_lane) { /* literal lanes: each call specialises gradient_sums */
+            gradient_sums(gz + (oy * p->out_w + ox0) * p->out_c + o, p->out_c, 1,
+                          a + (iy * p->in_w + ix) * p->in_c + ic, p->stride_w * p->in_c,
+                          ox1 - ox0, p->input_offset, n, g);
         } else {
-            for (int32_t ox = ox0; ox < ox1; ++ox, gp += p->out_c, x += a_step) {
-                acc0 += (int64_t)*gp * (x[0] + offset);
-            }
+            gradient_sums(gz + (oy * p->out_w + ox0) * p->out_c + o, p->out_c, 0,
+                          a + (iy * p->in_w + ix) * p->in_c + ic, p->stride_w * p->in_c,
+                          ox1 - ox0, p->input_offset, n, g);
         }
     }
-    g[0] = acc0;
-    g[1] = acc1;
-    return pair ? 2u : 1u;
+    return n;
 }
 
 static int64_t bias_gradient(const zo_train_layer *L, const int32_t *gz, uint32_t c)
@@ -395,7 +424,7 @@ static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     for (uint32_t j = 0; j < L->weight_count;) {
-        int64_t g[2];
+        int64_t g[ZO_GRADIENT_GROUP];
         const uint32_t count = weight_gradients(L, gz, a, j, g);
         for (uint32_t k = 0; k < count; ++k, ++j) {
             acc[j] = sat_s32((int64_t)acc[j] + parameter_gradient(g[k], shift));
@@ -873,7 +902,7 @@ static void update_from_node_gradient(const zo_train_model *m, const zo_train_la
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     float largest = 0.0f;
     for (uint32_t j = 0; j < L->weight_count;) {
-        int64_t g[2];
+        int64_t g[ZO_GRADIENT_GROUP];
         const uint32_t count = weight_gradients(L, gz, a, j, g);
         for (uint32_t k = 0; k < count; ++k, ++j) {
             largest = weight_step(L, coef, j, parameter_gradient(g[k], shift), largest);
@@ -881,7 +910,7 @@ static void update_from_node_gradient(const zo_train_model *m, const zo_train_la
     }
     coef = clipped_coefficient(m, coef, largest);
     for (uint32_t j = 0; j < L->weight_count;) {
-        int64_t g[2];
+        int64_t g[ZO_GRADIENT_GROUP];
         const uint32_t count = weight_gradients(L, gz, a, j, g);
         for (uint32_t k = 0; k < count; ++k, ++j) {
             update_weight(L, coef, j, parameter_gradient(g[k], shift));

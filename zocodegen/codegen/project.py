@@ -280,7 +280,7 @@ def _recompute_suggestions(training: TrainingCode, recompute: str) -> list[str]:
                 "activations (--recompute auto)"]
     if training.recomputed_macs:
         return [f"restart groups already recompute {training.recomputed_macs / 1e6:.2f} M MACs "
-                "per step instead of saving activations; they cannot go lower"]
+                "per step instead of saving activations (more would not save memory)"]
     return []
 
 
