@@ -5,11 +5,13 @@ and no saved or gradient region overlaps a buffer or region live at the same tim
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
-from conftest import needs_qemu
+from conftest import FIXTURES, needs_qemu
 from test_training import _data, _firmware_checkpoint, _image, _resolve, _simulated
+from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.training.config import TrainConfig
@@ -129,3 +131,24 @@ def test_the_paper_size_full_training_fits_668kb():
     assert 0 < training.recomputed_macs < 0.01 * training.query_macs
     _, _, off = _plan("fixture:mcunet_in1_128.tflite", dict(mode="full"), "off")
     assert off.placement.total > PAPER_FULL_KB * 1024
+
+
+def test_recompute_option_on_the_command_line(tmp_path, capsys):
+    """`build --recompute off|auto` on the 64x64 fixture's sparse F746 build: the default
+    recomputes four layers' inputs, says so in the memory report and takes less SRAM;
+    an unknown mode is refused by the parser (exit 2)."""
+    model = str(FIXTURES / "mcunet_in1.tflite")
+    totals = {}
+    for mode in ("off", "auto"):
+        out = tmp_path / mode
+        assert main(["build", model, "--target", "stm32f746", "--train", "sparse",
+                     "--recompute", mode, "-o", str(out)]) == 0
+        report = json.loads((out / "memory_report.json").read_text())
+        totals[mode] = report["sram"]["total_bytes"]
+        text = (out / "memory_report.txt").read_text()
+        assert ("4 layers restart from an earlier layer's" in text) == (mode == "auto")
+    assert totals["auto"] < totals["off"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", model, "--target", "stm32f746", "--train", "sparse",
+              "--recompute", "sometimes"])
+    assert exit_info.value.code == 2 and "--recompute" in capsys.readouterr().err
