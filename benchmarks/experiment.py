@@ -531,9 +531,11 @@ def comparison_summary(grid: Grid, results: dict[Run, Result], methods: Sequence
 
 # ----------------------------------------------------------------------------- memory
 #: The training items of a build's memory report, in the order of the paper's Eq. 2-4:
-#: parameters theta, the gradient region (ZO's gradient / BP's g and e), saved activations a.
+#: parameters theta, the gradient region (ZO's gradient / BP's g and e), saved activations a,
+#: and the arena's tail, where the zeroth-order gradient regions and the saved activations
+#: live where the arena has no dead bytes for them (docs/memory.md).
 MEMORY_ITEMS = ("trainable parameters", "gradient buffer", "saved activations",
-                "training state")
+                "training state", "arena tail")
 
 
 @dataclass(frozen=True)
@@ -553,6 +555,7 @@ def memory_items(report: dict) -> dict[str, int]:
     """Bytes per training item of a memory_report.json, plus ``sram``: the whole SRAM total
     (arena, stack and host-link buffers included)."""
     items = {item["name"]: int(item["bytes"]) for item in report["sram"]["items"]}
+    items["arena tail"] = items["arena"] - int(report["arena"]["bytes"])
     found = {name: items.get(name, 0) for name in MEMORY_ITEMS}
     found["sram"] = int(report["sram"]["total_bytes"])
     return found
@@ -597,18 +600,20 @@ def memory_rows(cli: Sequence[str], grid: Grid, root: Path) -> list[MemoryRow]:
 def memory_table(rows: Sequence[MemoryRow]) -> list[str]:
     """The memory rows in bytes: the training items, their sum, the whole SRAM and the
     query forwards per step."""
-    lines = ["| model | method | trainable parameters | gradient region | of which BP head | "
-             "saved activations | training state | training total | SRAM total | "
-             "query forwards per step |", "|---|---|" + "---:|" * 8]
+    lines = ["| model | method | trainable parameters | gradient buffer | of which BP head | "
+             "saved activations (static) | training state | arena tail (ZO gradient regions, "
+             "saved activations) | training total | SRAM total | query forwards per step |",
+             "|---|---|" + "---:|" * 9]
     for row in rows:
         if row.items is None:
-            cells = ["build failed"] + ["—"] * 6
+            cells = ["build failed"] + ["—"] * 7
         else:
             it = row.items
             total = sum(it[name] for name in MEMORY_ITEMS)
             cells = [f"{it['trainable parameters']:,}", f"{it['gradient buffer']:,}",
                      f"{row.head_bytes:,}", f"{it['saved activations']:,}",
-                     f"{it['training state']:,}", f"{total:,}", f"{it['sram']:,}"]
+                     f"{it['training state']:,}", f"{it['arena tail']:,}", f"{total:,}",
+                     f"{it['sram']:,}"]
         lines.append(f"| {row.model} | {row.label} | " + " | ".join(cells)
                      + f" | {row.forwards_per_step} |")
     return lines
@@ -684,13 +689,14 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         lines += ["", f"Memory per model and method (bytes, from the generated build's "
                   f"memory report: `zocodegen build MODEL --target {MEMORY_TARGET} --train "
                   f"full --queries {grid.queries} --bp-layers C`; the paper's Eq. 2-4 / "
-                  f"Fig. 4-5 in table form). The "
-                  f"gradient region is one buffer shared by the layers, sized by the largest "
-                  f"need: a ZO layer's gradient (+ weight backup), or the BP head's saved int8 "
-                  f"activations, int32 errors (and with N > 1 gradient accumulators), shown "
-                  f"as \"of which BP head\" (`TrainingPlan.backprop_bytes()`). The training "
-                  f"total is the four training items; the SRAM total adds the arena, the "
-                  f"stack and the host-link buffers.", "", *memory_table(memory)]
+                  f"Fig. 4-5 in table form). Each zeroth-order layer's gradient region (+ "
+                  f"weight backup) and the saved activations live in arena bytes dead while "
+                  f"they are live, or past the arena's end: the arena tail (docs/memory.md). "
+                  f"The gradient buffer keeps the BP head's saved int8 activations, int32 "
+                  f"errors (and with N > 1 gradient accumulators), shown as \"of which BP "
+                  f"head\" (`TrainingPlan.backprop_bytes()`). The training total is the five "
+                  f"training items; the SRAM total adds the arena, the stack and the "
+                  f"host-link buffers.", "", *memory_table(memory)]
     if images:
         lines += ["", "Test accuracy (solid, at the evaluation points) and the guard's "
                   "validation accuracy (dotted) per step, seed "
