@@ -152,3 +152,15 @@ def test_recompute_option_on_the_command_line(tmp_path, capsys):
         main(["build", model, "--target", "stm32f746", "--train", "sparse",
               "--recompute", "sometimes"])
     assert exit_info.value.code == 2 and "--recompute" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options", [
+    pytest.param(dict(estimator="int8"), id="int8"),
+    pytest.param(dict(estimator="wp", query_batch=2), id="wp-query-batch2"),
+    pytest.param(dict(estimator="np"), id="np")])
+def test_layers_whose_update_cannot_wait_restart_alone(options):
+    """INT8's update reads the query sums the next layer overwrites, NP's the layer's saved
+    input, a batched query its own input: even the API's "every" mode leaves them in groups
+    of one."""
+    _, _, plan = _plan("shared:kws_ref_model.tflite", options, "every")
+    assert all(L.restart_op == L.op for L in plan.training.layers)

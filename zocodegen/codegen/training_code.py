@@ -464,6 +464,10 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     arena_tail = recomputed = 0
     grad_words = 2  # at least one 8-byte unit: C has no empty arrays
     forwards = cfg.queries * (2 if cfg.two_sided else 1) * cfg.batch
+    query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
+    if query_batch is not None:  # before the groups: batched layers restart on their own
+        layers = [replace(L, query_batch=query_batch.layer(L.op))
+                  if L.mode in ("ZO_TRAIN_WP", "ZO_TRAIN_NP") else L for L in layers]
     if plans[0].split:
         grad_words = plans[0].gradient_bytes() // 4
     else:
@@ -471,10 +475,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
         layers, arena_tail = choose_groups(graph, arena, layers, cfg.batch, forwards,
                                            plans[0].logits_op, recompute, fits)
         recomputed = recomputed_macs(graph, layers, forwards)
-    query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
-    if query_batch is not None:
-        layers = [replace(L, query_batch=query_batch.layer(L.op))
-                  if L.mode in ("ZO_TRAIN_WP", "ZO_TRAIN_NP") else L for L in layers]
     head = None
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)

@@ -8,8 +8,8 @@ from before that op, one slot per sample). Both go into arena bytes that no op r
 while they are live touches, or past the arena's end: the arena's storage then grows by
 the largest overhang (the *tail*).
 
-**Restart groups** (recomputation instead of saved activations). Consecutive WP / INT8
-layers may form a group whose queries all restart from the group's first layer: a member's
+**Restart groups** (recomputation instead of saved activations). Consecutive WP layers
+(without --query-batch) may form a group whose queries all restart from the group's first layer: a member's
 queries rerun the ops between with their unperturbed (old) weights, and the members'
 updates wait until the group is done. Every estimate still sees step t's network ("global
 update", docs/training.md), so the parameters are bit-identical to one layer per group;
@@ -36,9 +36,10 @@ from ..planner import ArenaPlan
 ALIGN = 8
 #: estimators whose gradient region is only live during their own layer's (group's) estimate
 ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_INT8")
-#: estimators whose update can wait for the group's end: their deferred state is the
-#: gradient region alone (NP's update also reads the layer's saved input)
-GROUPABLE_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_INT8")
+#: estimators whose update can wait for the group's end: WP's deferred state is its
+#: gradient region alone (NP's update also reads the layer's saved input, INT8's the query
+#: sums that the next layer's queries overwrite)
+GROUPABLE_MODES = ("ZO_TRAIN_WP",)
 RECOMPUTE_MODES = ("auto", "on", "off")
 #: the API's extra mode for tests: every layer that can joins the group before it (the
 #: most recomputation, whatever the memory)
