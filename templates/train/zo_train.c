@@ -312,8 +312,8 @@ static void covered_outputs(int32_t offset, int32_t stride, int32_t pad, int32_t
  * from one position to the next. g_lane 0: the group shares the node gradient (a CONV_2D's
  * next input channels, an FC's next input features), whose zeros, the units the activation
  * cuts off, skip the group's multiplies; 1: each weight has its own (a depthwise layer's next
- * channels). Four accumulators stay in registers; int64, exact, so any order of the sum
- * agrees with the simulator. */
+ * channels). Four int64 accumulators (GCC spills some on the M7), exact, so any order of
+ * the sum agrees with the simulator. */
 static inline void gradient_sums(const int32_t *gz, int32_t g_step, int32_t g_lane,
                                  const int8_t *x, int32_t x_step, int32_t count,
                                  int32_t offset, uint32_t n, int64_t acc[ZO_GRADIENT_GROUP])
