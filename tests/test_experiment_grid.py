@@ -241,12 +241,14 @@ def test_memory_table(ex, tmp_path):
     report = json.loads((tmp_path / "builds" / "digits_cnn-bp1" / "memory_report.json"
                          ).read_text())
     assert ex.memory_items(report) == items
+    assert items["arena tail"] == (report["sram"]["items"][0]["bytes"]
+                                   - report["arena"]["bytes"])
     fixed = {"trainable parameters": 3000, "gradient buffer": 640, "saved activations": 512,
-             "training state": 96, "sram": 18000}
+             "training state": 96, "arena tail": 1152, "sram": 18000}
     rows = [ex.MemoryRow("digits_cnn", "ZO only (ours)", 0, fixed, 0, 80),
             ex.MemoryRow("digits_cnn", "hybrid C=2", 2, None, 8000, 40)]
     table = ex.memory_table(rows)
-    assert table[2] == ("| digits_cnn | ZO only (ours) | 3,000 | 640 | 0 | 512 | 96 | 4,248 | "
-                        "18,000 | 80 |")
+    assert table[2] == ("| digits_cnn | ZO only (ours) | 3,000 | 640 | 0 | 512 | 96 | 1,152 | "
+                        "5,400 | 18,000 | 80 |")
     assert table[3] == ("| digits_cnn | hybrid C=2 | build failed | — | — | — | — | — | — "
-                        "| 40 |")
+                        "| — | 40 |")
