@@ -380,17 +380,16 @@ static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, con
     int32_t oy0, oy1, ox0, ox1;
     covered_outputs(kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h, &oy0, &oy1);
     covered_outputs(kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w, &ox0, &ox1);
+    const int32_t x_step = p->stride_w * p->in_c, count = ox1 - ox0;
     for (int32_t oy = oy0; oy < oy1; ++oy) {
         const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
         const int32_t ix = ox0 * p->stride_w - p->pad_left + kw * p->dilation_w;
+        const int32_t *gp = gz + (oy * p->out_w + ox0) * p->out_c + o;
+        const int8_t *x = a + (iy * p->in_w + ix) * p->in_c + ic;
         if (g_lane) { /* literal lanes: each call specialises gradient_sums */
-            gradient_sums(gz + (oy * p->out_w + ox0) * p->out_c + o, p->out_c, 1,
-                          a + (iy * p->in_w + ix) * p->in_c + ic, p->stride_w * p->in_c,
-                          ox1 - ox0, p->input_offset, n, g);
+            gradient_sums(gp, p->out_c, 1, x, x_step, count, p->input_offset, n, g);
         } else {
-            gradient_sums(gz + (oy * p->out_w + ox0) * p->out_c + o, p->out_c, 0,
-                          a + (iy * p->in_w + ix) * p->in_c + ic, p->stride_w * p->in_c,
-                          ox1 - ox0, p->input_offset, n, g);
+            gradient_sums(gp, p->out_c, 0, x, x_step, count, p->input_offset, n, g);
         }
     }
     return n;

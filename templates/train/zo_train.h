@@ -111,9 +111,9 @@ typedef struct {
     const zo_train_batch_span *batch_restart;
     uint32_t batch_restart_count;
     uint32_t batch_output_offset;
-    /* the layer's gradient region, live from its first query to its update: arena bytes no
-     * op from the layer on uses (zocodegen/codegen/training_code.py), or NULL: the model's
-     * shared gradient buffer */
+    /* the layer's gradient region, live from its first query to its (group's) update: arena
+     * bytes no op from restart_op on uses (zocodegen/codegen/training_regions.py), or NULL:
+     * the model's shared gradient buffer */
     int32_t *gradient;
 } zo_train_layer;
 

@@ -248,13 +248,11 @@ def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | 
     plans = training_plans(graph, train)
     code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
                       switched=len(plans) > 1)
-    training = training_code(graph, arena, code, plans)
-    if recompute != "off":
-        def fits(tail: int) -> bool:
-            items = _training_items(arena, board, replace(training, arena_tail=tail))
-            return place(items, board.name, board.sram_budget_bytes, strict=False).fits
+    def fits(training: TrainingCode) -> bool:
+        items = _training_items(arena, board, training)
+        return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
-        training = training_code(graph, arena, code, plans, recompute, fits)
+    training = training_code(graph, arena, code, plans, recompute, fits)
     return code, training, _training_items(arena, board, training)
 
 

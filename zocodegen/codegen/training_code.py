@@ -23,7 +23,7 @@ from ..training.plan import TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
 from .query_batch import BatchCode, BatchLayer, query_batch_code
-from .training_regions import choose_groups, query_macs, recomputed_macs
+from .training_regions import choose_groups, query_macs, recomputed_macs, slot_bytes
 
 KINDS = {"CONV_2D": "ZO_TRAIN_CONV", "DEPTHWISE_CONV_2D": "ZO_TRAIN_DEPTHWISE",
          "FULLY_CONNECTED": "ZO_TRAIN_FC"}
@@ -119,8 +119,10 @@ class TrainLayerCode:
     # its queries restart at this op from the saved activations (`restart`) of its restart
     # group's first layer (training_regions.py); its own op unless it recomputes
     restart_op: int = -1
-    saved_stride: int = 0  # bytes of one sample's saved activations
-    saved_offset: int | None = None  # slot 0 in the arena's storage; None: the static buffer
+    # slot 0 of its group's saved activations in the arena's storage and the bytes per
+    # sample (training_regions.place_regions); None: split's static buffer
+    saved_offset: int | None = None
+    saved_stride: int = 0
 
     @property
     def input_offset(self) -> str:
@@ -336,11 +338,6 @@ class TrainingCode:
         return next(i for i, layer in enumerate(self.block_layers(block)) if layer.op == op)
 
 
-def stride_of(intervals: list[tuple[int, int, int]]) -> int:
-    """A saved slot's bytes (training_regions.slot_bytes, from the merged intervals)."""
-    return _align(sum(_align(iv[1], 4) for iv in intervals))
-
-
 def _head_group(layers: list) -> list:
     """The back-propagated head's layers restart together from its first layer's saved
     activations (estimate_bp runs them all at once)."""
@@ -426,11 +423,12 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
 
 def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                   plans: tuple[TrainingPlan, ...], recompute: str = "off",
-                  fits: Callable[[int], bool] = lambda tail: True) -> TrainingCode:
+                  fits: Callable[[TrainingCode], bool] = lambda training: True
+                  ) -> TrainingCode:
     """One zo_train_model per plan (several only for --block auto, one per block).
-    ``recompute`` and ``fits`` (given the arena tail): the restart groups' choice
-    (training_regions.choose_groups)."""
-    layers, models, stride = [], [], 0
+    ``recompute`` and ``fits`` (does the build fit with this code?): the restart groups'
+    choice and the regions' placement (training_regions.choose_groups)."""
+    layers, models = [], []
     cfg = plans[0].config
     symbols: dict[int, str] = {}
     saved_offsets: dict[int, dict[str, int]] = {}
@@ -439,7 +437,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
         for k, layer in enumerate(plan.layers):
             intervals, where = _spans(graph, arena, layer.crossing)
             saved_offsets[layer.op_index] = where
-            stride = max(stride, stride_of(intervals))
             next_op = (plan.layers[k + 1].op_index if k + 1 < len(plan.layers)
                        else layer.op_index)
             call = code.layers[layer.op_index].calls[0]
@@ -458,10 +455,9 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
                 layer.perturb_shift, gradient_bytes=plan.layer_gradient_bytes(layer),
-                restart_op=layer.op_index, saved_stride=stride_of(intervals)))
+                restart_op=layer.op_index))
     # the shared gradient buffer: split's backups of every layer (live the whole step), or
     # the BP head's region; each zeroth-order layer's own region is in the arena
-    arena_tail = recomputed = 0
     grad_words = 2  # at least one 8-byte unit: C has no empty arrays
     forwards = cfg.queries * (2 if cfg.two_sided else 1) * cfg.batch
     query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
@@ -472,9 +468,6 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
         grad_words = plans[0].gradient_bytes() // 4
     else:
         layers = _head_group(layers)
-        layers, arena_tail = choose_groups(graph, arena, layers, cfg.batch, forwards,
-                                           plans[0].logits_op, recompute, fits)
-        recomputed = recomputed_macs(graph, layers, forwards)
     head = None
     if plans[0].head is not None:
         head = head_code(graph, arena, code, plans[0], symbols)
@@ -500,8 +493,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                        for g in map(guard_schedule, plans))
     largest = max(encoded_size((layer.weight_count, layer.bias_count) for layer in p.layers)
                   for p in plans)
-    return TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed, cfg.trial_samples,
-                        _align(stride), grad_words, cfg.queries, cfg.batch,
+    training = TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed,
+                        cfg.trial_samples, max(slot_bytes(L) for L in layers), grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
                         cfg.schedule == "cosine", c_float(plan.inv_nq), plan.diff_limit,
                         c_float(np.float32(cfg.max_step)),
@@ -512,5 +505,13 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                         cfg.integer_only, cfg.r_max,
                         -1 if cfg.p_zero is None else q16(cfg.p_zero), cfg.b_zo, cfg.b_bp,
                         perturb_code(plan), query_batch, cfg.record_scalars, plan.split,
-                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks, arena_tail,
-                        recomputed, query_macs(graph, layers, forwards, plan.logits_op))
+                        cfg.inner_queries, plan.block1_diff_limit, cfg.blocks)
+    if plan.split:  # its regions live across layers: the static buffers
+        return training
+
+    placed, tail = choose_groups(graph, arena, layers, cfg.batch, forwards, plan.logits_op,
+                                 recompute, lambda tail: fits(replace(training,
+                                                                      arena_tail=tail)))
+    return replace(training, layers=tuple(placed), arena_tail=tail,
+                   recomputed_macs=recomputed_macs(graph, placed, forwards),
+                   query_macs=query_macs(graph, placed, forwards, plan.logits_op))

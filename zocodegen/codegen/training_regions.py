@@ -82,6 +82,14 @@ def groups(layers: Sequence) -> list[list[int]]:
     return out
 
 
+def _blocks(layers: Sequence) -> list[list[int]]:
+    """Layer indices per block (per zo_train_model), in order."""
+    blocks: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        blocks.setdefault(layer.block, []).append(i)
+    return list(blocks.values())
+
+
 def _shared_regions(layers: Sequence, batch: int
                     ) -> tuple[list[Region], list[tuple[int, int]]]:
     """The alternative to _regions: one saved region per block, whose N slots every group
@@ -92,15 +100,12 @@ def _shared_regions(layers: Sequence, batch: int
                                        if r.kind == "gradient")}
     out = [regions[k] for k in kept]
     pairs = [(kept[a], kept[b]) for a, b in conflicts if a in kept and b in kept]
-    blocks: dict[int, list[int]] = {}
-    for i, layer in enumerate(layers):
-        blocks.setdefault(layer.block, []).append(i)
-    for block, members in blocks.items():
+    for members in _blocks(layers):
         s = len(out)
         out.append(Region("saved", members[0],
                           batch * max(slot_bytes(layers[i]) for i in members), 0))
         pairs += [(s, n) for n, r in enumerate(out[:s])
-                  if r.kind == "gradient" and layers[r.layer].block == block]
+                  if r.kind == "gradient" and r.layer in members]
     return out, pairs
 
 
@@ -179,9 +184,7 @@ def place_regions(arena: ArenaPlan, layers: Sequence, batch: int) -> tuple[list,
                (True, _place(arena, shared, shared_conflicts, gradients_first(shared)))]
     is_shared, placed = min(layouts, key=lambda layout: _end(layout[1]))
     out = list(layers)
-    members = ({g[0]: g for g in groups(layers)} if not is_shared else
-               {i: [k for k, L in enumerate(layers) if L.block == layers[i].block]
-                for i in range(len(layers))})
+    members = {g[0]: g for g in (_blocks(layers) if is_shared else groups(layers))}
     for r in placed:
         if r.kind == "gradient":
             out[r.layer] = replace(out[r.layer], gradient_offset=r.offset)
@@ -192,12 +195,10 @@ def place_regions(arena: ArenaPlan, layers: Sequence, batch: int) -> tuple[list,
     return out, _align(end - arena.arena_bytes) if end > arena.arena_bytes else 0
 
 
-def step_regions(layers: Sequence, batch: int) -> tuple[list[Region], list[tuple[int, int]]]:
-    """Every region of placed layers with its offset, and the index pairs live together
-    (for the checks in tests and for choose_groups)."""
-    regions, conflicts = _regions(layers, batch)
+def _placed_regions(layers: Sequence, batch: int) -> list[Region]:
+    """Every region of placed layers, each group's saved activations once, with offsets."""
     return [replace(r, offset=layers[r.layer].saved_offset if r.kind == "saved"
-                    else layers[r.layer].gradient_offset) for r in regions], conflicts
+                    else layers[r.layer].gradient_offset) for r in _regions(layers, batch)[0]]
 
 
 def _merged(layers: Sequence, start: int) -> list:
@@ -253,7 +254,7 @@ def choose_groups(graph: Graph, arena: ArenaPlan, layers: Sequence, batch: int,
         return best, tail
     budget = CHEAP_RECOMPUTE * query_macs(graph, layers, forwards, logits_op)
     while True:
-        regions, _ = step_regions(best, batch)
+        regions = _placed_regions(best, batch)
         end = _end(regions)
         all_groups = groups(best)
         group_of = {i: k for k, g in enumerate(all_groups) for i in g}

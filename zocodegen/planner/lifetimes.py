@@ -15,14 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph, Op
-from .scratch import in_place_rows
+from .scratch import CONV_OP_TYPES, in_place_rows
 
 # Kernels whose output may overwrite one of their inputs (same bytes, element by element or
 # after a full read, as SOFTMAX does; convolutions row by row through a ring, scratch.py).
 # RESHAPE is a pure view and is handled separately.
-IN_PLACE_OP_TYPES = ("ADD", "MUL", "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "CONV_2D",
-                     "DEPTHWISE_CONV_2D")
-CONV_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")
+IN_PLACE_OP_TYPES = ("ADD", "MUL", "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX") + CONV_OP_TYPES
 
 # How much sharing a plan uses; the planner tries several and keeps the smallest arena.
 # "element-wise" leaves convolutions out: one computed in place needs its ring of rows,

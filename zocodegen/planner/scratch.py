@@ -31,6 +31,9 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
     return int(kh * kw * in_c)
 
 
+CONV_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")
+
+
 def in_place_rows(graph: Graph, op: Op) -> int | None:
     """Rows of the ring a convolution needs to write its output over its input (None when
     it does not: batch > 1, or an output of another size than the input; a smaller output
@@ -42,7 +45,7 @@ def in_place_rows(graph: Graph, op: Op) -> int | None:
     (``zo_conv_in_place_s8`` in zo_conv.c follows the same rule); the ring must hold the rows
     waiting meanwhile. A 3x3 stride-1 depthwise convolution needs 2, a 1x1 projection 1.
     """
-    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or len(op.inputs) < 2:
+    if op.type not in CONV_OP_TYPES or len(op.inputs) < 2:
         return None
     x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
     if (x.data is not None or len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1
@@ -74,7 +77,7 @@ def kernel_scratch(graph: Graph, in_place_ops: frozenset[str] = frozenset()) -> 
     out = {index: IM2COL_PIXELS * im2col_row_bytes(graph, op)
            for index, op in enumerate(graph.ops) if uses_im2col(graph, op)}
     for index, op in enumerate(graph.ops):
-        if op.name in in_place_ops and op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        if op.name in in_place_ops and op.type in CONV_OP_TYPES:
             out[index] = out.get(index, 0) + in_place_ring_bytes(graph, op)
     out.update({index: op.options["workspace_bytes"] for index, op in enumerate(graph.ops)
                 if "workspace_bytes" in op.options})

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..ir import Graph
 from .arena import ArenaPlan
-from .lifetimes import CONV_OP_TYPES, allows_in_place
+from .lifetimes import allows_in_place
 from .patches import planning_view
 from .scratch import kernel_scratch
 
@@ -90,10 +90,8 @@ def plan_problems(graph: Graph, plan: ArenaPlan) -> list[str]:
                     continue
                 same = span[out] == span[name]
                 view = op.type == "RESHAPE" and same
-                # a convolution in place writes its (smaller) output from the input's start
-                in_place = ((same or (span[out][0] == span[name][0]
-                                      and op.type in CONV_OP_TYPES))
-                            and allows_in_place(graph, op) and name not in graph.inputs)
+                in_place = (same and allows_in_place(graph, op)
+                            and name not in graph.inputs)
                 if not (view or in_place):
                     problems.append(f"op {op.name} writes {out} over its input {name}")
             for other in writes:

@@ -66,16 +66,17 @@ def conv_2d(op: Op, ctx: LayerContext) -> LayerCode:
                if ctx.index in ctx.plan.scratch_offsets else "NULL")
     params += fields(right_shift_only=bool(np.all(np.asarray(p.shift) < 0)), scratch=scratch)
     function = conv_kernel(g, op)
-    in_place = op.name in ctx.plan.in_place_ops  # output over input, row by row via a ring
-    if in_place:
-        params += fields(row_kernel=function, ring_rows=in_place_rows(g, op))
+    # output over input, row by row through a ring
+    ring_rows = in_place_rows(g, op) if op.name in ctx.plan.in_place_ops else None
+    if ring_rows:
+        params += fields(row_kernel=function, ring_rows=ring_rows)
     summary = (f"{kh}x{kw} stride {op.options['stride'][0]}x{op.options['stride'][1]}, "
                f"{describe_padding(op)}, {op.options['activation']}")
     if depthwise and op.options.get("depth_multiplier", 1) != 1:
         summary += f", depth multiplier {op.options['depth_multiplier']}"
     summary += f"; {function}"
-    if in_place:
-        summary += f" in place (zo_conv_in_place_s8, ring of {in_place_rows(g, op)} rows)"
+    if ring_rows:
+        summary += f" in place (zo_conv_in_place_s8, ring of {ring_rows} rows)"
         function = "zo_conv_in_place_s8"
     arrays = _weight_arrays(op, ctx, bias_for_training_only=not depthwise)
     if depthwise:
