@@ -51,18 +51,29 @@ static inline int32_t zo_mbqm(int32_t x, int32_t multiplier, int shift)
     return zo_rdbpot(zo_srdhm(shifted, multiplier), right);
 }
 
+/* SRDHM(x, m) for m >= 0 without a 64-bit intermediate: four instructions instead of five.
+ * SRDHM's nudge makes it round half up, h = floor((x m + 2^30) / 2^31)
+ * = floor((x (2m) + 2^31) / 2^32), and it saturates only for m = INT32_MIN. SMMULR(x, b) is
+ * floor((x b + 2^31) / 2^32). With m < 2^30, b = 2m fits and h = SMMULR(x, 2m). With
+ * m >= 2^30 (every normalised multiplier) 2m does not fit: as an int32 it is 2m - 2^32, and
+ * SMMULR(x, 2m - 2^32) = floor((x (2m) + 2^31) / 2^32) - x exactly, so x is added back. The
+ * sign of the int32 2m says which: h = SMMULR(x, 2m) + (x & (2m >> 31)). */
+static inline int32_t zo_high_mul(int32_t x, int32_t multiplier)
+{
+    const int32_t doubled = (int32_t)((uint32_t)multiplier << 1);
+    return (int32_t)((uint32_t)zo_smmulr(x, doubled) + (uint32_t)(x & (doubled >> 31)));
+}
+
 /* zo_mbqm for multiplier > 0, the same integer in fewer instructions (zo_mbqm_shifts: with
  * the shift split into left = max(shift, 0) and right = max(-shift, 0) once per channel).
- *  - SRDHM's nudge makes it round half up, i.e. h = floor((x m + 2^30) / 2^31): SMLAL and a
- *    shift; it saturates only for m = INT32_MIN, which a positive multiplier is not.
+ *  - the doubling high multiply as zo_high_mul;
  *  - RoundingDivideByPOT(h, r), r >= 1, rounds half away from zero:
  *    floor((h + 2^(r-1) - [h < 0]) / 2^r) = floor((floor((h - [h < 0]) / 2^(r-1)) + 1) / 2)
  *    (nested floors), taken as y = (h - [h < 0]) >> (r - 1), then (y >> 1) + (y & 1), which
  *    cannot overflow (h > INT32_MIN, so h - 1 does not wrap). */
 static inline int32_t zo_mbqm_shifts(int32_t x, int32_t multiplier, int32_t left, int32_t right)
 {
-    int64_t product = (int64_t)(int32_t)((uint32_t)x << left) * multiplier + ((int64_t)1 << 30);
-    int32_t high = (int32_t)(product >> 31);
+    int32_t high = zo_high_mul((int32_t)((uint32_t)x << left), multiplier);
     if (right == 0) {
         return high;
     }
@@ -74,8 +85,7 @@ static inline int32_t zo_mbqm_shifts(int32_t x, int32_t multiplier, int32_t left
  * every layer has): no shift of x and no test of right. */
 static inline int32_t zo_mbqm_right(int32_t x, int32_t multiplier, int32_t right)
 {
-    int64_t product = (int64_t)x * multiplier + ((int64_t)1 << 30);
-    int32_t high = (int32_t)(product >> 31);
+    int32_t high = zo_high_mul(x, multiplier);
     int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> (right - 1);
     return (y >> 1) + (y & 1);
 }

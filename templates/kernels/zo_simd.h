@@ -81,6 +81,14 @@ static inline int32_t zo_qadd(int32_t a, int32_t b)
     return __qadd(a, b);
 }
 
+/* SMMULR: the high word of a * b, rounded: (a * b + 2^31) >> 32 (arithmetic). */
+static inline int32_t zo_smmulr(int32_t a, int32_t b)
+{
+    int32_t r;
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 #else /* C emulation with the instructions' semantics */
 
 static inline int32_t zo_lo16(uint32_t x)
@@ -133,6 +141,11 @@ static inline int32_t zo_qadd(int32_t a, int32_t b)
 {
     const int64_t s = (int64_t)a + b;
     return s > INT32_MAX ? INT32_MAX : (s < INT32_MIN ? INT32_MIN : (int32_t)s);
+}
+
+static inline int32_t zo_smmulr(int32_t a, int32_t b)
+{
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
 }
 
 #endif

@@ -83,7 +83,8 @@ static int draw(zo_conv_params *p, int *with_bias)
     p->right_shift_only = (int32_t)(next() % 2u);
     for (int32_t c = 0; c < p->out_c; ++c) {
         bias[c] = uniform(-40000, 40000);
-        multiplier[c] = (int32_t)(0x40000000u | (next() >> 2));
+        /* normalised (>= 2^30) as generated, sometimes smaller (zo_high_mul's two cases) */
+        multiplier[c] = (int32_t)(next() % 4u ? 0x40000000u | (next() >> 2) : next() >> 2);
         shift[c] = p->right_shift_only ? uniform(-12, -1) : uniform(-12, 2);
     }
     p->multiplier = multiplier;
