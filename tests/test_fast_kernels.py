@@ -10,9 +10,10 @@
   (tests/test_codegen_bitexact.py);
 * the im2col rows are planned in the arena, and the plan check catches a scratch buffer laid
   over a live tensor;
-* the fast depthwise kernel equals the reference on thousands of random geometries (filters,
-  strides, dilations, padding, channel counts, batches, both requantizations), natively under
-  the sanitizers and under QEMU, where its hand-written 3x3 assembly runs.
+* the fast convolution kernels (depthwise, im2col, 1x1) equal the reference on thousands of
+  random geometries (filters, strides, dilations, padding, channel counts, batches, both
+  requantizations; tests/data/conv_fuzz.c), natively under the sanitizers and under QEMU,
+  where their hand-written assembly runs.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 KERNELS = REPO / "templates" / "kernels"
 GCC = shutil.which("gcc")
-DEPTHWISE_FUZZ = REPO / "tests" / "data" / "depthwise_fuzz.c"
+CONV_FUZZ = REPO / "tests" / "data" / "conv_fuzz.c"
 
 MBQM_DRIVER = r"""
 #include <stdio.h>
@@ -96,25 +97,27 @@ def test_fast_requantization_equals_tflite_form(tmp_path):
 
 
 @pytest.mark.skipif(GCC is None, reason="host gcc not installed: cannot build the C driver")
-def test_depthwise_fast_kernel_equals_reference_natively(tmp_path):
-    exe = tmp_path / "depthwise_fuzz"
+def test_fast_conv_kernels_equal_reference_natively(tmp_path):
+    exe = tmp_path / "conv_fuzz"
     subprocess.run([GCC, "-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{KERNELS}",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-DGEOMETRIES=20000", str(DEPTHWISE_FUZZ), "-o", str(exe)], check=True)
+                    "-DGEOMETRIES=10000", str(CONV_FUZZ), "-o", str(exe)], check=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    summary = re.search(r"layers (\d+) \(with an interior block: (\d+)\) mismatches (\d+)",
-                        result.stdout)
-    assert summary and summary.groups()[0] == "20000" and summary.groups()[2] == "0"
-    assert int(summary.groups()[1]) > 5000  # the interior (channel-block) path ran often
+    summary = re.search(r"layers (\d+) depthwise \(with an interior block: (\d+)\), (\d+) "
+                        r"im2col, (\d+) 1x1; mismatches (\d+)", result.stdout)
+    assert summary, result.stdout
+    depthwise, interior, im2col, one_by_one, mismatches = map(int, summary.groups())
+    assert (depthwise, im2col, one_by_one, mismatches) == (10000, 10000, 10000, 0)
+    assert interior > 2500  # the depthwise interior (channel-block) path ran often
 
 
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or runner.find_qemu() is None,
                     reason="arm-none-eabi-gcc or qemu-system-arm is missing")
-def test_depthwise_fast_kernel_equals_reference_on_qemu(tmp_path):
+def test_fast_conv_kernels_equal_reference_on_qemu(tmp_path):
     from test_qemu_board import build, make_project
     project = make_project(tmp_path / "fuzz")
-    shutil.copy(DEPTHWISE_FUZZ, project / "src" / "main.c")
+    shutil.copy(CONV_FUZZ, project / "src" / "main.c")
     done = build(project, "fuzz", "-DZO_FUZZ_QEMU", f"-I{KERNELS}")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     status, _ = runner.run_elf(project / "build" / "fuzz.elf", timeout=120)
@@ -160,8 +163,13 @@ def test_portable_kernels_equal_reference(name):
 def test_im2col_rows_are_planned_and_checked():
     graph = load_model(shared_model("pretrainedResnet_quant.tflite"))
     scratch = kernel_scratch(graph)
-    # every 3x3 conv and the two strided 1x1 shortcuts need rows; 2 pixels x k_h k_w in_c
-    assert len(scratch) == 9 and max(scratch.values()) == 2 * 3 * 3 * 64
+    # every 3x3 conv and the two strided 1x1 shortcuts need rows (2 pixels x k_h k_w in_c)
+    # after the rows widened to int16 (2 pixels x 2 bytes, 4-aligned: 4 bytes of slack)
+    assert len(scratch) == 9 and max(scratch.values()) == 2 * 576 + 4 * 576 + 4
+    kws = load_model(shared_model("kws_ref_model.tflite"))
+    widened = {kws.ops[i].type: n for i, n in kernel_scratch(kws).items()
+               if conv_kernel(kws, kws.ops[i]) == "zo_conv2d_1x1_s8"}
+    assert widened == {"CONV_2D": 4 * 64 + 4}  # 1x1 at stride 1: the widened rows only
     plan = plan_arena(graph)
     assert set(plan.scratch_offsets) == set(scratch)
     assert plan_problems(graph, plan) == []

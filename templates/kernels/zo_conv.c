@@ -17,12 +17,14 @@
  *   zo_conv2d_s8         the readable reference: loops over taps (any geometry);
  *   zo_conv2d_1x1_s8     1x1, stride 1, no padding: the input pixels times the filters;
  *   zo_conv2d_im2col_s8  k x k: each output pixel's receptive field copied into a row of
- *                        p->scratch (padding filled with the zero point), then the same
+ *                        scratch (padding filled with the zero point), then the same
  *                        matrix product. Also the path for 1-3 input channels, whose rows
  *                        are k_h * k_w * in_c contiguous bytes.
- * The matrix product computes 2 output pixels x 2 output channels per inner loop: four bytes
- * of each of two rows and two filters per iteration, SXTB16 into halfword pairs, eight SMLAD
- * (16 MACs). With -DZO_PORTABLE_KERNELS every kernel is the reference.
+ * The matrix product computes 2 output pixels x 2 output channels per inner loop. The two
+ * pixels' rows are first widened once into p->scratch as the halfword pairs SXTB16 makes
+ * (expand_rows), so that per four bytes and pair of channels the loop is two LDRD of input
+ * lanes, one word of each filter split by SXTB16, and eight SMLAD (16 MACs), eight bytes per
+ * iteration. With -DZO_PORTABLE_KERNELS every kernel is the reference.
  */
 #include "zo_kernels.h"
 #include "zo_requant.h"
@@ -67,79 +69,78 @@ void zo_conv2d_s8(const zo_conv_params *p, const int8_t *input, const int8_t *we
 
 #if ZO_FAST_KERNELS
 
-/* Four bytes of rows x, x + n and filters w, w + n: 16 MACs in 4 LDR, 8 SXTB16, 8 SMLAD. */
-static inline void step_2x2(const int8_t *x, const int8_t *w, int32_t n, int32_t *a00,
-                            int32_t *a01, int32_t *a10, int32_t *a11)
+/* Two rows of n bytes (r and r + n), four bytes at a time, as the SXTB16 halfword pairs the
+ * 2 x 2 product multiplies: per four bytes, (row 0 even, row 0 odd, row 1 even, row 1 odd)
+ * lanes, 16 bytes. Done once per pair of pixels, it spares every pair of output channels
+ * the four SXTB16 of the input. */
+static void expand_rows(const int8_t *r, int32_t n, uint32_t *x16)
 {
-    const uint32_t wa = zo_read4(w), wb = zo_read4(w + n);
-    const uint32_t wa_even = zo_sxtb16(wa), wa_odd = zo_sxtb16_ror8(wa);
-    const uint32_t xa = zo_read4(x);
-    const uint32_t xa_even = zo_sxtb16(xa), xa_odd = zo_sxtb16_ror8(xa);
-    *a00 = zo_smlad(xa_even, wa_even, zo_smlad(xa_odd, wa_odd, *a00));
-    const uint32_t xb = zo_read4(x + n);
-    const uint32_t xb_even = zo_sxtb16(xb), xb_odd = zo_sxtb16_ror8(xb);
-    *a10 = zo_smlad(xb_even, wa_even, zo_smlad(xb_odd, wa_odd, *a10));
-    const uint32_t wb_even = zo_sxtb16(wb), wb_odd = zo_sxtb16_ror8(wb);
-    *a01 = zo_smlad(xa_even, wb_even, zo_smlad(xa_odd, wb_odd, *a01));
-    *a11 = zo_smlad(xb_even, wb_even, zo_smlad(xb_odd, wb_odd, *a11));
+    for (int32_t k = n >> 2; k > 0; --k, r += 4, x16 += 4) {
+        const uint32_t xa = zo_read4(r), xb = zo_read4(r + n);
+        x16[0] = zo_sxtb16(xa);
+        x16[1] = zo_sxtb16_ror8(xa);
+        x16[2] = zo_sxtb16(xb);
+        x16[3] = zo_sxtb16_ror8(xb);
+    }
 }
 
-/* acc += (x, x + n) . (w, w + n): two rows (output pixels) times two filters (output
- * channels), all n bytes long and each pair n bytes apart, so that one pointer per operand
- * and the distance n are all the loop holds besides the four accumulators. Eight bytes per
- * iteration halve the loop's own instructions. */
-static inline void dot_2x2(const int8_t *x, const int8_t *w, int32_t n, int32_t acc[4])
+/* acc += (x, x + n) . (w, w + n) over the first n & ~3 bytes, x being the two rows widened by
+ * expand_rows: two rows (output pixels) times two filters (output channels) n bytes apart.
+ * Per four bytes two LDRD of input lanes, a word of each filter split by SXTB16, eight
+ * SMLAD; the loop needs 14 registers, all Thumb-2 has, so it is written by hand (GCC's
+ * allocator spills). */
+static inline void dot_2x2_x16(const uint32_t *x16, const int8_t *w, int32_t n, int32_t acc[4])
 {
     int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
-    const int8_t *end = x + (n & ~3);
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-    /* step_2x2 by hand: the loop needs 14 registers (4 accumulators, x, w, n, end and six
-     * temporaries), exactly what Thumb-2 has, and GCC's allocator spills three of them. */
-    if (x != end) {
-        uint32_t t0, t1, t2, t3, t4, t5;
-        __asm__ volatile(
-            "1:\n\t"
-            "ldr    %[t1], [%[w]], #4\n\t"      /* wa */
-            "ldr    %[t3], [%[x]], #4\n\t"      /* xa */
-            "ldr    %[t2], [%[x], %[n]]\n\t"    /* xb (x already advanced: n - 4 + 4) */
-            "sxtb16 %[t4], %[t1]\n\t"           /* wa even */
-            "sxtb16 %[t1], %[t1], ror #8\n\t"   /* wa odd */
-            "sxtb16 %[t5], %[t3]\n\t"           /* xa even */
-            "sxtb16 %[t3], %[t3], ror #8\n\t"   /* xa odd */
-            "smlad  %[a00], %[t5], %[t4], %[a00]\n\t"
-            "smlad  %[a00], %[t3], %[t1], %[a00]\n\t"
-            "sxtb16 %[t0], %[t2]\n\t"           /* xb even */
-            "sxtb16 %[t2], %[t2], ror #8\n\t"   /* xb odd */
-            "smlad  %[a10], %[t0], %[t4], %[a10]\n\t"
-            "smlad  %[a10], %[t2], %[t1], %[a10]\n\t"
-            "ldr    %[t1], [%[w], %[n]]\n\t"    /* wb (likewise) */
-            "sxtb16 %[t4], %[t1]\n\t"           /* wb even */
-            "sxtb16 %[t1], %[t1], ror #8\n\t"   /* wb odd */
-            "smlad  %[a01], %[t5], %[t4], %[a01]\n\t"
-            "smlad  %[a01], %[t3], %[t1], %[a01]\n\t"
-            "smlad  %[a11], %[t0], %[t4], %[a11]\n\t"
-            "smlad  %[a11], %[t2], %[t1], %[a11]\n\t"
-            "cmp    %[x], %[end]\n\t"
-            "bne    1b"
-            : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11),
-              [x] "+r"(x), [w] "+r"(w), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2),
-              [t3] "=&r"(t3), [t4] "=&r"(t4), [t5] "=&r"(t5)
-            : [n] "r"(n - 4), [end] "r"(end)
-            : "cc", "memory");
+    /* eight bytes per iteration, then four if n & 4 */
+#define ZO_STEP_X16                                                                          \
+    "ldrd   %[t0], %[t1], [%[x]], #8\n\t"  /* row 0: even, odd lanes */                     \
+    "ldr    %[wv], [%[w]], #4\n\t"         /* filter a */                                   \
+    "ldrd   %[t2], %[t3], [%[x]], #8\n\t"  /* row 1 */                                      \
+    "sxtb16 %[we], %[wv]\n\t"                                                                \
+    "sxtb16 %[wv], %[wv], ror #8\n\t"                                                        \
+    "smlad  %[a00], %[t0], %[we], %[a00]\n\t"                                                \
+    "smlad  %[a00], %[t1], %[wv], %[a00]\n\t"                                                \
+    "smlad  %[a10], %[t2], %[we], %[a10]\n\t"                                                \
+    "smlad  %[a10], %[t3], %[wv], %[a10]\n\t"                                                \
+    "ldr    %[wv], [%[w], %[n]]\n\t"       /* filter b (w already advanced) */              \
+    "sxtb16 %[we], %[wv]\n\t"                                                                \
+    "sxtb16 %[wv], %[wv], ror #8\n\t"                                                        \
+    "smlad  %[a01], %[t0], %[we], %[a01]\n\t"                                                \
+    "smlad  %[a01], %[t1], %[wv], %[a01]\n\t"                                                \
+    "smlad  %[a11], %[t2], %[we], %[a11]\n\t"                                                \
+    "smlad  %[a11], %[t3], %[wv], %[a11]\n\t"
+    const uint32_t *end = x16 + (n & ~7);
+    uint32_t t0, t1, t2, t3, wv, we;
+    if (x16 != end) {
+        __asm__ volatile("1:\n\t" ZO_STEP_X16 ZO_STEP_X16
+                         "cmp    %[x], %[end]\n\t"
+                         "bne    1b"
+                         : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11),
+                           [x] "+r"(x16), [w] "+r"(w), [t0] "=&r"(t0), [t1] "=&r"(t1),
+                           [t2] "=&r"(t2), [t3] "=&r"(t3), [wv] "=&r"(wv), [we] "=&r"(we)
+                         : [n] "r"(n - 4), [end] "r"(end)
+                         : "cc", "memory");
     }
+    if (n & 4) {
+        __asm__ volatile(ZO_STEP_X16
+                         : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11),
+                           [x] "+r"(x16), [w] "+r"(w), [t0] "=&r"(t0), [t1] "=&r"(t1),
+                           [t2] "=&r"(t2), [t3] "=&r"(t3), [wv] "=&r"(wv), [we] "=&r"(we)
+                         : [n] "r"(n - 4)
+                         : "memory");
+    }
+#undef ZO_STEP_X16
 #else
-    while (x != end) {
-        step_2x2(x, w, n, &a00, &a01, &a10, &a11);
-        x += 4;
-        w += 4;
+    for (const uint32_t *end = x16 + (n & ~3); x16 != end; x16 += 4, w += 4) {
+        const uint32_t wa = zo_read4(w), wb = zo_read4(w + n);
+        a00 = zo_smlad(x16[0], zo_sxtb16(wa), zo_smlad(x16[1], zo_sxtb16_ror8(wa), a00));
+        a10 = zo_smlad(x16[2], zo_sxtb16(wa), zo_smlad(x16[3], zo_sxtb16_ror8(wa), a10));
+        a01 = zo_smlad(x16[0], zo_sxtb16(wb), zo_smlad(x16[1], zo_sxtb16_ror8(wb), a01));
+        a11 = zo_smlad(x16[2], zo_sxtb16(wb), zo_smlad(x16[3], zo_sxtb16_ror8(wb), a11));
     }
 #endif
-    for (int32_t k = n & 3; k > 0; --k, ++x, ++w) {
-        a00 += x[0] * w[0];
-        a01 += x[0] * w[n];
-        a10 += x[n] * w[0];
-        a11 += x[n] * w[n];
-    }
     acc[0] = a00;
     acc[1] = a01;
     acc[2] = a10;
@@ -199,19 +200,28 @@ requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const 
  * bytes (the same length as every filter), into out0 (and out1; with one pixel out1 is a
  * throwaway copy of out0's channel). */
 static inline __attribute__((always_inline)) void
-matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
+matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair, uint32_t *x16,
                const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1,
                const int right_only)
 {
     const requant_ctx q = requant_of(p);
     const int32_t out_c = p->out_c;
+    if (pair) {
+        expand_rows(r, n, x16);
+    }
     int8_t spare[2];
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2) {
         const int8_t *w = weights + oc * n;
         if (pair) {
             int32_t acc[4] = {folded[oc], folded[oc + 1], folded[oc], folded[oc + 1]};
-            dot_2x2(r, w, n, acc);
+            dot_2x2_x16(x16, w, n, acc);
+            for (int32_t k = n & ~3; k < n; ++k) { /* the last n % 4 bytes */
+                acc[0] += r[k] * w[k];
+                acc[1] += r[k] * w[n + k];
+                acc[2] += r[n + k] * w[k];
+                acc[3] += r[n + k] * w[n + k];
+            }
             requant_pair(&q, oc, acc[0], acc[2], right_only, &out0[oc], &out1[oc]);
             requant_pair(&q, oc + 1, acc[1], acc[3], right_only, &out0[oc + 1], &out1[oc + 1]);
         } else {
@@ -234,13 +244,21 @@ matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
 
 /* matmul_rows_as specialised for the layer's requantization (right_shift_only). */
 static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
-                        const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1)
+                        uint32_t *x16, const int8_t *weights, const int32_t *folded,
+                        int8_t *out0, int8_t *out1)
 {
     if (p->right_shift_only) {
-        matmul_rows_as(p, r, n, pair, weights, folded, out0, out1, 1);
+        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, 1);
     } else {
-        matmul_rows_as(p, r, n, pair, weights, folded, out0, out1, 0);
+        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, 0);
     }
+}
+
+/* The widened rows at the start of p->scratch, 4-aligned (planner/scratch.py plans the
+ * 4 bytes of slack: a ring before them can end anywhere). */
+static inline uint32_t *widened_rows(const zo_conv_params *p)
+{
+    return (uint32_t *)(((uintptr_t)p->scratch + 3u) & ~(uintptr_t)3u);
 }
 
 /* n bytes, a word at a time (runs are short: k_w * in_c bytes) */
@@ -295,16 +313,18 @@ void zo_conv2d_im2col_s8(const zo_conv_params *p, const int8_t *input, const int
 {
     const int32_t n = p->k_h * p->k_w * p->in_c;
     const int32_t pixels = p->out_h * p->out_w;
+    uint32_t *x16 = widened_rows(p);
+    int8_t *rows = (int8_t *)(x16 + (n & ~3)); /* after the widened rows */
     for (int32_t b = 0; b < p->batches; ++b) {
         const int8_t *image = input + b * p->in_h * p->in_w * p->in_c;
         int8_t *out = output + b * pixels * p->out_c;
         for (int32_t i = 0; i < pixels; i += 2) {
             const int pair = i + 1 < pixels;
-            im2col_row(p, image, i / p->out_w, i % p->out_w, p->scratch);
+            im2col_row(p, image, i / p->out_w, i % p->out_w, rows);
             if (pair) {
-                im2col_row(p, image, (i + 1) / p->out_w, (i + 1) % p->out_w, p->scratch + n);
+                im2col_row(p, image, (i + 1) / p->out_w, (i + 1) % p->out_w, rows + n);
             }
-            matmul_rows(p, p->scratch, n, pair, weights, folded, out + i * p->out_c,
+            matmul_rows(p, rows, n, pair, x16, weights, folded, out + i * p->out_c,
                         out + (i + 1) * p->out_c);
         }
     }
@@ -317,8 +337,9 @@ void zo_conv2d_1x1_s8(const zo_conv_params *p, const int8_t *input, const int8_t
 {
     const int32_t n = p->in_c;
     const int32_t pixels = p->batches * p->out_h * p->out_w;
+    uint32_t *x16 = widened_rows(p);
     for (int32_t i = 0; i < pixels; i += 2) {
-        matmul_rows(p, input + i * n, n, i + 1 < pixels, weights, folded,
+        matmul_rows(p, input + i * n, n, i + 1 < pixels, x16, weights, folded,
                     output + i * p->out_c, output + (i + 1) * p->out_c);
     }
 }

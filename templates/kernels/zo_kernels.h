@@ -34,7 +34,8 @@ struct zo_conv_params {
     const int32_t *multiplier; /* per output channel, Q31, > 0 */
     const int32_t *shift;      /* per output channel, > 0 left */
     int32_t right_shift_only;  /* 1: every shift < 0 (the fast kernels' cheaper requantization) */
-    int8_t *scratch;           /* zo_conv2d_im2col_s8: 2 k_h k_w in_c bytes (planned); else NULL */
+    int8_t *scratch;           /* CONV_2D: the widened rows, then im2col's rows (planned,
+                                * zocodegen/planner/scratch.py); else NULL */
     /* zo_conv_in_place_s8 only: the kernel that computes each output row, and the rows of
      * the ring at scratch (the row kernel's own scratch follows the ring) */
     zo_conv_kernel row_kernel;

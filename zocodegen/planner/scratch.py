@@ -3,11 +3,15 @@
 A convolution computed in place (its output over its input, ``in_place_rows``) keeps the
 output rows it cannot write back yet in a ring of rows: they come first in its scratch.
 
-Only CONV_2D needs any (k x k, or 1 x 1 with a stride): `zo_conv2d_im2col_s8` (templates/kernels/zo_conv.c) copies
-the receptive fields of two output pixels into rows of k_h * k_w * in_c bytes (padding filled
-with the input zero point) and multiplies them with the filters as a matrix product. The rows
-are planned in the arena like a tensor that lives for that op only, so they usually fit in
-bytes no tensor uses at that moment.
+Only CONV_2D needs any. Its matrix product (`zo_conv.c`) multiplies two output pixels' rows
+of n bytes at a time, and first widens them to the halfword lanes SXTB16 would make (4n
+bytes; the widened rows start 4-aligned, so they are planned with 4 bytes of slack, see
+``widened_bytes``): once per pair of pixels instead of once per pair of output channels. A
+k x k convolution (or 1 x 1 with a stride or padding), `zo_conv2d_im2col_s8`, also copies
+the receptive fields of the two pixels into rows of k_h * k_w * in_c bytes (padding filled
+with the input zero point) after the widened rows; a 1 x 1 convolution at stride 1 reads its
+rows where they are. The scratch is planned in the arena like a tensor that lives for that
+op only, so it usually fits in bytes no tensor uses at that moment.
 """
 from __future__ import annotations
 
@@ -29,6 +33,18 @@ def uses_im2col(graph: Graph, op: Op) -> bool:
 def im2col_row_bytes(graph: Graph, op: Op) -> int:
     _, kh, kw, in_c = graph.tensor(op.inputs[1]).shape
     return int(kh * kw * in_c)
+
+
+def widened_bytes(row_bytes: int) -> int:
+    """The matrix product's widened rows (zo_conv.c ``expand_rows``): IM2COL_PIXELS rows of
+    ``row_bytes`` int8 as int16, four bytes at a time, plus 4 bytes to align their start."""
+    return IM2COL_PIXELS * 2 * (row_bytes // 4 * 4) + 4
+
+
+def conv_scratch_bytes(graph: Graph, op: Op) -> int:
+    """A CONV_2D's own scratch: the widened rows, then (im2col) the rows themselves."""
+    n = im2col_row_bytes(graph, op)
+    return widened_bytes(n) + (IM2COL_PIXELS * n if uses_im2col(graph, op) else 0)
 
 
 CONV_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")
@@ -71,11 +87,11 @@ def in_place_ring_bytes(graph: Graph, op: Op) -> int:
 
 
 def kernel_scratch(graph: Graph, in_place_ops: frozenset[str] = frozenset()) -> dict[int, int]:
-    """Op index -> scratch bytes, for the ops that need any: im2col rows, the ring of the
-    convolutions named in ``in_place_ops`` (before their im2col rows), and in a patched
+    """Op index -> scratch bytes, for the ops that need any: CONV_2D's rows, the ring of the
+    convolutions named in ``in_place_ops`` (before their rows), and in a patched
     plan's planning view the stage's workspace (planner/patches.py)."""
-    out = {index: IM2COL_PIXELS * im2col_row_bytes(graph, op)
-           for index, op in enumerate(graph.ops) if uses_im2col(graph, op)}
+    out = {index: conv_scratch_bytes(graph, op) for index, op in enumerate(graph.ops)
+           if op.type == "CONV_2D" and len(op.inputs) >= 2}
     for index, op in enumerate(graph.ops):
         if op.name in in_place_ops and op.type in CONV_OP_TYPES:
             out[index] = out.get(index, 0) + in_place_ring_bytes(graph, op)
