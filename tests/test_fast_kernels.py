@@ -164,12 +164,12 @@ def test_im2col_rows_are_planned_and_checked():
     graph = load_model(shared_model("pretrainedResnet_quant.tflite"))
     scratch = kernel_scratch(graph)
     # every 3x3 conv and the two strided 1x1 shortcuts need rows (2 pixels x k_h k_w in_c)
-    # after the rows widened to int16 (2 pixels x 2 bytes, 4-aligned: 4 bytes of slack)
-    assert len(scratch) == 9 and max(scratch.values()) == 2 * 576 + 4 * 576 + 4
+    # after the rows widened to int16 (2 pixels x 2 bytes, 4-aligned: 8 bytes of slack)
+    assert len(scratch) == 9 and max(scratch.values()) == 2 * 576 + 4 * 576 + 8
     kws = load_model(shared_model("kws_ref_model.tflite"))
     widened = {kws.ops[i].type: n for i, n in kernel_scratch(kws).items()
                if conv_kernel(kws, kws.ops[i]) == "zo_conv2d_1x1_s8"}
-    assert widened == {"CONV_2D": 4 * 64 + 4}  # 1x1 at stride 1: the widened rows only
+    assert widened == {"CONV_2D": 4 * 64 + 8}  # 1x1 at stride 1: the widened rows only
     plan = plan_arena(graph)
     assert set(plan.scratch_offsets) == set(scratch)
     assert plan_problems(graph, plan) == []

@@ -255,7 +255,7 @@ static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int
 }
 
 /* The widened rows at the start of p->scratch, 4-aligned (planner/scratch.py plans the
- * 4 bytes of slack: a ring before them can end anywhere). */
+ * slack: a ring before them can end anywhere). */
 static inline uint32_t *widened_rows(const zo_conv_params *p)
 {
     return (uint32_t *)(((uintptr_t)p->scratch + 3u) & ~(uintptr_t)3u);

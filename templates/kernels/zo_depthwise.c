@@ -17,8 +17,8 @@
  *       block's taps are split once and its bias has the input offset folded in
  *       (bias + input_offset * sum of the channel's taps: every tap is in the input), so a
  *       tap costs one input word, two SXTB16 and four multiply-accumulates; 3x3 windows
- *       are written in ARM assembly (GCC runs out of registers and reloads the taps), other
- *       sizes unroll from literals.
+ *       are written in ARM assembly (GCC runs out of registers and reloads the taps), 5x5
+ *       unrolls from literals, other sizes loop.
  * With -DZO_PORTABLE_KERNELS both are the reference. tests/data/depthwise_fuzz.c checks the
  * fast kernel against the reference on random geometries, natively and under QEMU.
  */
@@ -395,28 +395,11 @@ window_3x3(const int8_t *x, int32_t x_tap, int32_t x_row, const uint32_t *taps, 
 #undef ZO_DW_ROW3
 #endif
 
-/* A pixel whose k_h x k_w window is inside the input: from the folded bias, the taps
- * unrolled (k_h and k_w are literals at the call for the common filters). */
+/* The four channels' requantization, with the layer's form as a literal. */
 static inline __attribute__((always_inline)) void
-interior_c4(const dw_layer *d, const dw_block *blk, const int8_t *x, int32_t k_h, int32_t k_w,
-            const int right_only, int8_t *out)
+store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+         const int right_only, int8_t *out)
 {
-    int32_t a0 = blk->folded[0], a1 = blk->folded[1], a2 = blk->folded[2], a3 = blk->folded[3];
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-    if (k_h == 3 && k_w == 3) {
-        window_3x3(x, d->x_tap, d->x_row, blk->taps, &a0, &a1, &a2, &a3);
-    } else
-#endif
-    {
-#pragma GCC unroll 7
-        for (int32_t ky = 0; ky < k_h; ++ky) {
-#pragma GCC unroll 7
-            for (int32_t kx = 0; kx < k_w; ++kx) {
-                mac_c4(zo_read4(x + ky * d->x_row + kx * d->x_tap),
-                       blk->taps + 2 * (ky * k_w + kx), &a0, &a1, &a2, &a3);
-            }
-        }
-    }
     const int8_t y0 = zo_requantize_channel(a0, blk->multiplier[0], blk->shift[0], right_only,
                                             d->output_offset, d->act_min, d->act_max);
     const int8_t y1 = zo_requantize_channel(a1, blk->multiplier[1], blk->shift[1], right_only,
@@ -431,11 +414,47 @@ interior_c4(const dw_layer *d, const dw_block *blk, const int8_t *x, int32_t k_h
     out[3] = y3;
 }
 
+/* A pixel whose k_h x k_w window is inside the input: from the folded bias, the taps
+ * unrolled when k_h and k_w are literals at the call (3x3 by hand, 5x5), a loop otherwise. */
+static inline __attribute__((always_inline)) void
+interior_c4(const dw_layer *d, const dw_block *blk, const int8_t *x, int32_t k_h, int32_t k_w,
+            int8_t *out)
+{
+    int32_t a0 = blk->folded[0], a1 = blk->folded[1], a2 = blk->folded[2], a3 = blk->folded[3];
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    if (__builtin_constant_p(k_h) && __builtin_constant_p(k_w) && k_h == 3 && k_w == 3) {
+        window_3x3(x, d->x_tap, d->x_row, blk->taps, &a0, &a1, &a2, &a3);
+    } else
+#endif
+    if (__builtin_constant_p(k_h) && __builtin_constant_p(k_w)) {
+#pragma GCC unroll 5
+        for (int32_t ky = 0; ky < k_h; ++ky) {
+#pragma GCC unroll 5
+            for (int32_t kx = 0; kx < k_w; ++kx) {
+                mac_c4(zo_read4(x + ky * d->x_row + kx * d->x_tap),
+                       blk->taps + 2 * (ky * k_w + kx), &a0, &a1, &a2, &a3);
+            }
+        }
+    } else {
+        const uint32_t *tap = blk->taps;
+        for (int32_t ky = 0; ky < k_h; ++ky, x += d->x_row) {
+            const int8_t *xt = x;
+            for (int32_t kx = 0; kx < k_w; ++kx, xt += d->x_tap, tap += 2) {
+                mac_c4(zo_read4(xt), tap, &a0, &a1, &a2, &a3);
+            }
+        }
+    }
+    if (d->right_only) {
+        store_c4(d, blk, a0, a1, a2, a3, 1, out);
+    } else {
+        store_c4(d, blk, a0, a1, a2, a3, 0, out);
+    }
+}
+
 /* Channels c..c+3 of the interior rectangle of one image. */
 static inline __attribute__((always_inline)) void
 interior_block(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
-               const int8_t *image, int8_t *output, int32_t k_h, int32_t k_w,
-               const int right_only)
+               const int8_t *image, int8_t *output, int32_t k_h, int32_t k_w)
 {
     const int32_t channels = d->channels, pixels = d->cols.hi - d->cols.lo;
     const int32_t x_line = p->stride_h * p->in_w * channels, out_line = p->out_w * channels;
@@ -446,36 +465,25 @@ interior_block(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
         const int8_t *x = x_first;
         int8_t *out = out_first;
         for (int32_t n = pixels; n > 0; --n, x += d->x_pixel, out += channels) {
-            interior_c4(d, blk, x, k_h, k_w, right_only, out);
+            interior_c4(d, blk, x, k_h, k_w, out);
         }
     }
 }
 
-/* interior_block with the filter size and the requantization as literals where it pays. */
-#define ZO_DW_SIZES(right_only)                                                              \
-    do {                                                                                     \
-        if (p->k_h == 3 && p->k_w == 3) {                                                    \
-            interior_block(p, d, blk, image, output, 3, 3, right_only);                      \
-        } else if (p->k_h == 5 && p->k_w == 5) {                                             \
-            interior_block(p, d, blk, image, output, 5, 5, right_only);                      \
-        } else if (p->k_h == 7 && p->k_w == 7) {                                             \
-            interior_block(p, d, blk, image, output, 7, 7, right_only);                      \
-        } else {                                                                             \
-            interior_block(p, d, blk, image, output, p->k_h, p->k_w, right_only);            \
-        }                                                                                    \
-    } while (0)
-
+/* interior_block with the filter size as a literal for 3x3 and 5x5 (the code of each is a
+ * few KB: other sizes share the loop). */
 static __attribute__((noinline)) void
 interior_specialised(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
                      const int8_t *image, int8_t *output)
 {
-    if (d->right_only) {
-        ZO_DW_SIZES(1);
+    if (p->k_h == 3 && p->k_w == 3) {
+        interior_block(p, d, blk, image, output, 3, 3);
+    } else if (p->k_h == 5 && p->k_w == 5) {
+        interior_block(p, d, blk, image, output, 5, 5);
     } else {
-        ZO_DW_SIZES(0);
+        interior_block(p, d, blk, image, output, p->k_h, p->k_w);
     }
 }
-#undef ZO_DW_SIZES
 
 /* zo_depthwise_conv2d_c4_s8: depth multiplier 1. The border pixels pixel by pixel, then the
  * interior rectangle one block of four channels at a time (a last channels % 4 of the

@@ -5,7 +5,7 @@ output rows it cannot write back yet in a ring of rows: they come first in its s
 
 Only CONV_2D needs any. Its matrix product (`zo_conv.c`) multiplies two output pixels' rows
 of n bytes at a time, and first widens them to the halfword lanes SXTB16 would make (4n
-bytes; the widened rows start 4-aligned, so they are planned with 4 bytes of slack, see
+bytes; the widened rows start 4-aligned, so they are planned with 8 bytes of slack, see
 ``widened_bytes``): once per pair of pixels instead of once per pair of output channels. A
 k x k convolution (or 1 x 1 with a stride or padding), `zo_conv2d_im2col_s8`, also copies
 the receptive fields of the two pixels into rows of k_h * k_w * in_c bytes (padding filled
@@ -37,8 +37,9 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
 
 def widened_bytes(row_bytes: int) -> int:
     """The matrix product's widened rows (zo_conv.c ``expand_rows``): IM2COL_PIXELS rows of
-    ``row_bytes`` int8 as int16, four bytes at a time, plus 4 bytes to align their start."""
-    return IM2COL_PIXELS * 2 * (row_bytes // 4 * 4) + 4
+    ``row_bytes`` int8 as int16, four bytes at a time, plus 4 bytes to align their start,
+    rounded to 8 (arena sizes stay multiples of 8, as the sections that follow are aligned)."""
+    return IM2COL_PIXELS * 2 * (row_bytes // 4 * 4) + 8
 
 
 def conv_scratch_bytes(graph: Graph, op: Op) -> int:
