@@ -131,7 +131,7 @@ typedef struct {
     uint32_t offset2;      /* input_offset in both halfwords */
     const int32_t *bias, *multiplier, *shift;
     int32_t output_offset, act_min, act_max;
-    int32_t right_only;    /* every shift < 0 (zo_requantize_channel) */
+    int32_t fast;          /* zo_fast_requant: the cheaper requantization */
     dw_span rows, cols;    /* the interior: output rows and columns whose window is whole */
 } dw_layer;
 
@@ -169,13 +169,13 @@ tap_pixels(const dw_layer *d, const int8_t *x, const int8_t *w, const int pair, 
 /* Channel c of one or two pixels: the channel's parameters are read once. */
 static inline __attribute__((always_inline)) void
 requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, const int pair,
-          const int right_only, int8_t *out0, int8_t *out1)
+          const int fast, int8_t *out0, int8_t *out1)
 {
     const int32_t multiplier = d->multiplier[c], shift = d->shift[c];
-    const int8_t y0 = zo_requantize_channel(acc0, multiplier, shift, right_only, d->output_offset,
+    const int8_t y0 = zo_requantize_channel(acc0, multiplier, shift, fast, d->output_offset,
                                             d->act_min, d->act_max);
     if (pair) {
-        const int8_t y1 = zo_requantize_channel(acc1, multiplier, shift, right_only,
+        const int8_t y1 = zo_requantize_channel(acc1, multiplier, shift, fast,
                                                 d->output_offset, d->act_min, d->act_max);
         out1[c] = y1;
     }
@@ -187,7 +187,7 @@ requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, const int pa
  * weight load and split and every channel's requantization parameters. */
 static inline __attribute__((always_inline)) void
 window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32_t rows,
-          int32_t row_taps, const int pair, const int right_only, int8_t *out0, int8_t *out1)
+          int32_t row_taps, const int pair, const int fast, int8_t *out0, int8_t *out1)
 {
     const int32_t channels = d->channels;
     int32_t c = 0;
@@ -217,10 +217,10 @@ window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32
                 tap_pixels(d, xt, wt, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
             }
         }
-        requant_c(d, c, a0, b0, pair, right_only, out0, out1);
-        requant_c(d, c + 1, a1, b1, pair, right_only, out0, out1);
-        requant_c(d, c + 2, a2, b2, pair, right_only, out0, out1);
-        requant_c(d, c + 3, a3, b3, pair, right_only, out0, out1);
+        requant_c(d, c, a0, b0, pair, fast, out0, out1);
+        requant_c(d, c + 1, a1, b1, pair, fast, out0, out1);
+        requant_c(d, c + 2, a2, b2, pair, fast, out0, out1);
+        requant_c(d, c + 3, a3, b3, pair, fast, out0, out1);
     }
     for (; c < channels; ++c) { /* the last channels % 4 */
         int32_t acc0 = d->bias ? d->bias[c] : 0, acc1 = acc0;
@@ -232,7 +232,7 @@ window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32
                 acc1 += pair ? (x[d->x_pixel] + d->input_offset) * w : 0;
             }
         }
-        requant_c(d, c, acc0, acc1, pair, right_only, out0, out1);
+        requant_c(d, c, acc0, acc1, pair, fast, out0, out1);
     }
 }
 
@@ -240,7 +240,7 @@ static __attribute__((noinline)) void window_c4_one(const dw_layer *d, const int
                                                     const int8_t *w_first, int32_t rows,
                                                     int32_t row_taps, int8_t *out)
 {
-    if (d->right_only) {
+    if (d->fast) {
         window_c4(d, x_first, w_first, rows, row_taps, 0, 1, out, out);
     } else {
         window_c4(d, x_first, w_first, rows, row_taps, 0, 0, out, out);
@@ -252,7 +252,7 @@ static __attribute__((noinline)) void window_c4_pair(const dw_layer *d, const in
                                                      int32_t row_taps, int8_t *out0,
                                                      int8_t *out1)
 {
-    if (d->right_only) {
+    if (d->fast) {
         window_c4(d, x_first, w_first, rows, row_taps, 1, 1, out0, out1);
     } else {
         window_c4(d, x_first, w_first, rows, row_taps, 1, 0, out0, out1);
@@ -398,15 +398,15 @@ window_3x3(const int8_t *x, int32_t x_tap, int32_t x_row, const uint32_t *taps, 
 /* The four channels' requantization, with the layer's form as a literal. */
 static inline __attribute__((always_inline)) void
 store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
-         const int right_only, int8_t *out)
+         const int fast, int8_t *out)
 {
-    const int8_t y0 = zo_requantize_channel(a0, blk->multiplier[0], blk->shift[0], right_only,
+    const int8_t y0 = zo_requantize_channel(a0, blk->multiplier[0], blk->shift[0], fast,
                                             d->output_offset, d->act_min, d->act_max);
-    const int8_t y1 = zo_requantize_channel(a1, blk->multiplier[1], blk->shift[1], right_only,
+    const int8_t y1 = zo_requantize_channel(a1, blk->multiplier[1], blk->shift[1], fast,
                                             d->output_offset, d->act_min, d->act_max);
-    const int8_t y2 = zo_requantize_channel(a2, blk->multiplier[2], blk->shift[2], right_only,
+    const int8_t y2 = zo_requantize_channel(a2, blk->multiplier[2], blk->shift[2], fast,
                                             d->output_offset, d->act_min, d->act_max);
-    const int8_t y3 = zo_requantize_channel(a3, blk->multiplier[3], blk->shift[3], right_only,
+    const int8_t y3 = zo_requantize_channel(a3, blk->multiplier[3], blk->shift[3], fast,
                                             d->output_offset, d->act_min, d->act_max);
     out[0] = y0;
     out[1] = y1;
@@ -444,7 +444,7 @@ interior_c4(const dw_layer *d, const dw_block *blk, const int8_t *x, int32_t k_h
             }
         }
     }
-    if (d->right_only) {
+    if (d->fast) {
         store_c4(d, blk, a0, a1, a2, a3, 1, out);
     } else {
         store_c4(d, blk, a0, a1, a2, a3, 0, out);
@@ -496,7 +496,7 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
         channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
         p->k_w * channels, p->stride_w * channels, p->input_offset, zo_dup16(p->input_offset),
         bias, p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max,
-        p->right_shift_only,
+        zo_fast_requant(p->right_shift_only, p->act_min, p->act_max),
         interior_span(p->out_h, p->stride_h, p->pad_top, p->k_h, p->dilation_h, p->in_h),
         interior_span(p->out_w, p->stride_w, p->pad_left, p->k_w, p->dilation_w, p->in_w)};
     if (p->k_h * p->k_w > ZO_DEPTHWISE_MAX_TAPS) {

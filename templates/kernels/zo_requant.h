@@ -127,16 +127,26 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
 }
 
 /* The per-channel output step of the fast CONV_2D / DEPTHWISE_CONV_2D kernels (multiplier
- * > 0): clamp(MBQM(acc) + offset). right_only (the generator's right_shift_only: every shift
- * of the layer is negative) takes zo_mbqm_right. QADD saturates where the sum would wrap,
- * which the clamp then maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. */
+ * >= 0): clamp(MBQM(acc) + offset). QADD saturates where the sum would wrap, which the clamp
+ * then maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. `fast` (a
+ * literal; zo_fast_requant: every shift of the layer negative and the activation range the
+ * whole int8 range, what every layer of the shared models has) takes zo_mbqm_right and
+ * clamps with one SSAT; otherwise zo_mbqm_pos and the clamp to [lo, hi]. */
 static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int32_t shift,
-                                           const int right_only, int32_t offset, int32_t lo,
+                                           const int fast, int32_t offset, int32_t lo,
                                            int32_t hi)
 {
-    const int32_t scaled = right_only ? zo_mbqm_right(acc, multiplier, -shift)
-                                      : zo_mbqm_pos(acc, multiplier, shift);
-    return zo_clamp_s8(zo_qadd(scaled, offset), lo, hi);
+    if (fast) {
+        return (int8_t)zo_ssat8(zo_qadd(zo_mbqm_right(acc, multiplier, -shift), offset));
+    }
+    return zo_clamp_s8(zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset), lo, hi);
+}
+
+/* Whether a layer takes zo_requantize_channel's fast form: right_shift_only (the generator
+ * sets it when every shift is negative) and no clamp but int8's own. */
+static inline int zo_fast_requant(int32_t right_shift_only, int32_t act_min, int32_t act_max)
+{
+    return right_shift_only && act_min == -128 && act_max == 127;
 }
 
 #endif /* ZO_REQUANT_H */

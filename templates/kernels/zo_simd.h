@@ -81,6 +81,12 @@ static inline int32_t zo_qadd(int32_t a, int32_t b)
     return __qadd(a, b);
 }
 
+/* SSAT #8: x saturated to [-128, 127]. */
+static inline int32_t zo_ssat8(int32_t x)
+{
+    return __ssat(x, 8);
+}
+
 /* SMMULR: the high word of a * b, rounded: (a * b + 2^31) >> 32 (arithmetic). */
 static inline int32_t zo_smmulr(int32_t a, int32_t b)
 {
@@ -141,6 +147,11 @@ static inline int32_t zo_qadd(int32_t a, int32_t b)
 {
     const int64_t s = (int64_t)a + b;
     return s > INT32_MAX ? INT32_MAX : (s < INT32_MIN ? INT32_MIN : (int32_t)s);
+}
+
+static inline int32_t zo_ssat8(int32_t x)
+{
+    return x < -128 ? -128 : (x > 127 ? 127 : x);
 }
 
 static inline int32_t zo_smmulr(int32_t a, int32_t b)
