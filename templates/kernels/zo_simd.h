@@ -84,7 +84,9 @@ static inline int32_t zo_qadd(int32_t a, int32_t b)
 /* SSAT #8: x saturated to [-128, 127]. */
 static inline int32_t zo_ssat8(int32_t x)
 {
-    return __ssat(x, 8);
+    int32_t r;
+    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(x));
+    return r;
 }
 
 /* SMMULR: the high word of a * b, rounded: (a * b + 2^31) >> 32 (arithmetic). */
