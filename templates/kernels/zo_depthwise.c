@@ -353,31 +353,19 @@ mac_c4(uint32_t xv, const uint32_t *tap, int32_t *a0, int32_t *a1, int32_t *a2, 
 /* One row of a 3-wide window by hand (mac_c4 three times): GCC reloads the split taps for
  * lack of registers; here they are an LDRD each, and the three input words are [x],
  * [x, x_tap] and [x, x_tap, LSL #1]. Eight instructions a tap. */
-#define ZO_DW_ROW3(row)                                                                      \
-    "ldr    %[xv], [%[x]]\n\t"                                                               \
-    "ldrd   %[we], %[wo], [%[taps], #" #row "*24]\n\t"                                       \
-    "sxtb16 %[xe], %[xv]\n\t"                                                                \
-    "sxtb16 %[xv], %[xv], ror #8\n\t"                                                        \
-    "smlabb %[a0], %[xe], %[we], %[a0]\n\t"                                                  \
-    "smlatt %[a2], %[xe], %[we], %[a2]\n\t"                                                  \
-    "smlabb %[a1], %[xv], %[wo], %[a1]\n\t"                                                  \
-    "smlatt %[a3], %[xv], %[wo], %[a3]\n\t"                                                  \
-    "ldr    %[xv], [%[x], %[x_tap]]\n\t"                                                     \
-    "ldrd   %[we], %[wo], [%[taps], #" #row "*24+8]\n\t"                                     \
-    "sxtb16 %[xe], %[xv]\n\t"                                                                \
-    "sxtb16 %[xv], %[xv], ror #8\n\t"                                                        \
-    "smlabb %[a0], %[xe], %[we], %[a0]\n\t"                                                  \
-    "smlatt %[a2], %[xe], %[we], %[a2]\n\t"                                                  \
-    "smlabb %[a1], %[xv], %[wo], %[a1]\n\t"                                                  \
-    "smlatt %[a3], %[xv], %[wo], %[a3]\n\t"                                                  \
-    "ldr    %[xv], [%[x], %[x_tap], lsl #1]\n\t"                                             \
-    "ldrd   %[we], %[wo], [%[taps], #" #row "*24+16]\n\t"                                    \
+#define ZO_DW_TAP(input, tap_offset)                                                         \
+    "ldr    %[xv], " input "\n\t"                                                             \
+    "ldrd   %[we], %[wo], [%[taps], #" tap_offset "]\n\t"                                     \
     "sxtb16 %[xe], %[xv]\n\t"                                                                \
     "sxtb16 %[xv], %[xv], ror #8\n\t"                                                        \
     "smlabb %[a0], %[xe], %[we], %[a0]\n\t"                                                  \
     "smlatt %[a2], %[xe], %[we], %[a2]\n\t"                                                  \
     "smlabb %[a1], %[xv], %[wo], %[a1]\n\t"                                                  \
     "smlatt %[a3], %[xv], %[wo], %[a3]\n\t"
+#define ZO_DW_ROW3(row)                                                                      \
+    ZO_DW_TAP("[%[x]]", #row "*24")                                                          \
+    ZO_DW_TAP("[%[x], %[x_tap]]", #row "*24+8")                                              \
+    ZO_DW_TAP("[%[x], %[x_tap], lsl #1]", #row "*24+16")
 
 static inline __attribute__((always_inline)) void
 window_3x3(const int8_t *x, int32_t x_tap, int32_t x_row, const uint32_t *taps, int32_t *a0,
@@ -389,10 +377,11 @@ window_3x3(const int8_t *x, int32_t x_tap, int32_t x_row, const uint32_t *taps, 
             ZO_DW_ROW3(2)
             : [a0] "+r"(*a0), [a1] "+r"(*a1), [a2] "+r"(*a2), [a3] "+r"(*a3), [x] "+r"(x),
               [xv] "=&r"(xv), [xe] "=&r"(xe), [we] "=&r"(we), [wo] "=&r"(wo)
-            : [x_tap] "r"(x_tap), [x_row] "r"(x_row), [taps] "r"(taps), "m"(*(const uint32_t(*)[18])taps)
+            : [x_tap] "r"(x_tap), [x_row] "r"(x_row), [taps] "r"(taps)
             : "memory");
 }
 #undef ZO_DW_ROW3
+#undef ZO_DW_TAP
 #endif
 
 /* The four channels' requantization, with the layer's form as a literal. */
