@@ -129,7 +129,10 @@ def measure(path: Path, samples: int, portable: bool, profile: bool) -> dict:
     from zocodegen.engines import FirmwareSession, run_samples
     from zocodegen.frontends import load_model
     from zocodegen.planner import plan_arena
-    from zocodegen.ir import macs as op_macs
+    try:
+        from zocodegen.ir import macs as op_macs
+    except ImportError:  # a baseline from before c2d77a5 (issue 15's 3694617) has it here
+        from zocodegen.summary import macs as op_macs
 
     graph = load_model(path)
     layers = [dict(op=op.type, family=family(graph, op), macs=op_macs(graph, op),
