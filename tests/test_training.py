@@ -169,6 +169,9 @@ NEW_OPTIONS = [  # issue 13's options on the models of the chains, K steps each
                  2, id="guard-lr-auto"),
     # eta far too large: every layer's update is clipped to 1.5 LSB
     pytest.param(dict(queries=3, lr=5.0, max_step=1.5), 2, id="update-clipping"),
+    # NP updates near the clipping threshold, some clipped and some not: the C engine skips
+    # the clipping pass only when its bound (step_bound) proves no step can exceed it
+    pytest.param(dict(estimator="np", queries=3, lr=0.2, max_step=1.0), 3, id="clipping-margin"),
 ]
 
 
