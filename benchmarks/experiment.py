@@ -64,6 +64,11 @@ WORKERS = 2
 EPOCHS = 1
 QUERIES = 20
 SEEDS = (1, 2, 3)
+#: More seeds for ZO only and hybrid C = 1 in every cell: ZO only's seeds 4-6 against its own
+#: seeds 1-3 show how far two seed means of the same method differ (an A/A comparison), and
+#: six seeds halve the noise of the hybrid's comparison (docs/experiment.md, "seed noise").
+NOISE_SEEDS = (4, 5, 6)
+NOISE_METHODS = ("ours", "hybrid-1")
 #: The family the ablations run on (both severities, both models): its FP32 ceiling is far
 #: above no adaptation, so there is a lot to recover and the methods separate.
 ABLATION_FAMILY = "blur"
@@ -129,6 +134,8 @@ class Grid:
     ablation_family: str
     budget: tuple[str, ...]
     queries: int
+    noise_seeds: tuple[int, ...] = ()
+    noise_methods: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -141,7 +148,7 @@ class Grid:
 
 
 FULL = Grid(MODELS, tuple((f, s) for f in FAMILIES for s in SEVERITIES), SEEDS,
-            ABLATION_FAMILY, ("--epochs", str(EPOCHS)), QUERIES)
+            ABLATION_FAMILY, ("--epochs", str(EPOCHS)), QUERIES, NOISE_SEEDS, NOISE_METHODS)
 QUICK = Grid(MODELS, ((ABLATION_FAMILY, 1),), (1,), ABLATION_FAMILY, ("--steps", "30"), 4)
 
 
@@ -181,6 +188,8 @@ def grid_runs(grid: Grid) -> list[Run]:
             for seed in grid.seeds for method in GRID_METHODS]
     runs += [Run(m, f, s, method.key, seed) for m in grid.models for f, s in grid.ablation_cells
              for seed in grid.seeds for method in ABLATION_METHODS]
+    runs += [Run(m, f, s, method, seed) for m in grid.models for f, s in grid.cells
+             for seed in grid.noise_seeds for method in grid.noise_methods]
     return sorted(runs, key=lambda r: r.method != MEZO.key)
 
 
@@ -529,6 +538,54 @@ def comparison_summary(grid: Grid, results: dict[Run, Result], methods: Sequence
     return lines
 
 
+def seed_noise(grid: Grid, results: dict[Run, Result]) -> list[str]:
+    """ZO only's seeds 4-6 against its seeds 1-3 per cell (the same method twice: how far
+    seed means differ by chance), then hybrid C = 1 against ZO only over all six seeds with
+    the standard error of the difference of the means, sqrt(s_h^2 / n + s_z^2 / n)."""
+    if not grid.noise_seeds:
+        return []
+    hybrid = METHODS["hybrid-1"]
+    every = grid.seeds + grid.noise_seeds
+    first, second = (f"{s[0]}-{s[-1]}" for s in (grid.seeds, grid.noise_seeds))
+    lines = [f"| model | corruption | severity | ZO only, seeds {first} | ZO only, seeds {second} "
+             f"| difference | ZO only, {len(every)} seeds | {hybrid.label}, {len(every)} seeds "
+             f"| difference ± standard error |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    aa, ab = [], []
+    for model in grid.models:
+        for family, severity in grid.cells:
+            cell = (model, family, severity)
+            z1, z2, z, h = (after(results, *cell, method, seeds) for method, seeds in (
+                (OURS.key, grid.seeds), (OURS.key, grid.noise_seeds), (OURS.key, every),
+                (hybrid.key, every)))
+            row = [pct(z1), pct(z2), "—", pct(z), pct(h), "—"]
+            if len(z1) == len(grid.seeds) and len(z2) == len(grid.noise_seeds):
+                aa.append((*cell, float(np.mean(z2) - np.mean(z1))))
+                row[2] = points(aa[-1][3])
+            if len(z) == len(h) == len(every):
+                se = math.sqrt((np.var(h, ddof=1) + np.var(z, ddof=1)) / len(every))
+                ab.append((*cell, float(np.mean(h) - np.mean(z)), se))
+                row[5] = f"{points(ab[-1][3])} ± {100 * se:.1f}"
+            lines.append(f"| {model} | {family} | {severity} | " + " | ".join(row) + " |")
+    lines.append("")
+    if aa:
+        wins = sum(1 for *_, d in aa if d >= -1e-12)
+        lines.append(
+            f"* **ZO only, seeds {second} ≥ ZO only, seeds {first}** (the same method) in "
+            f"**{wins} of {len(aa)}** cells; differences from {points(min(d for *_, d in aa))} "
+            f"to {points(max(d for *_, d in aa))} points, mean absolute "
+            f"{100 * float(np.mean([abs(d) for *_, d in aa])):.1f}.")
+    if ab:
+        wins = sum(1 for *_, d, _ in ab if d >= -1e-12)
+        far = [f"{m} {f} {s} ({points(d)} ± {100 * se:.1f})" for m, f, s, d, se in ab
+               if abs(d) > 2 * se]
+        lines.append(
+            f"* **{hybrid.label} ≥ ZO only over {len(every)} seeds** in **{wins} of {len(ab)}** "
+            f"cells; mean difference {points(float(np.mean([d for *_, d, _ in ab])))} points; "
+            f"more than two standard errors from zero: "
+            + ("; ".join(far) if far else "no cell") + ".")
+    return lines
+
+
 # ----------------------------------------------------------------------------- memory
 #: The training items of a build's memory report, in the order of the paper's Eq. 2-4:
 #: parameters theta, the gradient region (ZO's gradient / BP's g and e), saved activations a,
@@ -668,6 +725,11 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         "",
         *comparison_summary(grid, results, HYBRIDS + EQUAL_BUDGET),
         "",
+        *((f"Seed noise: ZO only and {METHODS['hybrid-1'].label} also ran seeds "
+           f"{', '.join(map(str, grid.noise_seeds))} in every cell (same budget and "
+           f"defaults). The first columns compare ZO only with itself over two sets of three "
+           f"seeds; the last compare the hybrid with ZO only over all six.", "",
+           *seed_noise(grid, results), "") if grid.noise_seeds else ()),
         "Perturbation sources and estimates (PeZO, P-RGE; issue 17) against ZO only with "
         "XORShift Rademacher draws, same cells, seeds and defaults (--lr auto, guard), each "
         "at the same query forwards (two-sided: Q/2 queries of two forwards): "

@@ -59,8 +59,10 @@ def test_full_grid_runs_and_commands(ex, tmp_path):
     runs = ex.grid_runs(ex.FULL)
     # 2 models x 8 cells x 3 seeds x {ours, MeZO, hybrid C=1, C=2, C=1 equal forwards, INT8,
     # pool, rotating, uniform, pool + uniform, two-sided} + 2 models x 2 severities x 3 seeds
-    # x 8 ablations.
-    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 11 + 2 * 2 * 3 * 8
+    # x 8 ablations + 2 models x 8 cells x seeds 4-6 x {ours, hybrid C=1} (seed noise).
+    assert len(runs) == len(set(runs)) == 2 * 8 * 3 * 11 + 2 * 2 * 3 * 8 + 2 * 8 * 3 * 2
+    assert {(r.method, r.seed) for r in runs if r.seed > 3} == {
+        (m, s) for m in ("ours", "hybrid-1") for s in (4, 5, 6)}
     assert {r.method for r in runs[:48]} == {"mezo"}  # the longest runs first
     assert {(r.family, r.method) for r in runs if r.method == "sparse"} == {("blur", "sparse")}
     tuned = ex.Run("digits_resnet", "blur", 2, "tuned-0.03", 3)
@@ -229,6 +231,33 @@ def test_hybrid_table_and_summary(ex, tmp_path):
     # A cell with a seed missing is not compared (its mean would be over other seeds).
     del results[ex.Run("digits_cnn", "fog", 1, "hybrid-1", 2)]
     assert [(f, s) for _, f, s, _ in ex.differences(grid, results, "hybrid-1")] == [("fog", 2)]
+
+
+def test_seed_noise(ex):
+    """ZO only against itself over two seed sets, then hybrid C = 1 against ZO only over all
+    seeds with the standard error of the difference; a cell missing a seed shows no number."""
+    grid = ex.Grid(("digits_cnn",), (("fog", 1), ("fog", 2)), (1, 2), "fog",
+                   ("--epochs", "1"), 20, (3, 4), ("ours", "hybrid-1"))
+    accs = {("ours", 1): (0.80, 0.82, 0.90, 0.84), ("hybrid-1", 1): (0.90, 0.90, 0.92, 0.92),
+            ("ours", 2): (0.70, 0.70, 0.60, 0.60), ("hybrid-1", 2): (0.70, 0.72, 0.60, 0.62)}
+    results = {ex.Run("digits_cnn", "fog", severity, method, seed): ex.Result(0.5, acc)
+               for (method, severity), values in accs.items()
+               for seed, acc in zip((1, 2, 3, 4), values)}
+    lines = ex.seed_noise(grid, results)
+    z, h = np.array(accs[("ours", 1)]), np.array(accs[("hybrid-1", 1)])
+    se = 100 * np.sqrt((h.var(ddof=1) + z.var(ddof=1)) / 4)
+    assert lines[2] == (f"| digits_cnn | fog | 1 | 81.0 ± 1.4 | 87.0 ± 4.2 | +6.0 | "
+                        f"{ex.pct(list(z))} | {ex.pct(list(h))} | +7.0 ± {se:.1f} |")
+    assert lines[3].startswith("| digits_cnn | fog | 2 | 70.0 ± 0.0 | 60.0 ± 0.0 | −10.0 |")
+    assert lines[5] == ("* **ZO only, seeds 3-4 ≥ ZO only, seeds 1-2** (the same method) in "
+                        "**1 of 2** cells; differences from −10.0 to +6.0 points, mean "
+                        "absolute 8.0.")
+    assert lines[6].startswith("* **hybrid C=1 ≥ ZO only over 4 seeds** in **2 of 2** cells; "
+                               "mean difference +4.0 points; more than two standard errors "
+                               "from zero: digits_cnn fog 1 (+7.0 ± ")
+    del results[ex.Run("digits_cnn", "fog", 2, "hybrid-1", 4)]
+    assert ex.seed_noise(grid, results)[3].endswith(" | — |")
+    assert ex.seed_noise(ex.QUICK, results) == []
 
 
 def test_memory_table(ex, tmp_path):
