@@ -509,7 +509,7 @@ def differences(grid: Grid, results: dict[Run, Result], method: str
 
 def points(delta: float) -> str:
     """A difference of accuracies in percentage points, signed ('+1.2', '−0.3')."""
-    value = round(100 * delta, 1)
+    value = round(100 * delta, 1) + 0.0  # -0.0 (a tiny loss) prints as +0.0
     return f"+{value:.1f}" if value >= 0 else f"−{-value:.1f}"
 
 

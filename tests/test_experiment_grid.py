@@ -233,6 +233,11 @@ def test_hybrid_table_and_summary(ex, tmp_path):
     assert [(f, s) for _, f, s, _ in ex.differences(grid, results, "hybrid-1")] == [("fog", 2)]
 
 
+def test_points(ex):
+    assert [ex.points(d) for d in (0.0123, -0.0123, -0.0001, 0.0)] == [
+        "+1.2", "−1.2", "+0.0", "+0.0"]
+
+
 def test_seed_noise(ex):
     """ZO only against itself over two seed sets, then hybrid C = 1 against ZO only over all
     seeds with the standard error of the difference; a cell missing a seed shows no number."""
