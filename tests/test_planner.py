@@ -154,6 +154,17 @@ def test_planner_reaches_the_exact_optimum_where_greedy_by_size_does_not():
     assert exhaustive_optimum(plan.buffers) == 44
 
 
+def test_reported_arena_is_what_the_linker_reserves():
+    """An arena that is not a multiple of 8 B (44 here) is reported as the 48 B that
+    .zo_arena reserves (MODEL_ARENA_STORAGE_BYTES: the next object is placed 8-aligned), so
+    the report and arm-none-eabi-size agree (tests/test_build.py links the real models)."""
+    from zocodegen.codegen.project import _inference_items
+    from zocodegen.target import load_target
+    plan = plan_arena(_chain([24, 20, 8, 32]))
+    assert plan.arena_bytes == 44
+    assert _inference_items(plan, load_target("stm32f746"))[0].bytes == 48
+
+
 def test_greedy_by_size_baseline():
     buffers = [Buffer(("a",), 32, 0, 0), Buffer(("b",), 24, 0, 1), Buffer(("c",), 24, 1, 2),
                Buffer(("d",), 8, 2, 2)]

@@ -20,7 +20,9 @@ from ..errors import UserError
 from ..ir import Graph
 from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message,
                        default_suggestions, kb, place, plan_arena, report_dict, report_text)
+from ..planner.lifetimes import align_up
 from ..planner.patches import best_patched_arena
+from ..planner.placement import ITEM_ALIGNMENT
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.backprop import largest_bp_layers
 from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
@@ -158,9 +160,11 @@ def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
     # The link buffers are ordinary .bss, which every linker script puts right after the
     # stack: pinned to the stack's memory, they are placed (and reported) there too.
     what = "inference activations"
+    # The arena item is what .zo_arena reserves for it: rounded up to 8 B, because the object
+    # after it is placed 8-byte aligned (MODEL_ARENA_STORAGE_BYTES in model.h).
     if arena.patches is not None:
         what += f"; patch-based: {arena.patches.describe()}"
-    return [RamItem("arena", arena.arena_bytes, what),
+    return [RamItem("arena", align_up(arena.arena_bytes, ITEM_ALIGNMENT), what),
             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
                     f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
@@ -262,7 +266,8 @@ def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode) -> 
         saved = ("" if training.split else f"saved activations of {training.batch} "
                  f"sample{'s' if training.batch > 1 else ''} (up to "
                  f"{kb(training.largest_saved_bytes)}) and ")
-        items[0] = replace(items[0], bytes=arena.arena_bytes + training.arena_tail,
+        items[0] = replace(items[0], bytes=align_up(arena.arena_bytes + training.arena_tail,
+                                                    ITEM_ALIGNMENT),
                            description=items[0].description + f" + {training.arena_tail} B "
                            f"past its end for the training step's {saved}gradient regions")
     items[1:1] = training.ram_items()
