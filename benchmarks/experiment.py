@@ -547,7 +547,11 @@ def seed_noise(grid: Grid, results: dict[Run, Result]) -> list[str]:
     hybrid = METHODS["hybrid-1"]
     every = grid.seeds + grid.noise_seeds
     first, second = (f"{s[0]}-{s[-1]}" for s in (grid.seeds, grid.noise_seeds))
-    lines = [f"| model | corruption | severity | ZO only, seeds {first} | ZO only, seeds {second} "
+    lines = [f"Seed noise: ZO only and {hybrid.label} also ran seeds "
+             f"{', '.join(map(str, grid.noise_seeds))} in every cell (same budget and "
+             f"defaults). The first columns compare ZO only with itself over two sets of "
+             f"three seeds; the last compare the hybrid with ZO only over all six.", "",
+             f"| model | corruption | severity | ZO only, seeds {first} | ZO only, seeds {second} "
              f"| difference | ZO only, {len(every)} seeds | {hybrid.label}, {len(every)} seeds "
              f"| difference ± standard error |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     aa, ab = [], []
@@ -583,7 +587,7 @@ def seed_noise(grid: Grid, results: dict[Run, Result]) -> list[str]:
             f"cells; mean difference {points(float(np.mean([d for *_, d, _ in ab])))} points; "
             f"more than two standard errors from zero: "
             + ("; ".join(far) if far else "no cell") + ".")
-    return lines
+    return lines + [""]
 
 
 # ----------------------------------------------------------------------------- memory
@@ -725,11 +729,7 @@ def report(grid: Grid, results: dict[Run, Result], ceilings: dict, wall: float, 
         "",
         *comparison_summary(grid, results, HYBRIDS + EQUAL_BUDGET),
         "",
-        *((f"Seed noise: ZO only and {METHODS['hybrid-1'].label} also ran seeds "
-           f"{', '.join(map(str, grid.noise_seeds))} in every cell (same budget and "
-           f"defaults). The first columns compare ZO only with itself over two sets of three "
-           f"seeds; the last compare the hybrid with ZO only over all six.", "",
-           *seed_noise(grid, results), "") if grid.noise_seeds else ()),
+        *seed_noise(grid, results),
         "Perturbation sources and estimates (PeZO, P-RGE; issue 17) against ZO only with "
         "XORShift Rademacher draws, same cells, seeds and defaults (--lr auto, guard), each "
         "at the same query forwards (two-sided: Q/2 queries of two forwards): "

@@ -894,8 +894,9 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
 
 /* An upper bound of the layer's largest weight step (weight_step) from the node gradient
  * alone, O(d_a): weight j of channel c has |g_j| <= X * sum of |gz| over c's positions, X
- * the largest |x + input_offset| an int8 input can give. int-to-float conversion and float
- * multiplication are monotone, so the bound's step is >= every weight's. */
+ * the largest |x + input_offset| an int8 input can give. The bound goes through raw_delta
+ * like every weight, and int-to-float conversion and float multiplication are monotone, so
+ * its step is >= every weight's. */
 static float step_bound(const zo_train_layer *L, const int32_t *gz, int shift, float coef)
 {
     const int32_t offset = L->kind == ZO_TRAIN_FC ? L->fc->input_offset : L->conv->input_offset;
@@ -906,9 +907,9 @@ static float step_bound(const zo_train_layer *L, const int32_t *gz, int shift, f
         for (uint32_t k = c; k < L->output_count; k += L->channels) {
             sum += gz[k] < 0 ? -(int64_t)gz[k] : gz[k];
         }
-        int64_t g = (sum * x_max >> shift) + (shift ? 1 : 0); /* parameter_gradient rounds */
-        g = g < ((int64_t)1 << 31) ? g : ((int64_t)1 << 31); /* |sat_s32| <= 2^31 */
-        const float step = (coef * L->weight_inv_s2[c] * (float)g) * 0x1p-16f;
+        const int64_t g = (sum * x_max >> shift) + (shift ? 1 : 0); /* parameter_gradient rounds */
+        /* |sat_s32(g_j)| <= 2^31 = (float)sat_s32(g) once g saturates */
+        const float step = raw_delta(coef, L->weight_inv_s2[c], sat_s32(g));
         largest = step > largest ? step : largest;
     }
     return largest;

@@ -37,8 +37,10 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
 
 def widened_bytes(row_bytes: int) -> int:
     """The matrix product's widened rows (zo_conv.c ``expand_rows``): IM2COL_PIXELS rows of
-    ``row_bytes`` int8 as int16, four bytes at a time, plus 4 bytes to align their start,
-    rounded to 8 (arena sizes stay multiples of 8, as the sections that follow are aligned)."""
+    ``row_bytes`` int8 as int16, four bytes at a time, plus 8 bytes: up to 3 align their
+    start (``widened_rows``), the rest kept arenas multiples of 8 before the memory report
+    rounded the arena item itself (MODEL_ARENA_STORAGE_BYTES); kept so that planned arena
+    sizes stay as measured."""
     return IM2COL_PIXELS * 2 * (row_bytes // 4 * 4) + 8
 
 
