@@ -1,8 +1,9 @@
 """The fast kernels (issue 15) against their references.
 
-* zo_mbqm_pos and, for negative shifts, zo_mbqm_right (the requantizations the fast kernels
-  use) equal TFLite's zo_mbqm on millions of random and edge-case operands, built natively
-  with the sanitizers;
+* zo_mbqm_pos and, for negative shifts, zo_mbqm_right and the whole output step
+  zo_requantize_channel (the requantizations the fast kernels use) equal TFLite's zo_mbqm
+  (plus the output offset and the clamp) on millions of random and edge-case operands, built
+  natively with the sanitizers, and on QEMU with the DSP instructions themselves;
 * the generator picks the kernel variant per layer from its shape;
 * the portable path (-DZO_PORTABLE_KERNELS, the readable reference every fast path is tested
   against) stays bit-exact with the numpy reference: native builds otherwise run the fast
@@ -44,8 +45,12 @@ GCC = shutil.which("gcc")
 CONV_FUZZ = REPO / "tests" / "data" / "conv_fuzz.c"
 
 MBQM_DRIVER = r"""
-#include <stdio.h>
 #include "zo_requant.h"
+#ifdef ZO_FUZZ_QEMU
+#include "platform.h"
+#else
+#include <stdio.h>
+#endif
 
 static unsigned long long s = 88172645463325252ull;
 static unsigned long long next(void) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; }
@@ -53,7 +58,7 @@ static unsigned long long next(void) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; 
 int main(void)
 {
     long bad = 0;
-    for (long i = 0; i < 3000000; ++i) {
+    for (long i = 0; i < ITERATIONS; ++i) {
         const unsigned long long r = next();
         int32_t x;
         switch (r & 3u) { /* any int32, accumulator-sized, small, and the extremes */
@@ -69,16 +74,32 @@ int main(void)
         }
         int shift = (int)(next() % 40u) - 31;
         shift = shift > 8 ? 8 : shift;
+        const int32_t offset = (int32_t)(next() % 256u) - 128;
         const int32_t expected = zo_mbqm(x, m, shift);
+        /* the fast kernels' output step: clamp(MBQM + offset) to int8 and to [lo, hi] */
+        const int8_t expected8 = zo_offset_clamp_s8(expected, offset, -128, 127);
+        const int8_t clamped8 = zo_offset_clamp_s8(expected, offset, -100, 90);
         if (expected != zo_mbqm_pos(x, m, shift)
-            || (shift < 0 && expected != zo_mbqm_right(x, m, -shift))) {
-            if (bad++ < 5) {
-                printf("x=%d m=%d shift=%d\n", x, m, shift);
+            || (shift < 0 && expected != zo_mbqm_right(x, m, -shift))
+            || (shift < 0 && expected8 != zo_requantize_channel(x, m, shift, 1, offset,
+                                                                -128, 127))
+            || expected8 != zo_requantize_channel(x, m, shift, 0, offset, -128, 127)
+            || clamped8 != zo_requantize_channel(x, m, shift, 0, offset, -100, 90)) {
+#ifndef ZO_FUZZ_QEMU
+            if (bad < 5) {
+                printf("x=%d m=%d shift=%d offset=%d\n", x, m, shift, offset);
             }
+#endif
+            ++bad;
         }
     }
+#ifdef ZO_FUZZ_QEMU
+    platform_exit(bad != 0);
+    return 0;
+#else
     printf("mismatches %ld\n", bad);
     return bad != 0;
+#endif
 }
 """
 
@@ -90,10 +111,23 @@ def test_fast_requantization_equals_tflite_form(tmp_path):
     exe = tmp_path / "mbqm"
     subprocess.run([GCC, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{KERNELS}",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    str(source), "-o", str(exe)], check=True)
+                    "-DITERATIONS=3000000", str(source), "-o", str(exe)], check=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "mismatches 0" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or runner.find_qemu() is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm is missing")
+def test_fast_requantization_equals_tflite_form_on_qemu(tmp_path):
+    """The same check with the DSP instructions themselves (SMMLAR, QADD, SSAT with a shift)."""
+    from test_qemu_board import build, make_project
+    project = make_project(tmp_path / "mbqm")
+    (project / "src" / "main.c").write_text(MBQM_DRIVER)
+    done = build(project, "mbqm", "-DZO_FUZZ_QEMU", "-DITERATIONS=300000", f"-I{KERNELS}")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    status, _ = runner.run_elf(project / "build" / "mbqm.elf", timeout=120)
+    assert status == 0, runner.describe_exit(status)
 
 
 @pytest.mark.skipif(GCC is None, reason="host gcc not installed: cannot build the C driver")

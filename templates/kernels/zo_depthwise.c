@@ -7,18 +7,16 @@
  *
  * Taps in the padding contribute nothing. Two kernels, one signature:
  *   zo_depthwise_conv2d_s8     the readable reference (any depth multiplier);
- *   zo_depthwise_conv2d_c4_s8  depth multiplier 1, four channels per 32-bit load, in two
- *                              passes over the output:
- *     border pixels (the window clipped by the input's edges), pixel by pixel: per tap one
- *       word of input and one of weights, SXTB16 splits each into channels (c, c+2) and
- *       (c+1, c+3), SADD16 adds the input offset, SMLABB / SMLATT accumulate the four
- *       channels; two horizontally adjacent pixels with the same window share the weights;
- *     interior pixels (the whole window inside), one block of four channels at a time: the
- *       block's taps are split once and its bias has the input offset folded in
- *       (bias + input_offset * sum of the channel's taps: every tap is in the input), so a
- *       tap costs one input word, two SXTB16 and four multiply-accumulates; 3x3 windows
- *       are written in ARM assembly (GCC runs out of registers and reloads the taps), 5x5
- *       unrolls from literals, other sizes loop.
+ *   zo_depthwise_conv2d_c4_s8  depth multiplier 1, one block of four channels at a time:
+ *     the block's taps are split once by SXTB16 into channels (c, c+2) and (c+1, c+3), and
+ *     SMLABB / SMLATT accumulate the four channels of a tap from one input word;
+ *     border pixels (the window clipped by the input's edges) start from the bias and add
+ *       the input offset to each input word (SADD16);
+ *     interior pixels (the whole window inside) start from the bias with the input offset
+ *       folded in (bias + input_offset * sum of the channel's taps: every tap is in the
+ *       input), so a tap costs one input word, two SXTB16 and four multiply-accumulates;
+ *       3x3 windows are written in ARM assembly (GCC runs out of registers and reloads the
+ *       taps), 5x5 unrolls from literals, other sizes loop.
  * With -DZO_PORTABLE_KERNELS both are the reference. tests/data/depthwise_fuzz.c checks the
  * fast kernel against the reference on random geometries, natively and under QEMU.
  */
@@ -125,195 +123,32 @@ static dw_span interior_span(int32_t out, int32_t stride, int32_t pad, int32_t t
 typedef struct {
     int32_t channels;      /* == in_c: depth multiplier 1 */
     int32_t x_tap, x_row;  /* input bytes to the next tap in a row / to the next tap row */
-    int32_t w_row;         /* weight bytes to the next tap row */
     int32_t x_pixel;       /* input bytes between horizontally adjacent output pixels */
-    int32_t input_offset;
     uint32_t offset2;      /* input_offset in both halfwords */
-    const int32_t *bias, *multiplier, *shift;
     int32_t output_offset, act_min, act_max;
-    int32_t fast;          /* zo_fast_requant: the cheaper requantization */
+    int32_t fast;          /* zo_fast_requant: zo_requantize_prepared */
+    int32_t c;             /* its 1 + 2 * output_offset */
     dw_span rows, cols;    /* the interior: output rows and columns whose window is whole */
 } dw_layer;
 
-/* ---- Border pixels: pixel by pixel, every channel of one pixel per call -------------------
- * Their windows differ, so each pixel's tap window is worked out once for all its channels;
- * each tap adds the input offset to the input (SADD16) and starts from the plain bias. */
-
-/* One tap of four channels for one pixel: x and w hold channels c..c+3 of an input pixel and
- * of a filter tap, w already split by SXTB16 into (c, c+2) and (c+1, c+3). */
-static inline void tap_c4(uint32_t xv, uint32_t w_even, uint32_t w_odd, uint32_t offset2,
-                          int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
-{
-    const uint32_t x_even = zo_sadd16(zo_sxtb16(xv), offset2);
-    const uint32_t x_odd = zo_sadd16(zo_sxtb16_ror8(xv), offset2);
-    *a0 = zo_smlabb(x_even, w_even, *a0);
-    *a2 = zo_smlatt(x_even, w_even, *a2);
-    *a1 = zo_smlabb(x_odd, w_odd, *a1);
-    *a3 = zo_smlatt(x_odd, w_odd, *a3);
-}
-
-/* One tap of four channels for one pixel, or two (pair) sharing the weight load and split. */
-static inline __attribute__((always_inline)) void
-tap_pixels(const dw_layer *d, const int8_t *x, const int8_t *w, const int pair, int32_t *a0,
-           int32_t *a1, int32_t *a2, int32_t *a3, int32_t *b0, int32_t *b1, int32_t *b2,
-           int32_t *b3)
-{
-    const uint32_t wv = zo_read4(w);
-    const uint32_t w_even = zo_sxtb16(wv), w_odd = zo_sxtb16_ror8(wv);
-    tap_c4(zo_read4(x), w_even, w_odd, d->offset2, a0, a1, a2, a3);
-    if (pair) {
-        tap_c4(zo_read4(x + d->x_pixel), w_even, w_odd, d->offset2, b0, b1, b2, b3);
-    }
-}
-
-/* Channel c of one or two pixels: the channel's parameters are read once. */
-static inline __attribute__((always_inline)) void
-requant_c(const dw_layer *d, int32_t c, int32_t acc0, int32_t acc1, const int pair,
-          const int fast, int8_t *out0, int8_t *out1)
-{
-    const int32_t multiplier = d->multiplier[c], shift = d->shift[c];
-    const int8_t y0 = zo_requantize_channel(acc0, multiplier, shift, fast, d->output_offset,
-                                            d->act_min, d->act_max);
-    if (pair) {
-        const int8_t y1 = zo_requantize_channel(acc1, multiplier, shift, fast,
-                                                d->output_offset, d->act_min, d->act_max);
-        out1[c] = y1;
-    }
-    out0[c] = y0;
-}
-
-/* Output pixel(s) whose tap window is `rows` x `row_taps` taps from x_first / w_first: one
- * pixel, or (pair) two horizontally adjacent pixels with the same window, which share every
- * weight load and split and every channel's requantization parameters. */
-static inline __attribute__((always_inline)) void
-window_c4(const dw_layer *d, const int8_t *x_first, const int8_t *w_first, int32_t rows,
-          int32_t row_taps, const int pair, const int fast, int8_t *out0, int8_t *out1)
-{
-    const int32_t channels = d->channels;
-    int32_t c = 0;
-    for (; c + 4 <= channels; c += 4) {
-        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        if (d->bias) {
-            a0 = d->bias[c];
-            a1 = d->bias[c + 1];
-            a2 = d->bias[c + 2];
-            a3 = d->bias[c + 3];
-        }
-        int32_t b0 = a0, b1 = a1, b2 = a2, b3 = a3;
-        const int8_t *x = x_first + c;
-        const int8_t *w = w_first + c;
-        for (int32_t r = rows; r > 0; --r, x += d->x_row, w += d->w_row) {
-            if (row_taps == 3) { /* a full row of a 3-wide filter: no loop control per tap */
-                tap_pixels(d, x, w, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
-                tap_pixels(d, x + d->x_tap, w + channels, pair, &a0, &a1, &a2, &a3, &b0, &b1,
-                           &b2, &b3);
-                tap_pixels(d, x + 2 * d->x_tap, w + 2 * channels, pair, &a0, &a1, &a2, &a3,
-                           &b0, &b1, &b2, &b3);
-                continue;
-            }
-            const int8_t *xt = x;
-            const int8_t *wt = w;
-            for (int32_t k = row_taps; k > 0; --k, xt += d->x_tap, wt += channels) {
-                tap_pixels(d, xt, wt, pair, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
-            }
-        }
-        requant_c(d, c, a0, b0, pair, fast, out0, out1);
-        requant_c(d, c + 1, a1, b1, pair, fast, out0, out1);
-        requant_c(d, c + 2, a2, b2, pair, fast, out0, out1);
-        requant_c(d, c + 3, a3, b3, pair, fast, out0, out1);
-    }
-    for (; c < channels; ++c) { /* the last channels % 4 */
-        int32_t acc0 = d->bias ? d->bias[c] : 0, acc1 = acc0;
-        for (int32_t r = 0; r < rows; ++r) {
-            for (int32_t k = 0; k < row_taps; ++k) {
-                const int8_t *x = x_first + r * d->x_row + k * d->x_tap + c;
-                const int32_t w = w_first[r * d->w_row + k * channels + c];
-                acc0 += (x[0] + d->input_offset) * w;
-                acc1 += pair ? (x[d->x_pixel] + d->input_offset) * w : 0;
-            }
-        }
-        requant_c(d, c, acc0, acc1, pair, fast, out0, out1);
-    }
-}
-
-static __attribute__((noinline)) void window_c4_one(const dw_layer *d, const int8_t *x_first,
-                                                    const int8_t *w_first, int32_t rows,
-                                                    int32_t row_taps, int8_t *out)
-{
-    if (d->fast) {
-        window_c4(d, x_first, w_first, rows, row_taps, 0, 1, out, out);
-    } else {
-        window_c4(d, x_first, w_first, rows, row_taps, 0, 0, out, out);
-    }
-}
-
-static __attribute__((noinline)) void window_c4_pair(const dw_layer *d, const int8_t *x_first,
-                                                     const int8_t *w_first, int32_t rows,
-                                                     int32_t row_taps, int8_t *out0,
-                                                     int8_t *out1)
-{
-    if (d->fast) {
-        window_c4(d, x_first, w_first, rows, row_taps, 1, 1, out0, out1);
-    } else {
-        window_c4(d, x_first, w_first, rows, row_taps, 1, 0, out0, out1);
-    }
-}
-
-static inline int interior(const dw_layer *d, int32_t oy, int32_t ox)
-{
-    return oy >= d->rows.lo && oy < d->rows.hi && ox >= d->cols.lo && ox < d->cols.hi;
-}
-
-/* Every output pixel of one image outside the interior rectangle, all channels. */
-static void border_pixels(const zo_conv_params *p, const dw_layer *d, const int8_t *image,
-                          const int8_t *weights, int8_t *output)
-{
-    const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w, channels = d->channels;
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-        const int32_t y0 = oy * p->stride_h - p->pad_top;
-        int32_t ky0, ky1;
-        tap_window(y0, p->dilation_h, p->k_h, in_h, &ky0, &ky1);
-        for (int32_t ox = 0; ox < out_w;) {
-            if (interior(d, oy, ox)) {
-                ox = d->cols.hi;
-                continue;
-            }
-            const int32_t x0 = ox * p->stride_w - p->pad_left;
-            int32_t kx0, kx1, next0 = 0, next1 = -1;
-            tap_window(x0, p->dilation_w, p->k_w, in_w, &kx0, &kx1);
-            if (ox + 1 < out_w && !interior(d, oy, ox + 1)) {
-                tap_window(x0 + p->stride_w, p->dilation_w, p->k_w, in_w, &next0, &next1);
-            }
-            int8_t *out = output + (oy * out_w + ox) * channels;
-            /* the window's first tap, in the input and in the weights */
-            const int8_t *x_first = image + ((y0 + ky0 * p->dilation_h) * in_w + x0
-                                             + kx0 * p->dilation_w) * channels;
-            const int8_t *w_first = weights + (ky0 * p->k_w + kx0) * channels;
-            if (next0 == kx0 && next1 == kx1) { /* the next pixel has the same window */
-                window_c4_pair(d, x_first, w_first, ky1 - ky0, kx1 - kx0, out, out + channels);
-                ox += 2;
-            } else {
-                window_c4_one(d, x_first, w_first, ky1 - ky0, kx1 - kx0, out);
-                ox += 1;
-            }
-        }
-    }
-}
-
-/* ---- Interior pixels: channels outermost, four at a time ---------------------------------
- * A block of four channels holds its filter taps split once, and its bias with the input
- * offset folded in (bias + input_offset * the sum of the channel's taps: the whole window is
- * in the input, so every tap contributes), so a tap costs one input word, two SXTB16 and four
- * multiply-accumulates, with no offset to add. */
+/* ---- Per block of four channels -----------------------------------------------------------
+ * A block holds its filter taps split once (SXTB16 into lanes (c, c+2) and (c+1, c+3)), its
+ * plain bias, the bias with the input offset folded in, and its requantization parameters;
+ * every output pixel of the four channels is then computed from it: the border pixels (the
+ * window clipped by the input's edges) tap by tap with the input offset added (SADD16), the
+ * interior pixels (the whole window inside) from the folded bias (bias + input_offset * the
+ * sum of the channel's taps: every tap contributes), so a tap there costs one input word, two
+ * SXTB16 and four multiply-accumulates. */
 
 /* Filters up to 7x7 keep their split taps on the stack (8 bytes a tap); larger ones run the
- * border path on every pixel. */
+ * reference. */
 #define ZO_DEPTHWISE_MAX_TAPS 49
 
 typedef struct {
     uint32_t taps[2 * ZO_DEPTHWISE_MAX_TAPS]; /* tap t: lanes (c, c+2) at 2t, (c+1, c+3) at 2t+1 */
-    int32_t folded[4];
+    int32_t bias[4], folded[4];
     int32_t multiplier[4], shift[4];
+    int32_t doubled[4], right_1[4]; /* zo_requantize_prepared's (fast layers) */
 } dw_block;
 
 static void load_block(const zo_conv_params *p, const int8_t *weights, const int32_t *bias,
@@ -330,24 +165,187 @@ static void load_block(const zo_conv_params *p, const int8_t *weights, const int
         }
     }
     for (int j = 0; j < 4; ++j) {
+        blk->bias[j] = bias ? bias[c + j] : 0;
         /* wraps like the int32 sums it stands for */
-        blk->folded[j] = (int32_t)((uint32_t)(bias ? bias[c + j] : 0)
-                                   + (uint32_t)(p->input_offset * sums[j]));
+        blk->folded[j] = (int32_t)((uint32_t)blk->bias[j] + (uint32_t)(p->input_offset * sums[j]));
         blk->multiplier[j] = p->multiplier[c + j];
         blk->shift[j] = p->shift[c + j];
+        blk->doubled[j] = (int32_t)((uint32_t)blk->multiplier[j] << 1);
+        blk->right_1[j] = -blk->shift[j] - 1;
     }
+}
+
+/* One tap of channels c..c+3 from the input split into (c, c+2) and (c+1, c+3). */
+static inline __attribute__((always_inline)) void
+mac_split(uint32_t x_even, uint32_t x_odd, const uint32_t *tap, int32_t *a0, int32_t *a1,
+          int32_t *a2, int32_t *a3)
+{
+    *a0 = zo_smlabb(x_even, tap[0], *a0);
+    *a2 = zo_smlatt(x_even, tap[0], *a2);
+    *a1 = zo_smlabb(x_odd, tap[1], *a1);
+    *a3 = zo_smlatt(x_odd, tap[1], *a3);
 }
 
 /* One tap of channels c..c+3: xv holds them for one input pixel, tap is the split filter tap. */
 static inline __attribute__((always_inline)) void
 mac_c4(uint32_t xv, const uint32_t *tap, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
 {
-    const uint32_t x_even = zo_sxtb16(xv), x_odd = zo_sxtb16_ror8(xv);
-    *a0 = zo_smlabb(x_even, tap[0], *a0);
-    *a2 = zo_smlatt(x_even, tap[0], *a2);
-    *a1 = zo_smlabb(x_odd, tap[1], *a1);
-    *a3 = zo_smlatt(x_odd, tap[1], *a3);
+    mac_split(zo_sxtb16(xv), zo_sxtb16_ror8(xv), tap, a0, a1, a2, a3);
 }
+
+/* The four channels' requantization, with the layer's form as a literal. */
+static inline __attribute__((always_inline)) void
+store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+         const int fast, int8_t *out)
+{
+    int8_t y[4];
+    const int32_t acc[4] = {a0, a1, a2, a3};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+        y[j] = fast ? zo_requantize_prepared(acc[j], blk->doubled[j], blk->right_1[j], d->c)
+                    : zo_requantize_channel(acc[j], blk->multiplier[j], blk->shift[j], 0,
+                                            d->output_offset, d->act_min, d->act_max);
+    }
+    out[0] = y[0];
+    out[1] = y[1];
+    out[2] = y[2];
+    out[3] = y[3];
+}
+
+/* ---- Border pixels ----------------------------------------------------------------------- */
+
+/* One tap row of a border pixel: row_taps taps from input x and split tap t, each input word
+ * split and offset; rows of 3 and 2 taps (a 3x3 filter's) are unrolled. */
+static inline __attribute__((always_inline)) void
+border_row(const int8_t *x, int32_t x_tap, const uint32_t *t, int32_t row_taps,
+           uint32_t offset2, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+#define ZO_DW_BORDER_TAP(xp, tp)                                                               \
+    do {                                                                                       \
+        const uint32_t xv = zo_read4(xp);                                                      \
+        mac_split(zo_sadd16(zo_sxtb16(xv), offset2), zo_sadd16(zo_sxtb16_ror8(xv), offset2), \
+                  tp, a0, a1, a2, a3);                                                         \
+    } while (0)
+    if (row_taps == 3) {
+        ZO_DW_BORDER_TAP(x, t);
+        ZO_DW_BORDER_TAP(x + x_tap, t + 2);
+        ZO_DW_BORDER_TAP(x + 2 * x_tap, t + 4);
+    } else if (row_taps == 2) {
+        ZO_DW_BORDER_TAP(x, t);
+        ZO_DW_BORDER_TAP(x + x_tap, t + 2);
+    } else {
+        for (int32_t k = row_taps; k > 0; --k, x += x_tap, t += 2) {
+            ZO_DW_BORDER_TAP(x, t);
+        }
+    }
+#undef ZO_DW_BORDER_TAP
+}
+
+/* A run of n border pixels with the same window (`rows` x `row_taps` taps from input x and
+ * split tap `tap`, tap_row split words to the next tap row), x_step input bytes and
+ * out_step output bytes apart: from the plain bias, each input word offset. */
+static inline __attribute__((always_inline)) void
+border_run(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32_t *tap,
+           int32_t rows, int32_t row_taps, int32_t tap_row, int32_t x_step, int32_t out_step,
+           int32_t n, const int fast, int8_t *out)
+{
+    const int32_t x_row = d->x_row, x_tap = d->x_tap;
+    const uint32_t offset2 = d->offset2;
+    for (; n > 0; --n, x += x_step, out += out_step) {
+        int32_t a0 = blk->bias[0], a1 = blk->bias[1], a2 = blk->bias[2], a3 = blk->bias[3];
+        const int8_t *xr = x;
+        const uint32_t *tr = tap;
+#pragma GCC unroll 3
+        for (int32_t r = rows; r > 0; --r, xr += x_row, tr += tap_row) {
+            border_row(xr, x_tap, tr, row_taps, offset2, &a0, &a1, &a2, &a3);
+        }
+        store_c4(d, blk, a0, a1, a2, a3, fast, out);
+    }
+}
+
+/* border_run with the window's shape as literals where a 3x3 filter's border windows have
+ * it (2 or 3 rows of 2 or 3 taps: every tap unrolled), the layer's requantization form as a
+ * literal. */
+static inline __attribute__((always_inline)) void
+border_shaped(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32_t *tap,
+              int32_t rows, int32_t row_taps, int32_t k_w, int32_t x_step, int32_t out_step,
+              int32_t n, const int fast, int8_t *out)
+{
+    const int shape = k_w == 3 ? 4 * rows + row_taps : 0;
+    switch (shape) {
+    case 4 * 3 + 3:
+        border_run(d, blk, x, tap, 3, 3, 6, x_step, out_step, n, fast, out);
+        break;
+    case 4 * 3 + 2:
+        border_run(d, blk, x, tap, 3, 2, 6, x_step, out_step, n, fast, out);
+        break;
+    case 4 * 2 + 3:
+        border_run(d, blk, x, tap, 2, 3, 6, x_step, out_step, n, fast, out);
+        break;
+    case 4 * 2 + 2:
+        border_run(d, blk, x, tap, 2, 2, 6, x_step, out_step, n, fast, out);
+        break;
+    default:
+        border_run(d, blk, x, tap, rows, row_taps, 2 * k_w, x_step, out_step, n, fast, out);
+    }
+}
+
+/* The output pixels [oy, ox] + i * (dy, dx), i < n, which share one window. */
+static __attribute__((noinline)) void
+border_pixels(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
+              const int8_t *image, int8_t *output, int32_t oy, int32_t ox, int32_t dy,
+              int32_t dx, int32_t n)
+{
+    const int32_t channels = d->channels, k_w = p->k_w;
+    const int32_t y0 = oy * p->stride_h - p->pad_top, x0 = ox * p->stride_w - p->pad_left;
+    int32_t ky0, ky1, kx0, kx1;
+    tap_window(y0, p->dilation_h, p->k_h, p->in_h, &ky0, &ky1);
+    tap_window(x0, p->dilation_w, k_w, p->in_w, &kx0, &kx1);
+    /* the window's first tap, in the input and in the split taps */
+    const int8_t *x = image + ((y0 + ky0 * p->dilation_h) * p->in_w + x0 + kx0 * p->dilation_w)
+                              * channels;
+    const uint32_t *tap = blk->taps + 2 * (ky0 * k_w + kx0);
+    const int32_t x_step = (dy * p->stride_h * p->in_w + dx * p->stride_w) * channels;
+    const int32_t out_step = (dy * p->out_w + dx) * channels;
+    int8_t *out = output + (oy * p->out_w + ox) * channels;
+    if (d->fast) {
+        border_shaped(d, blk, x, tap, ky1 - ky0, kx1 - kx0, k_w, x_step, out_step, n, 1, out);
+    } else {
+        border_shaped(d, blk, x, tap, ky1 - ky0, kx1 - kx0, k_w, x_step, out_step, n, 0, out);
+    }
+}
+
+/* Channels c..c+3 of every output pixel of one image outside the interior rectangle: the rows
+ * above and below it pixel by pixel but for its columns (one window: a run along the row),
+ * and its rows' pixels left and right of it column by column (one window: a run down). */
+static void border_block(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
+                         const int8_t *image, int8_t *output)
+{
+    const dw_span rows = d->rows, cols = d->cols;
+    const int32_t out_h = p->out_h, out_w = p->out_w;
+    for (int32_t oy = 0; oy < out_h; ++oy) {
+        if (oy == rows.lo && rows.lo < rows.hi) {
+            oy = rows.hi - 1;
+            continue;
+        }
+        for (int32_t ox = 0; ox < cols.lo; ++ox) {
+            border_pixels(p, d, blk, image, output, oy, ox, 0, 1, 1);
+        }
+        border_pixels(p, d, blk, image, output, oy, cols.lo, 0, 1, cols.hi - cols.lo);
+        for (int32_t ox = cols.hi; ox < out_w; ++ox) {
+            border_pixels(p, d, blk, image, output, oy, ox, 0, 1, 1);
+        }
+    }
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+        if (ox == cols.lo && cols.lo < cols.hi) {
+            ox = cols.hi - 1;
+            continue;
+        }
+        border_pixels(p, d, blk, image, output, rows.lo, ox, 1, 0, rows.hi - rows.lo);
+    }
+}
+
+/* ---- Interior pixels --------------------------------------------------------------------- */
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 /* One row of a 3-wide window by hand (mac_c4 three times): GCC reloads the split taps for
@@ -383,25 +381,6 @@ window_3x3(const int8_t *x, int32_t x_tap, int32_t x_row, const uint32_t *taps, 
 #undef ZO_DW_ROW3
 #undef ZO_DW_TAP
 #endif
-
-/* The four channels' requantization, with the layer's form as a literal. */
-static inline __attribute__((always_inline)) void
-store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
-         const int fast, int8_t *out)
-{
-    const int8_t y0 = zo_requantize_channel(a0, blk->multiplier[0], blk->shift[0], fast,
-                                            d->output_offset, d->act_min, d->act_max);
-    const int8_t y1 = zo_requantize_channel(a1, blk->multiplier[1], blk->shift[1], fast,
-                                            d->output_offset, d->act_min, d->act_max);
-    const int8_t y2 = zo_requantize_channel(a2, blk->multiplier[2], blk->shift[2], fast,
-                                            d->output_offset, d->act_min, d->act_max);
-    const int8_t y3 = zo_requantize_channel(a3, blk->multiplier[3], blk->shift[3], fast,
-                                            d->output_offset, d->act_min, d->act_max);
-    out[0] = y0;
-    out[1] = y1;
-    out[2] = y2;
-    out[3] = y3;
-}
 
 /* A pixel whose k_h x k_w window is inside the input: from the folded bias, the taps
  * unrolled when k_h and k_w are literals at the call (3x3 by hand, 5x5), a loop otherwise. */
@@ -474,41 +453,41 @@ interior_specialised(const zo_conv_params *p, const dw_layer *d, const dw_block 
     }
 }
 
-/* zo_depthwise_conv2d_c4_s8: depth multiplier 1. The border pixels pixel by pixel, then the
- * interior rectangle one block of four channels at a time (a last channels % 4 of the
- * interior by the reference). */
+/* zo_depthwise_conv2d_c4_s8: depth multiplier 1. Per block of four channels, its border
+ * pixels and then its interior rectangle; the last channels % 4 by the reference, as are
+ * filters with more than ZO_DEPTHWISE_MAX_TAPS taps. */
 void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
                                const int8_t *weights, const int32_t *bias, int8_t *output)
 {
-    const int32_t channels = p->out_c;
-    dw_layer d = {
-        channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
-        p->k_w * channels, p->stride_w * channels, p->input_offset, zo_dup16(p->input_offset),
-        bias, p->multiplier, p->shift, p->output_offset, p->act_min, p->act_max,
-        zo_fast_requant(p->right_shift_only, p->act_min, p->act_max),
-        interior_span(p->out_h, p->stride_h, p->pad_top, p->k_h, p->dilation_h, p->in_h),
-        interior_span(p->out_w, p->stride_w, p->pad_left, p->k_w, p->dilation_w, p->in_w)};
     if (p->k_h * p->k_w > ZO_DEPTHWISE_MAX_TAPS) {
-        d.rows.hi = d.rows.lo; /* no interior: every pixel takes the border path */
-    }
-    const int32_t image_in = p->in_h * p->in_w * channels;
-    const int32_t image_out = p->out_h * p->out_w * channels;
-    for (int32_t b = 0; b < p->batches; ++b) {
-        border_pixels(p, &d, input + b * image_in, weights, output + b * image_out);
-    }
-    if (d.rows.lo == d.rows.hi || d.cols.lo == d.cols.hi) {
+        zo_depthwise_conv2d_s8(p, input, weights, bias, output);
         return;
     }
+    const int32_t channels = p->out_c;
+    const dw_layer d = {
+        channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
+        p->stride_w * channels, zo_dup16(p->input_offset), p->output_offset, p->act_min,
+        p->act_max, zo_fast_requant(p->right_shift_only, p->act_min, p->act_max),
+        1 + 2 * p->output_offset,
+        interior_span(p->out_h, p->stride_h, p->pad_top, p->k_h, p->dilation_h, p->in_h),
+        interior_span(p->out_w, p->stride_w, p->pad_left, p->k_w, p->dilation_w, p->in_w)};
+    const int interior = d.rows.lo < d.rows.hi && d.cols.lo < d.cols.hi;
+    const int32_t image_in = p->in_h * p->in_w * channels;
+    const int32_t image_out = p->out_h * p->out_w * channels;
     dw_block blk;
     int32_t c = 0;
     for (; c + 4 <= channels; c += 4) {
         load_block(p, weights, bias, c, &blk);
         for (int32_t b = 0; b < p->batches; ++b) {
-            interior_specialised(p, &d, &blk, input + b * image_in + c,
-                                 output + b * image_out + c);
+            const int8_t *image = input + b * image_in + c;
+            int8_t *out = output + b * image_out + c;
+            border_block(p, &d, &blk, image, out);
+            if (interior) {
+                interior_specialised(p, &d, &blk, image, out);
+            }
         }
     }
-    if (c < channels) { /* the reference, from channel c on (it recomputes the border too) */
+    if (c < channels) { /* the last channels % 4, every pixel */
         for (int32_t b = 0; b < p->batches; ++b) {
             depthwise_channels(p, input + b * image_in, weights, bias, c,
                                output + b * image_out);

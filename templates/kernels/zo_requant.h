@@ -57,11 +57,11 @@ static inline int32_t zo_mbqm(int32_t x, int32_t multiplier, int shift)
  * floor((x b + 2^31) / 2^32). With m < 2^30, b = 2m fits and h = SMMULR(x, 2m). With
  * m >= 2^30 (every normalised multiplier) 2m does not fit: as an int32 it is 2m - 2^32, and
  * SMMULR(x, 2m - 2^32) = floor((x (2m) + 2^31) / 2^32) - x exactly, so x is added back. The
- * sign of the int32 2m says which: h = SMMULR(x, 2m) + (x & (2m >> 31)). */
+ * sign of the int32 2m says which: h = SMMULR(x, 2m) + (x & (2m >> 31)), one SMMLAR. */
 static inline int32_t zo_high_mul(int32_t x, int32_t multiplier)
 {
     const int32_t doubled = (int32_t)((uint32_t)multiplier << 1);
-    return (int32_t)((uint32_t)zo_smmulr(x, doubled) + (uint32_t)(x & (doubled >> 31)));
+    return zo_smmlar(x, doubled, x & (doubled >> 31)); /* the add is SMMLAR's accumulate */
 }
 
 /* zo_mbqm for multiplier > 0, the same integer in fewer instructions (zo_mbqm_shifts: with
@@ -126,18 +126,37 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
     return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
 }
 
+/* zo_requantize_channel's fast form (shift < 0, no clamp but int8's) from the channel's
+ * values prepared once: doubled = 2 * multiplier as an int32 (zo_high_mul), right_1 =
+ * -shift - 1, and the layer's c = 1 + 2 * output_offset. Six instructions after the loads:
+ *  - h = zo_high_mul(acc), one AND and one SMMLAR;
+ *  - y = (h - [h < 0]) >> right_1 as in zo_mbqm_right, whose result is then
+ *    (y >> 1) + (y & 1) = floor((y + 1) / 2);
+ *  - + output_offset and the int8 saturation: floor((y + 1) / 2) + offset is
+ *    floor((y + c) / 2), so one QADD of c and one SSAT with its operand shifted right by 1.
+ *    QADD saturates only where y + c leaves int32, and there floor((y + c) / 2) is beyond
+ *    +-2^30 and SSAT gives 127 / -128 either way. */
+static inline int8_t zo_requantize_prepared(int32_t acc, int32_t doubled, int32_t right_1,
+                                            int32_t c)
+{
+    const int32_t high = zo_smmlar(acc, doubled, acc & (doubled >> 31));
+    const int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> right_1;
+    return (int8_t)zo_ssat8_half(zo_qadd(y, c));
+}
+
 /* The per-channel output step of the fast CONV_2D / DEPTHWISE_CONV_2D kernels (multiplier
  * >= 0): clamp(MBQM(acc) + offset). QADD saturates where the sum would wrap, which the clamp
  * then maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. `fast` (a
  * literal; zo_fast_requant: every shift of the layer negative and the activation range the
- * whole int8 range, what every layer of the shared models has) takes zo_mbqm_right and
- * clamps with one SSAT; otherwise zo_mbqm_pos and the clamp to [lo, hi]. */
+ * whole int8 range, what every layer of the shared models has) takes
+ * zo_requantize_prepared; otherwise zo_mbqm_pos and the clamp to [lo, hi]. */
 static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int32_t shift,
                                            const int fast, int32_t offset, int32_t lo,
                                            int32_t hi)
 {
     if (fast) {
-        return (int8_t)zo_ssat8(zo_qadd(zo_mbqm_right(acc, multiplier, -shift), offset));
+        return zo_requantize_prepared(acc, (int32_t)((uint32_t)multiplier << 1), -shift - 1,
+                                      1 + 2 * offset);
     }
     return zo_clamp_s8(zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset), lo, hi);
 }

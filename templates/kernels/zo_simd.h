@@ -89,11 +89,27 @@ static inline int32_t zo_ssat8(int32_t x)
     return r;
 }
 
+/* SSAT to int8 of x >> 1 (arithmetic): one instruction, the shift is SSAT's operand shift. */
+static inline int32_t zo_ssat8_half(int32_t x)
+{
+    int32_t r;
+    __asm__("ssat %0, #8, %1, asr #1" : "=r"(r) : "r"(x));
+    return r;
+}
+
 /* SMMULR: the high word of a * b, rounded: (a * b + 2^31) >> 32 (arithmetic). */
 static inline int32_t zo_smmulr(int32_t a, int32_t b)
 {
     int32_t r;
     __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+/* SMMLAR: acc + the rounded high word of a * b, (acc * 2^32 + a * b + 2^31) >> 32, mod 2^32. */
+static inline int32_t zo_smmlar(int32_t a, int32_t b, int32_t acc)
+{
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
     return r;
 }
 
@@ -156,9 +172,20 @@ static inline int32_t zo_ssat8(int32_t x)
     return x < -128 ? -128 : (x > 127 ? 127 : x);
 }
 
+static inline int32_t zo_ssat8_half(int32_t x)
+{
+    return zo_ssat8(x >> 1);
+}
+
 static inline int32_t zo_smmulr(int32_t a, int32_t b)
 {
     return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+
+/* acc * 2^32 is a multiple of 2^32, so the high word is acc plus SMMULR's, wrapping */
+static inline int32_t zo_smmlar(int32_t a, int32_t b, int32_t acc)
+{
+    return (int32_t)((uint32_t)acc + (uint32_t)zo_smmulr(a, b));
 }
 
 #endif
