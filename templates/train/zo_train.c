@@ -208,11 +208,17 @@ static int32_t update_delta(float coef, float inv_s2, int32_t g)
 }
 
 /* Update clipping (docs/training.md): the largest |weight step| of the layer, in LSB. */
-static float weight_step(const zo_train_layer *L, float coef, uint32_t j, int32_t g, float largest)
+static float channel_step(const zo_train_layer *L, float coef, uint32_t c, int32_t g,
+                          float largest)
 {
-    const float d = raw_delta(coef, L->weight_inv_s2[(j / L->channel_inner) % L->channels], g);
+    const float d = raw_delta(coef, L->weight_inv_s2[c], g);
     const float a = d < 0.0f ? -d : d;
     return a > largest ? a : largest;
+}
+
+static float weight_step(const zo_train_layer *L, float coef, uint32_t j, int32_t g, float largest)
+{
+    return channel_step(L, coef, (j / L->channel_inner) % L->channels, g, largest);
 }
 
 /* When the largest weight step exceeds max_step LSB, the whole update of the layer (weights
@@ -225,11 +231,17 @@ static float clipped_coefficient(const zo_train_model *m, float coef, float larg
     return coef;
 }
 
-static void update_weight(const zo_train_layer *L, float coef, uint32_t j, int32_t g)
+/* weight j, of output channel c */
+static void update_channel_weight(const zo_train_layer *L, float coef, uint32_t j, uint32_t c,
+                                  int32_t g)
 {
-    const uint32_t c = (j / L->channel_inner) % L->channels;
     const int32_t r = update_delta(coef, L->weight_inv_s2[c], g);
     L->weights[j] = sat_s8((int32_t)L->weights[j] - r); /* |r| <= 2^30: no overflow */
+}
+
+static void update_weight(const zo_train_layer *L, float coef, uint32_t j, int32_t g)
+{
+    update_channel_weight(L, coef, j, (j / L->channel_inner) % L->channels, g);
 }
 
 static void update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t g)
@@ -245,11 +257,15 @@ static float update_weights(const zo_train_model *m, const zo_train_layer *L, co
 {
     float largest = 0.0f;
     for (uint32_t j = 0; j < L->weight_count; ++j) {
-        largest = weight_step(L, coef, j, g[j], largest);
+        if (g[j] != 0) { /* a zero gradient's step is 0 */
+            largest = weight_step(L, coef, j, g[j], largest);
+        }
     }
     coef = clipped_coefficient(m, coef, largest);
     for (uint32_t j = 0; j < L->weight_count; ++j) {
-        update_weight(L, coef, j, g[j]);
+        if (g[j] != 0) { /* a zero gradient moves nothing */
+            update_weight(L, coef, j, g[j]);
+        }
     }
     return coef;
 }
@@ -340,53 +356,102 @@ static inline void gradient_sums(const int32_t *gz, int32_t g_step, int32_t g_la
     acc[3] = a3;
 }
 
+/* Where the outer product is in a layer's weights, walked in storage order (weight_walk_next)
+ * rather than decoded from the index: CONV_2D [out_c][k_h][k_w][in_c], depthwise
+ * [1][k_h][k_w][out_c], FC [out][in] (o = output feature, ic = input feature). */
+typedef struct {
+    uint32_t j;                     /* the first weight of the next group */
+    int32_t o, kh, kw, ic;          /* its output channel, tap and input channel */
+    int32_t oy0, oy1, ox0, ox1;     /* the tap's covered outputs (covered_outputs) */
+} weight_walk;
+
+static void walk_tap(const zo_train_layer *L, weight_walk *w)
+{
+    if (L->kind != ZO_TRAIN_FC) {
+        const zo_conv_params *p = L->conv;
+        covered_outputs(w->kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h,
+                        &w->oy0, &w->oy1);
+        covered_outputs(w->kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w,
+                        &w->ox0, &w->ox1);
+    }
+}
+
+static void weight_walk_start(const zo_train_layer *L, weight_walk *w)
+{
+    w->j = 0;
+    w->o = w->kh = w->kw = w->ic = 0;
+    walk_tap(L, w);
+}
+
+/* The next group of weights: n after the current one (the count weight_gradients returned). */
+static void weight_walk_next(const zo_train_layer *L, weight_walk *w, uint32_t n)
+{
+    w->j += n;
+    if (L->kind == ZO_TRAIN_FC) {
+        w->ic += (int32_t)n;
+        if (w->ic == L->fc->in_features) {
+            w->ic = 0;
+            ++w->o;
+        }
+        return;
+    }
+    const zo_conv_params *p = L->conv;
+    int32_t *inner = L->kind == ZO_TRAIN_DEPTHWISE ? &w->o : &w->ic;
+    *inner += (int32_t)n;
+    if (*inner < (L->kind == ZO_TRAIN_DEPTHWISE ? p->out_c : p->in_c)) {
+        return;
+    }
+    *inner = 0;
+    if (++w->kw == p->k_w) {
+        w->kw = 0;
+        if (++w->kh == p->k_h) {
+            w->kh = 0;
+            ++w->o; /* CONV_2D: the next filter (a depthwise layer has ended here) */
+        }
+    }
+    walk_tap(L, w);
+}
+
+/* The output channel of weight k of the walk's group: the group's own (CONV_2D, FC) or its
+ * k-th (depthwise: the group is consecutive channels). */
+static inline uint32_t walk_channel(const zo_train_layer *L, const weight_walk *w, uint32_t k)
+{
+    return (uint32_t)w->o + (L->kind == ZO_TRAIN_DEPTHWISE ? k : 0u);
+}
+
 /* The convolution / FC shaped outer product of the node gradient gz with the layer input a
- * (zero point removed) for weight j and, in a group (gradient_sums), the next weights of its
- * row: the same output channel and tap (CONV_2D: the next input channels; depthwise with
- * depth multiplier 1: the next channels) or the same output feature (FC). Only the output
- * positions whose tap falls inside the input are visited. Writes g[0..n), returns n (1 or
- * ZO_GRADIENT_GROUP). */
+ * (zero point removed) for the walk's weight and, in a group (gradient_sums), the next
+ * weights of its row: the same output channel and tap (CONV_2D: the next input channels;
+ * depthwise with depth multiplier 1: the next channels) or the same output feature (FC).
+ * Only the output positions whose tap falls inside the input are visited. Writes g[0..n),
+ * returns n (1 or ZO_GRADIENT_GROUP). */
 static uint32_t weight_gradients(const zo_train_layer *L, const int32_t *gz, const int8_t *a,
-                                 uint32_t j, int64_t g[ZO_GRADIENT_GROUP])
+                                 const weight_walk *w, int64_t g[ZO_GRADIENT_GROUP])
 {
     g[0] = g[1] = g[2] = g[3] = 0;
     if (L->kind == ZO_TRAIN_FC) {
         const zo_fc_params *p = L->fc;
-        const int32_t o = (int32_t)j / p->in_features, k = (int32_t)j % p->in_features;
-        const uint32_t n = k + (int32_t)ZO_GRADIENT_GROUP <= p->in_features ? ZO_GRADIENT_GROUP
-                                                                            : 1u;
-        gradient_sums(gz + o, p->out_features, 0, a + k, p->in_features, p->rows,
+        const uint32_t n = w->ic + (int32_t)ZO_GRADIENT_GROUP <= p->in_features
+                           ? ZO_GRADIENT_GROUP : 1u;
+        gradient_sums(gz + w->o, p->out_features, 0, a + w->ic, p->in_features, p->rows,
                       p->input_offset, n, g);
         return n;
     }
     const zo_conv_params *p = L->conv;
-    int32_t o, kh, kw, ic, g_lane = 0;
-    uint32_t n;
-    if (L->kind == ZO_TRAIN_DEPTHWISE) { /* [1][k_h][k_w][out_c] */
-        o = (int32_t)j % p->out_c;
-        kw = ((int32_t)j / p->out_c) % p->k_w;
-        kh = (int32_t)j / (p->out_c * p->k_w);
-        ic = o / p->depth_multiplier;
-        g_lane = 1;
-        n = p->depth_multiplier == 1 && o + (int32_t)ZO_GRADIENT_GROUP <= p->out_c
-            ? ZO_GRADIENT_GROUP : 1u;
-    } else { /* [out_c][k_h][k_w][in_c] */
-        ic = (int32_t)j % p->in_c;
-        kw = ((int32_t)j / p->in_c) % p->k_w;
-        kh = ((int32_t)j / (p->in_c * p->k_w)) % p->k_h;
-        o = (int32_t)j / (p->in_c * p->k_w * p->k_h);
-        n = ic + (int32_t)ZO_GRADIENT_GROUP <= p->in_c ? ZO_GRADIENT_GROUP : 1u;
-    }
-    int32_t oy0, oy1, ox0, ox1;
-    covered_outputs(kh * p->dilation_h, p->stride_h, p->pad_top, p->in_h, p->out_h, &oy0, &oy1);
-    covered_outputs(kw * p->dilation_w, p->stride_w, p->pad_left, p->in_w, p->out_w, &ox0, &ox1);
-    const int32_t x_step = p->stride_w * p->in_c, count = ox1 - ox0;
-    for (int32_t oy = oy0; oy < oy1; ++oy) {
-        const int32_t iy = oy * p->stride_h - p->pad_top + kh * p->dilation_h;
-        const int32_t ix = ox0 * p->stride_w - p->pad_left + kw * p->dilation_w;
-        const int32_t *gp = gz + (oy * p->out_w + ox0) * p->out_c + o;
+    const int depthwise = L->kind == ZO_TRAIN_DEPTHWISE;
+    const int32_t ic = depthwise ? w->o / p->depth_multiplier : w->ic;
+    const uint32_t n = depthwise ? (p->depth_multiplier == 1
+                                    && w->o + (int32_t)ZO_GRADIENT_GROUP <= p->out_c
+                                    ? ZO_GRADIENT_GROUP : 1u)
+                                 : (ic + (int32_t)ZO_GRADIENT_GROUP <= p->in_c
+                                    ? ZO_GRADIENT_GROUP : 1u);
+    const int32_t x_step = p->stride_w * p->in_c, count = w->ox1 - w->ox0;
+    for (int32_t oy = w->oy0; oy < w->oy1; ++oy) {
+        const int32_t iy = oy * p->stride_h - p->pad_top + w->kh * p->dilation_h;
+        const int32_t ix = w->ox0 * p->stride_w - p->pad_left + w->kw * p->dilation_w;
+        const int32_t *gp = gz + (oy * p->out_w + w->ox0) * p->out_c + w->o;
         const int8_t *x = a + (iy * p->in_w + ix) * p->in_c + ic;
-        if (g_lane) { /* literal lanes: each call specialises gradient_sums */
+        if (depthwise) { /* literal lanes: each call specialises gradient_sums */
             gradient_sums(gp, p->out_c, 1, x, x_step, count, p->input_offset, n, g);
         } else {
             gradient_sums(gp, p->out_c, 0, x, x_step, count, p->input_offset, n, g);
@@ -422,12 +487,14 @@ static void accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
                                      const int8_t *a, int shift, int32_t *acc)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    for (uint32_t j = 0; j < L->weight_count;) {
+    weight_walk w;
+    for (weight_walk_start(L, &w); w.j < L->weight_count;) {
         int64_t g[ZO_GRADIENT_GROUP];
-        const uint32_t count = weight_gradients(L, gz, a, j, g);
-        for (uint32_t k = 0; k < count; ++k, ++j) {
-            acc[j] = sat_s32((int64_t)acc[j] + parameter_gradient(g[k], shift));
+        const uint32_t count = weight_gradients(L, gz, a, &w, g);
+        for (uint32_t k = 0; k < count; ++k) {
+            acc[w.j + k] = sat_s32((int64_t)acc[w.j + k] + parameter_gradient(g[k], shift));
         }
+        weight_walk_next(L, &w, count);
     }
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
         acc[L->weight_count + c] = sat_s32((int64_t)acc[L->weight_count + c]
@@ -926,23 +993,32 @@ static void update_from_node_gradient(const zo_train_model *m, const zo_train_la
                                       float coef)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    weight_walk w;
     if (m->max_step > 0.0f && step_bound(L, gz, shift, coef) > m->max_step) {
         float largest = 0.0f;
-        for (uint32_t j = 0; j < L->weight_count;) {
+        for (weight_walk_start(L, &w); w.j < L->weight_count;) {
             int64_t g[ZO_GRADIENT_GROUP];
-            const uint32_t count = weight_gradients(L, gz, a, j, g);
-            for (uint32_t k = 0; k < count; ++k, ++j) {
-                largest = weight_step(L, coef, j, parameter_gradient(g[k], shift), largest);
+            const uint32_t count = weight_gradients(L, gz, a, &w, g);
+            for (uint32_t k = 0; k < count; ++k) {
+                const int32_t gk = parameter_gradient(g[k], shift);
+                if (gk != 0) { /* a zero gradient's step is 0 */
+                    largest = channel_step(L, coef, walk_channel(L, &w, k), gk, largest);
+                }
             }
+            weight_walk_next(L, &w, count);
         }
         coef = clipped_coefficient(m, coef, largest);
     }
-    for (uint32_t j = 0; j < L->weight_count;) {
+    for (weight_walk_start(L, &w); w.j < L->weight_count;) {
         int64_t g[ZO_GRADIENT_GROUP];
-        const uint32_t count = weight_gradients(L, gz, a, j, g);
-        for (uint32_t k = 0; k < count; ++k, ++j) {
-            update_weight(L, coef, j, parameter_gradient(g[k], shift));
+        const uint32_t count = weight_gradients(L, gz, a, &w, g);
+        for (uint32_t k = 0; k < count; ++k) {
+            const int32_t gk = parameter_gradient(g[k], shift);
+            if (gk != 0) { /* a zero gradient moves nothing */
+                update_channel_weight(L, coef, w.j + k, walk_channel(L, &w, k), gk);
+            }
         }
+        weight_walk_next(L, &w, count);
     }
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
         update_bias(L, coef, c, parameter_gradient(bias_gradient(L, gz, c), shift));
