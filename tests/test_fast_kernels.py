@@ -81,10 +81,14 @@ int main(void)
         const int8_t clamped8 = zo_offset_clamp_s8(expected, offset, -100, 90);
         if (expected != zo_mbqm_pos(x, m, shift)
             || (shift < 0 && expected != zo_mbqm_right(x, m, -shift))
-            || (shift < 0 && expected8 != zo_requantize_channel(x, m, shift, 1, offset,
-                                                                -128, 127))
-            || expected8 != zo_requantize_channel(x, m, shift, 0, offset, -128, 127)
-            || clamped8 != zo_requantize_channel(x, m, shift, 0, offset, -100, 90)) {
+            || (shift < 0 && expected8 != zo_requantize_channel(x, m, shift, ZO_REQUANT_INT8,
+                                                                offset, -128, 127))
+            || (shift < 0 && clamped8 != zo_requantize_channel(x, m, shift, ZO_REQUANT_CLAMPED,
+                                                               offset, -100, 90))
+            || expected8 != zo_requantize_channel(x, m, shift, ZO_REQUANT_GENERAL, offset,
+                                                  -128, 127)
+            || clamped8 != zo_requantize_channel(x, m, shift, ZO_REQUANT_GENERAL, offset, -100,
+                                                 90)) {
 #ifndef ZO_FUZZ_QEMU
             if (bad < 5) {
                 printf("x=%d m=%d shift=%d offset=%d\n", x, m, shift, offset);

@@ -184,13 +184,13 @@ static inline requant_ctx requant_of(const zo_conv_params *p)
 /* Channel c of two output pixels (acc0, acc1): the channel's parameters are read once, and
  * both results are computed before either is stored. */
 static inline __attribute__((always_inline)) void
-requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const int fast,
+requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const int form,
              int8_t *y0, int8_t *y1)
 {
     const int32_t multiplier = r->multiplier[c], shift = r->shift[c];
-    const int8_t v0 = zo_requantize_channel(acc0, multiplier, shift, fast, r->offset, r->lo,
+    const int8_t v0 = zo_requantize_channel(acc0, multiplier, shift, form, r->offset, r->lo,
                                           r->hi);
-    const int8_t v1 = zo_requantize_channel(acc1, multiplier, shift, fast, r->offset, r->lo,
+    const int8_t v1 = zo_requantize_channel(acc1, multiplier, shift, form, r->offset, r->lo,
                                           r->hi);
     *y0 = v0;
     *y1 = v1;
@@ -202,7 +202,7 @@ requant_pair(const requant_ctx *r, int32_t c, int32_t acc0, int32_t acc1, const 
 static inline __attribute__((always_inline)) void
 matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair, uint32_t *x16,
                const int8_t *weights, const int32_t *folded, int8_t *out0, int8_t *out1,
-               const int fast)
+               const int form)
 {
     const requant_ctx q = requant_of(p);
     const int32_t out_c = p->out_c;
@@ -222,13 +222,13 @@ matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair, ui
                 acc[2] += r[n + k] * w[k];
                 acc[3] += r[n + k] * w[n + k];
             }
-            requant_pair(&q, oc, acc[0], acc[2], fast, &out0[oc], &out1[oc]);
-            requant_pair(&q, oc + 1, acc[1], acc[3], fast, &out0[oc + 1], &out1[oc + 1]);
+            requant_pair(&q, oc, acc[0], acc[2], form, &out0[oc], &out1[oc]);
+            requant_pair(&q, oc + 1, acc[1], acc[3], form, &out0[oc + 1], &out1[oc + 1]);
         } else {
             int32_t acc[2] = {folded[oc], folded[oc + 1]};
             dot_1x2(r, w, n, acc);
-            requant_pair(&q, oc, acc[0], acc[0], fast, &out0[oc], &spare[0]);
-            requant_pair(&q, oc + 1, acc[1], acc[1], fast, &out0[oc + 1], &spare[1]);
+            requant_pair(&q, oc, acc[0], acc[0], form, &out0[oc], &spare[0]);
+            requant_pair(&q, oc + 1, acc[1], acc[1], form, &out0[oc + 1], &spare[1]);
         }
     }
     if (oc < out_c) { /* an odd last channel */
@@ -238,19 +238,24 @@ matmul_rows_as(const zo_conv_params *p, const int8_t *r, int32_t n, int pair, ui
             acc0 += r[k] * w[k];
             acc1 += pair ? r[n + k] * w[k] : 0;
         }
-        requant_pair(&q, oc, acc0, acc1, fast, &out0[oc], pair ? &out1[oc] : &spare[0]);
+        requant_pair(&q, oc, acc0, acc1, form, &out0[oc], pair ? &out1[oc] : &spare[0]);
     }
 }
 
-/* matmul_rows_as specialised for the layer's requantization (zo_fast_requant). */
+/* matmul_rows_as specialised for the layer's requantization form (zo_requant_form). */
 static void matmul_rows(const zo_conv_params *p, const int8_t *r, int32_t n, int pair,
                         uint32_t *x16, const int8_t *weights, const int32_t *folded,
                         int8_t *out0, int8_t *out1)
 {
-    if (zo_fast_requant(p->right_shift_only, p->act_min, p->act_max)) {
-        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, 1);
-    } else {
-        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, 0);
+    switch (zo_requant_form(p->right_shift_only, p->act_min, p->act_max)) {
+    case ZO_REQUANT_INT8:
+        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, ZO_REQUANT_INT8);
+        break;
+    case ZO_REQUANT_CLAMPED:
+        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, ZO_REQUANT_CLAMPED);
+        break;
+    default:
+        matmul_rows_as(p, r, n, pair, x16, weights, folded, out0, out1, ZO_REQUANT_GENERAL);
     }
 }
 

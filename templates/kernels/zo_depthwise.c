@@ -126,8 +126,8 @@ typedef struct {
     int32_t x_pixel;       /* input bytes between horizontally adjacent output pixels */
     uint32_t offset2;      /* input_offset in both halfwords */
     int32_t output_offset, act_min, act_max;
-    int32_t fast;          /* zo_fast_requant: zo_requantize_prepared */
-    int32_t c;             /* its 1 + 2 * output_offset */
+    int32_t form;          /* zo_requant_form */
+    int32_t c;             /* zo_requantize_prepared's 1 + 2 * output_offset */
     dw_span rows, cols;    /* the interior: output rows and columns whose window is whole */
 } dw_layer;
 
@@ -148,20 +148,25 @@ typedef struct {
     uint32_t taps[2 * ZO_DEPTHWISE_MAX_TAPS]; /* tap t: lanes (c, c+2) at 2t, (c+1, c+3) at 2t+1 */
     int32_t bias[4], folded[4];
     int32_t multiplier[4], shift[4];
-    int32_t doubled[4], right_1[4]; /* zo_requantize_prepared's (fast layers) */
+    int32_t doubled[4], right_1[4]; /* zo_requantize_prepared's (shifts < 0) */
 } dw_block;
 
+/* The block of channels c..c+3; its folded bias only when the layer has interior pixels. */
 static void load_block(const zo_conv_params *p, const int8_t *weights, const int32_t *bias,
-                       int32_t c, dw_block *blk)
+                       int32_t c, int folded, dw_block *blk)
 {
     int32_t sums[4] = {0, 0, 0, 0};
-    for (int32_t t = 0; t < p->k_h * p->k_w; ++t) {
-        const int8_t *w = weights + t * p->out_c + c;
+    const int32_t taps = p->k_h * p->k_w, stride = p->out_c; /* locals: blk's stores may alias p */
+    const int8_t *w = weights + c;
+    uint32_t *split = blk->taps;
+    for (int32_t t = taps; t > 0; --t, w += stride, split += 2) {
         const uint32_t wv = zo_read4(w);
-        blk->taps[2 * t] = zo_sxtb16(wv);
-        blk->taps[2 * t + 1] = zo_sxtb16_ror8(wv);
-        for (int j = 0; j < 4; ++j) {
-            sums[j] += w[j];
+        split[0] = zo_sxtb16(wv);
+        split[1] = zo_sxtb16_ror8(wv);
+        if (folded) {
+            for (int j = 0; j < 4; ++j) {
+                sums[j] += w[j];
+            }
         }
     }
     for (int j = 0; j < 4; ++j) {
@@ -196,15 +201,17 @@ mac_c4(uint32_t xv, const uint32_t *tap, int32_t *a0, int32_t *a1, int32_t *a2, 
 /* The four channels' requantization, with the layer's form as a literal. */
 static inline __attribute__((always_inline)) void
 store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
-         const int fast, int8_t *out)
+         const int form, int8_t *out)
 {
     int8_t y[4];
     const int32_t acc[4] = {a0, a1, a2, a3};
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-        y[j] = fast ? zo_requantize_prepared(acc[j], blk->doubled[j], blk->right_1[j], d->c)
-                    : zo_requantize_channel(acc[j], blk->multiplier[j], blk->shift[j], 0,
-                                            d->output_offset, d->act_min, d->act_max);
+        y[j] = form == ZO_REQUANT_GENERAL
+               ? zo_requantize_channel(acc[j], blk->multiplier[j], blk->shift[j], form,
+                                       d->output_offset, d->act_min, d->act_max)
+               : zo_requantize_prepared(acc[j], blk->doubled[j], blk->right_1[j], d->c, form,
+                                        d->act_min, d->act_max);
     }
     out[0] = y[0];
     out[1] = y[1];
@@ -247,7 +254,7 @@ border_row(const int8_t *x, int32_t x_tap, const uint32_t *t, int32_t row_taps,
 static inline __attribute__((always_inline)) void
 border_run(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32_t *tap,
            int32_t rows, int32_t row_taps, int32_t tap_row, int32_t x_step, int32_t out_step,
-           int32_t n, const int fast, int8_t *out)
+           int32_t n, const int form, int8_t *out)
 {
     const int32_t x_row = d->x_row, x_tap = d->x_tap;
     const uint32_t offset2 = d->offset2;
@@ -259,89 +266,142 @@ border_run(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32
         for (int32_t r = rows; r > 0; --r, xr += x_row, tr += tap_row) {
             border_row(xr, x_tap, tr, row_taps, offset2, &a0, &a1, &a2, &a3);
         }
-        store_c4(d, blk, a0, a1, a2, a3, fast, out);
+        store_c4(d, blk, a0, a1, a2, a3, form, out);
     }
 }
 
 /* border_run with the window's shape as literals where a 3x3 filter's border windows have
- * it (2 or 3 rows of 2 or 3 taps: every tap unrolled), the layer's requantization form as a
- * literal. */
+ * it (2 or 3 rows of 2 or 3 taps: every tap unrolled; larger filters' windows of these
+ * shapes too), the layer's requantization form as a literal. */
 static inline __attribute__((always_inline)) void
 border_shaped(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32_t *tap,
-              int32_t rows, int32_t row_taps, int32_t k_w, int32_t x_step, int32_t out_step,
-              int32_t n, const int fast, int8_t *out)
+              int32_t rows, int32_t row_taps, int32_t tap_row, int32_t x_step,
+              int32_t out_step, int32_t n, const int form, int8_t *out)
 {
-    const int shape = k_w == 3 ? 4 * rows + row_taps : 0;
-    switch (shape) {
-    case 4 * 3 + 3:
-        border_run(d, blk, x, tap, 3, 3, 6, x_step, out_step, n, fast, out);
+    switch (64 * rows + row_taps) { /* row_taps <= ZO_DEPTHWISE_MAX_TAPS < 64 */
+    case 64 * 3 + 3:
+        border_run(d, blk, x, tap, 3, 3, tap_row, x_step, out_step, n, form, out);
         break;
-    case 4 * 3 + 2:
-        border_run(d, blk, x, tap, 3, 2, 6, x_step, out_step, n, fast, out);
+    case 64 * 3 + 2:
+        border_run(d, blk, x, tap, 3, 2, tap_row, x_step, out_step, n, form, out);
         break;
-    case 4 * 2 + 3:
-        border_run(d, blk, x, tap, 2, 3, 6, x_step, out_step, n, fast, out);
+    case 64 * 2 + 3:
+        border_run(d, blk, x, tap, 2, 3, tap_row, x_step, out_step, n, form, out);
         break;
-    case 4 * 2 + 2:
-        border_run(d, blk, x, tap, 2, 2, 6, x_step, out_step, n, fast, out);
+    case 64 * 2 + 2:
+        border_run(d, blk, x, tap, 2, 2, tap_row, x_step, out_step, n, form, out);
         break;
     default:
-        border_run(d, blk, x, tap, rows, row_taps, 2 * k_w, x_step, out_step, n, fast, out);
+        border_run(d, blk, x, tap, rows, row_taps, tap_row, x_step, out_step, n, form, out);
     }
 }
 
-/* The output pixels [oy, ox] + i * (dy, dx), i < n, which share one window. */
-static __attribute__((noinline)) void
-border_pixels(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
-              const int8_t *image, int8_t *output, int32_t oy, int32_t ox, int32_t dy,
-              int32_t dx, int32_t n)
+/* A run of border pixels that share one window: the output pixels out + i * out_step,
+ * i < n, whose windows start at input x + i * x_step and split tap `tap`. Worked out once
+ * per call of the kernel (dw_runs), then used by every block of channels. */
+typedef struct {
+    int32_t x, out;          /* byte offsets in the image and its output (channel 0) */
+    int32_t x_step, out_step;
+    int16_t tap, n;
+    int8_t rows, row_taps;
+} dw_run;
+
+/* Runs kept on the stack at once; a layer with more is done in several passes. */
+#define ZO_DEPTHWISE_RUNS 32
+
+/* Where dw_runs stopped: the border pixels are the rows outside the interior (pixel by
+ * pixel but for the interior's columns, one run along the row), then the columns outside
+ * it (one run down the interior's rows each). */
+typedef struct {
+    int32_t oy, ox;
+    int down; /* 0: the rows, 1: the columns */
+} dw_cursor;
+
+static void add_run(const zo_conv_params *p, const dw_layer *d, int32_t oy, int32_t ox,
+                    int32_t dy, int32_t dx, int32_t n, dw_run *run)
 {
-    const int32_t channels = d->channels, k_w = p->k_w;
+    const int32_t channels = d->channels;
     const int32_t y0 = oy * p->stride_h - p->pad_top, x0 = ox * p->stride_w - p->pad_left;
     int32_t ky0, ky1, kx0, kx1;
     tap_window(y0, p->dilation_h, p->k_h, p->in_h, &ky0, &ky1);
-    tap_window(x0, p->dilation_w, k_w, p->in_w, &kx0, &kx1);
-    /* the window's first tap, in the input and in the split taps */
-    const int8_t *x = image + ((y0 + ky0 * p->dilation_h) * p->in_w + x0 + kx0 * p->dilation_w)
-                              * channels;
-    const uint32_t *tap = blk->taps + 2 * (ky0 * k_w + kx0);
-    const int32_t x_step = (dy * p->stride_h * p->in_w + dx * p->stride_w) * channels;
-    const int32_t out_step = (dy * p->out_w + dx) * channels;
-    int8_t *out = output + (oy * p->out_w + ox) * channels;
-    if (d->fast) {
-        border_shaped(d, blk, x, tap, ky1 - ky0, kx1 - kx0, k_w, x_step, out_step, n, 1, out);
-    } else {
-        border_shaped(d, blk, x, tap, ky1 - ky0, kx1 - kx0, k_w, x_step, out_step, n, 0, out);
-    }
+    tap_window(x0, p->dilation_w, p->k_w, p->in_w, &kx0, &kx1);
+    run->x = ((y0 + ky0 * p->dilation_h) * p->in_w + x0 + kx0 * p->dilation_w) * channels;
+    run->out = (oy * p->out_w + ox) * channels;
+    run->x_step = (dy * p->stride_h * p->in_w + dx * p->stride_w) * channels;
+    run->out_step = (dy * p->out_w + dx) * channels;
+    run->tap = (int16_t)(ky0 * p->k_w + kx0);
+    run->n = (int16_t)n;
+    run->rows = (int8_t)(ky1 - ky0);
+    run->row_taps = (int8_t)(kx1 - kx0);
 }
 
-/* Channels c..c+3 of every output pixel of one image outside the interior rectangle: the rows
- * above and below it pixel by pixel but for its columns (one window: a run along the row),
- * and its rows' pixels left and right of it column by column (one window: a run down). */
-static void border_block(const zo_conv_params *p, const dw_layer *d, const dw_block *blk,
-                         const int8_t *image, int8_t *output)
+/* Up to ZO_DEPTHWISE_RUNS runs from the cursor on, into runs; returns how many (fewer: the
+ * border is done). Runs split where n would pass int16. */
+static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at, dw_run *runs)
 {
     const dw_span rows = d->rows, cols = d->cols;
-    const int32_t out_h = p->out_h, out_w = p->out_w;
-    for (int32_t oy = 0; oy < out_h; ++oy) {
-        if (oy == rows.lo && rows.lo < rows.hi) {
-            oy = rows.hi - 1;
-            continue;
-        }
-        for (int32_t ox = 0; ox < cols.lo; ++ox) {
-            border_pixels(p, d, blk, image, output, oy, ox, 0, 1, 1);
-        }
-        border_pixels(p, d, blk, image, output, oy, cols.lo, 0, 1, cols.hi - cols.lo);
-        for (int32_t ox = cols.hi; ox < out_w; ++ox) {
-            border_pixels(p, d, blk, image, output, oy, ox, 0, 1, 1);
+    int32_t count = 0;
+    while (count < ZO_DEPTHWISE_RUNS) {
+        if (!at->down) {
+            if (at->oy == rows.lo && rows.lo < rows.hi) {
+                at->oy = rows.hi;
+            }
+            if (at->oy >= p->out_h) {
+                at->down = 1;
+                at->oy = rows.lo;
+                at->ox = 0;
+                continue;
+            }
+            const int interior_cols = at->ox == cols.lo && cols.lo < cols.hi;
+            const int32_t left = interior_cols ? cols.hi - at->ox : 1;
+            const int32_t n = left < 32767 ? left : 32767;
+            add_run(p, d, at->oy, at->ox, 0, 1, n, &runs[count++]);
+            at->ox += n;
+            if (at->ox >= p->out_w) {
+                ++at->oy;
+                at->ox = 0;
+            }
+        } else {
+            if (at->ox == cols.lo && cols.lo < cols.hi) {
+                at->ox = cols.hi;
+            }
+            if (at->ox >= p->out_w || rows.lo >= rows.hi) {
+                break;
+            }
+            const int32_t left = rows.hi - at->oy;
+            const int32_t n = left < 32767 ? left : 32767;
+            add_run(p, d, at->oy, at->ox, 1, 0, n, &runs[count++]);
+            at->oy += n;
+            if (at->oy >= rows.hi) {
+                ++at->ox;
+                at->oy = rows.lo;
+            }
         }
     }
-    for (int32_t ox = 0; ox < out_w; ++ox) {
-        if (ox == cols.lo && cols.lo < cols.hi) {
-            ox = cols.hi - 1;
-            continue;
+    return count;
+}
+
+/* Channels c..c+3 of the border pixels of the given runs of one image. */
+static __attribute__((noinline)) void
+border_block(const dw_layer *d, const dw_block *blk, const dw_run *runs, int32_t count,
+             int32_t tap_row, const int8_t *image, int8_t *output)
+{
+    for (const dw_run *r = runs; r != runs + count; ++r) {
+        const int8_t *x = image + r->x;
+        const uint32_t *tap = blk->taps + 2 * r->tap;
+        switch (d->form) {
+        case ZO_REQUANT_INT8:
+            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
+                          r->out_step, r->n, ZO_REQUANT_INT8, output + r->out);
+            break;
+        case ZO_REQUANT_CLAMPED:
+            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
+                          r->out_step, r->n, ZO_REQUANT_CLAMPED, output + r->out);
+            break;
+        default:
+            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
+                          r->out_step, r->n, ZO_REQUANT_GENERAL, output + r->out);
         }
-        border_pixels(p, d, blk, image, output, rows.lo, ox, 1, 0, rows.hi - rows.lo);
     }
 }
 
@@ -412,10 +472,15 @@ interior_c4(const dw_layer *d, const dw_block *blk, const int8_t *x, int32_t k_h
             }
         }
     }
-    if (d->fast) {
-        store_c4(d, blk, a0, a1, a2, a3, 1, out);
-    } else {
-        store_c4(d, blk, a0, a1, a2, a3, 0, out);
+    switch (d->form) {
+    case ZO_REQUANT_INT8:
+        store_c4(d, blk, a0, a1, a2, a3, ZO_REQUANT_INT8, out);
+        break;
+    case ZO_REQUANT_CLAMPED:
+        store_c4(d, blk, a0, a1, a2, a3, ZO_REQUANT_CLAMPED, out);
+        break;
+    default:
+        store_c4(d, blk, a0, a1, a2, a3, ZO_REQUANT_GENERAL, out);
     }
 }
 
@@ -467,7 +532,7 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
     const dw_layer d = {
         channels, p->dilation_w * channels, p->dilation_h * p->in_w * channels,
         p->stride_w * channels, zo_dup16(p->input_offset), p->output_offset, p->act_min,
-        p->act_max, zo_fast_requant(p->right_shift_only, p->act_min, p->act_max),
+        p->act_max, zo_requant_form(p->right_shift_only, p->act_min, p->act_max),
         1 + 2 * p->output_offset,
         interior_span(p->out_h, p->stride_h, p->pad_top, p->k_h, p->dilation_h, p->in_h),
         interior_span(p->out_w, p->stride_w, p->pad_left, p->k_w, p->dilation_w, p->in_w)};
@@ -475,18 +540,26 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
     const int32_t image_in = p->in_h * p->in_w * channels;
     const int32_t image_out = p->out_h * p->out_w * channels;
     dw_block blk;
-    int32_t c = 0;
-    for (; c + 4 <= channels; c += 4) {
-        load_block(p, weights, bias, c, &blk);
-        for (int32_t b = 0; b < p->batches; ++b) {
-            const int8_t *image = input + b * image_in + c;
-            int8_t *out = output + b * image_out + c;
-            border_block(p, &d, &blk, image, out);
-            if (interior) {
-                interior_specialised(p, &d, &blk, image, out);
+    dw_run runs[ZO_DEPTHWISE_RUNS];
+    dw_cursor at = {0, 0, 0};
+    int32_t count = dw_runs(p, &d, &at, runs);
+    for (int pass = 0;; ++pass) { /* one pass unless the border has more runs than fit */
+        for (int32_t c = 0; c + 4 <= channels; c += 4) {
+            load_block(p, weights, bias, c, interior, &blk);
+            for (int32_t b = 0; b < p->batches; ++b) {
+                const int8_t *image = input + b * image_in + c;
+                int8_t *out = output + b * image_out + c;
+                border_block(&d, &blk, runs, count, 2 * p->k_w, image, out);
+                if (interior && pass == 0) {
+                    interior_specialised(p, &d, &blk, image, out);
+                }
             }
         }
+        if (count < ZO_DEPTHWISE_RUNS || (count = dw_runs(p, &d, &at, runs)) == 0) {
+            break;
+        }
     }
+    const int32_t c = channels & ~3;
     if (c < channels) { /* the last channels % 4, every pixel */
         for (int32_t b = 0; b < p->batches; ++b) {
             depthwise_channels(p, input + b * image_in, weights, bias, c,

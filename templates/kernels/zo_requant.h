@@ -126,46 +126,64 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
     return (int8_t)(x < lo ? lo : (x > hi ? hi : x));
 }
 
-/* zo_requantize_channel's fast form (shift < 0, no clamp but int8's) from the channel's
+/* The forms of the fast kernels' per-channel output step, chosen per layer (zo_requant_form)
+ * and passed to the kernels' inner functions as a literal. */
+#define ZO_REQUANT_GENERAL 0 /* any shift: zo_mbqm_pos, then the clamp to [lo, hi] */
+#define ZO_REQUANT_INT8 1    /* every shift negative, no clamp but int8's own */
+#define ZO_REQUANT_CLAMPED 2 /* every shift negative, a fused activation's [lo, hi] */
+
+/* 2 * (MBQM(acc) + output_offset) + (0 or 1), saturated, for shift < 0, from the channel's
  * values prepared once: doubled = 2 * multiplier as an int32 (zo_high_mul), right_1 =
- * -shift - 1, and the layer's c = 1 + 2 * output_offset. Six instructions after the loads:
+ * -shift - 1, and the layer's c = 1 + 2 * output_offset. Four instructions after the loads:
  *  - h = zo_high_mul(acc), one AND and one SMMLAR;
  *  - y = (h - [h < 0]) >> right_1 as in zo_mbqm_right, whose result is then
  *    (y >> 1) + (y & 1) = floor((y + 1) / 2);
- *  - + output_offset and the int8 saturation: floor((y + 1) / 2) + offset is
- *    floor((y + c) / 2), so one QADD of c and one SSAT with its operand shifted right by 1.
- *    QADD saturates only where y + c leaves int32, and there floor((y + c) / 2) is beyond
- *    +-2^30 and SSAT gives 127 / -128 either way. */
-static inline int8_t zo_requantize_prepared(int32_t acc, int32_t doubled, int32_t right_1,
+ *  - + output_offset: floor((y + 1) / 2) + offset is floor((y + c) / 2), so one QADD of c
+ *    here and the halving in the clamp that follows (an SSAT's operand shift for int8). QADD
+ *    saturates only where y + c leaves int32, and there floor((y + c) / 2) is beyond
+ *    +-2^30, which any clamp to int8 maps to the same bound. */
+static inline int32_t zo_requantize_doubled(int32_t acc, int32_t doubled, int32_t right_1,
                                             int32_t c)
 {
     const int32_t high = zo_smmlar(acc, doubled, acc & (doubled >> 31));
     const int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> right_1;
-    return (int8_t)zo_ssat8_half(zo_qadd(y, c));
+    return zo_qadd(y, c);
+}
+
+/* ZO_REQUANT_INT8 and ZO_REQUANT_CLAMPED from the prepared values (zo_requantize_doubled). */
+static inline int8_t zo_requantize_prepared(int32_t acc, int32_t doubled, int32_t right_1,
+                                            int32_t c, const int form, int32_t lo, int32_t hi)
+{
+    const int32_t twice = zo_requantize_doubled(acc, doubled, right_1, c);
+    if (form == ZO_REQUANT_INT8) {
+        return (int8_t)zo_ssat8_half(twice);
+    }
+    return zo_clamp_s8(twice >> 1, lo, hi);
 }
 
 /* The per-channel output step of the fast CONV_2D / DEPTHWISE_CONV_2D kernels (multiplier
- * >= 0): clamp(MBQM(acc) + offset). QADD saturates where the sum would wrap, which the clamp
- * then maps to act_max exactly as the 64-bit sum of zo_offset_clamp_s8 does. `fast` (a
- * literal; zo_fast_requant: every shift of the layer negative and the activation range the
- * whole int8 range, what every layer of the shared models has) takes
- * zo_requantize_prepared; otherwise zo_mbqm_pos and the clamp to [lo, hi]. */
+ * >= 0): clamp(MBQM(acc) + offset) in the layer's form. QADD saturates where the sum would
+ * wrap, which the clamp then maps to act_max exactly as the 64-bit sum of
+ * zo_offset_clamp_s8 does. */
 static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int32_t shift,
-                                           const int fast, int32_t offset, int32_t lo,
+                                           const int form, int32_t offset, int32_t lo,
                                            int32_t hi)
 {
-    if (fast) {
+    if (form != ZO_REQUANT_GENERAL) {
         return zo_requantize_prepared(acc, (int32_t)((uint32_t)multiplier << 1), -shift - 1,
-                                      1 + 2 * offset);
+                                      1 + 2 * offset, form, lo, hi);
     }
     return zo_clamp_s8(zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset), lo, hi);
 }
 
-/* Whether a layer takes zo_requantize_channel's fast form: right_shift_only (the generator
- * sets it when every shift is negative) and no clamp but int8's own. */
-static inline int zo_fast_requant(int32_t right_shift_only, int32_t act_min, int32_t act_max)
+/* A layer's form: right_shift_only (the generator sets it when every shift is negative),
+ * then whether its activation range is int8's own. */
+static inline int zo_requant_form(int32_t right_shift_only, int32_t act_min, int32_t act_max)
 {
-    return right_shift_only && act_min == -128 && act_max == 127;
+    if (!right_shift_only) {
+        return ZO_REQUANT_GENERAL;
+    }
+    return act_min == -128 && act_max == 127 ? ZO_REQUANT_INT8 : ZO_REQUANT_CLAMPED;
 }
 
 #endif /* ZO_REQUANT_H */
