@@ -151,15 +151,25 @@ typedef struct {
     int32_t doubled[4], right_1[4]; /* zo_requantize_prepared's (shifts < 0) */
 } dw_block;
 
-/* The block of channels c..c+3; its folded bias only when the layer has interior pixels. */
+/* Taps [first, last) of a filter (row-major): what the pixels of some runs read. */
+typedef struct {
+    int32_t first, last;
+} dw_taps;
+
+/* The block of channels c..c+3: the taps `used` split, or every tap and the bias with the
+ * input offset folded in when its interior pixels are computed from it (`folded`). */
 static void load_block(const zo_conv_params *p, const int8_t *weights, const int32_t *bias,
-                       int32_t c, int folded, dw_block *blk)
+                       int32_t c, int folded, dw_taps used, dw_block *blk)
 {
     int32_t sums[4] = {0, 0, 0, 0};
-    const int32_t taps = p->k_h * p->k_w, stride = p->out_c; /* locals: blk's stores may alias p */
-    const int8_t *w = weights + c;
-    uint32_t *split = blk->taps;
-    for (int32_t t = taps; t > 0; --t, w += stride, split += 2) {
+    if (folded) {
+        used.first = 0;
+        used.last = p->k_h * p->k_w;
+    }
+    const int32_t stride = p->out_c; /* a local: blk's stores may alias p */
+    const int8_t *w = weights + used.first * stride + c;
+    uint32_t *split = blk->taps + 2 * used.first;
+    for (int32_t t = used.last - used.first; t > 0; --t, w += stride, split += 2) {
         const uint32_t wv = zo_read4(w);
         split[0] = zo_sxtb16(wv);
         split[1] = zo_sxtb16_ror8(wv);
@@ -318,7 +328,7 @@ typedef struct {
 } dw_cursor;
 
 static void add_run(const zo_conv_params *p, const dw_layer *d, int32_t oy, int32_t ox,
-                    int32_t dy, int32_t dx, int32_t n, dw_run *run)
+                    int32_t dy, int32_t dx, int32_t n, dw_run *run, dw_taps *used)
 {
     const int32_t channels = d->channels;
     const int32_t y0 = oy * p->stride_h - p->pad_top, x0 = ox * p->stride_w - p->pad_left;
@@ -333,14 +343,22 @@ static void add_run(const zo_conv_params *p, const dw_layer *d, int32_t oy, int3
     run->n = (int16_t)n;
     run->rows = (int8_t)(ky1 - ky0);
     run->row_taps = (int8_t)(kx1 - kx0);
+    if (ky0 < ky1 && kx0 < kx1) {
+        const int32_t first = ky0 * p->k_w + kx0, last = (ky1 - 1) * p->k_w + kx1;
+        used->first = first < used->first ? first : used->first;
+        used->last = last > used->last ? last : used->last;
+    }
 }
 
-/* Up to ZO_DEPTHWISE_RUNS runs from the cursor on, into runs; returns how many (fewer: the
- * border is done). Runs split where n would pass int16. */
-static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at, dw_run *runs)
+/* Up to ZO_DEPTHWISE_RUNS runs from the cursor on, into runs, and the taps they read; returns
+ * how many (fewer: the border is done). Runs split where n would pass int16. */
+static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at, dw_run *runs,
+                       dw_taps *used)
 {
     const dw_span rows = d->rows, cols = d->cols;
     int32_t count = 0;
+    used->first = p->k_h * p->k_w;
+    used->last = 0;
     while (count < ZO_DEPTHWISE_RUNS) {
         if (!at->down) {
             if (at->oy == rows.lo && rows.lo < rows.hi) {
@@ -355,7 +373,7 @@ static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at
             const int interior_cols = at->ox == cols.lo && cols.lo < cols.hi;
             const int32_t left = interior_cols ? cols.hi - at->ox : 1;
             const int32_t n = left < 32767 ? left : 32767;
-            add_run(p, d, at->oy, at->ox, 0, 1, n, &runs[count++]);
+            add_run(p, d, at->oy, at->ox, 0, 1, n, &runs[count++], used);
             at->ox += n;
             if (at->ox >= p->out_w) {
                 ++at->oy;
@@ -370,7 +388,7 @@ static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at
             }
             const int32_t left = rows.hi - at->oy;
             const int32_t n = left < 32767 ? left : 32767;
-            add_run(p, d, at->oy, at->ox, 1, 0, n, &runs[count++]);
+            add_run(p, d, at->oy, at->ox, 1, 0, n, &runs[count++], used);
             at->oy += n;
             if (at->oy >= rows.hi) {
                 ++at->ox;
@@ -381,27 +399,31 @@ static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at
     return count;
 }
 
-/* Channels c..c+3 of the border pixels of the given runs of one image. */
+/* Channels c..c+3 of the border pixels of the given runs of one image, in the layer's
+ * requantization form (a literal). */
+static inline __attribute__((always_inline)) void
+border_runs(const dw_layer *d, const dw_block *blk, const dw_run *runs, int32_t count,
+            int32_t tap_row, const int8_t *image, int8_t *output, const int form)
+{
+    for (const dw_run *r = runs; r != runs + count; ++r) {
+        border_shaped(d, blk, image + r->x, blk->taps + 2 * r->tap, r->rows, r->row_taps,
+                      tap_row, r->x_step, r->out_step, r->n, form, output + r->out);
+    }
+}
+
 static __attribute__((noinline)) void
 border_block(const dw_layer *d, const dw_block *blk, const dw_run *runs, int32_t count,
              int32_t tap_row, const int8_t *image, int8_t *output)
 {
-    for (const dw_run *r = runs; r != runs + count; ++r) {
-        const int8_t *x = image + r->x;
-        const uint32_t *tap = blk->taps + 2 * r->tap;
-        switch (d->form) {
-        case ZO_REQUANT_INT8:
-            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
-                          r->out_step, r->n, ZO_REQUANT_INT8, output + r->out);
-            break;
-        case ZO_REQUANT_CLAMPED:
-            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
-                          r->out_step, r->n, ZO_REQUANT_CLAMPED, output + r->out);
-            break;
-        default:
-            border_shaped(d, blk, x, tap, r->rows, r->row_taps, tap_row, r->x_step,
-                          r->out_step, r->n, ZO_REQUANT_GENERAL, output + r->out);
-        }
+    switch (d->form) {
+    case ZO_REQUANT_INT8:
+        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_INT8);
+        break;
+    case ZO_REQUANT_CLAMPED:
+        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_CLAMPED);
+        break;
+    default:
+        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_GENERAL);
     }
 }
 
@@ -542,10 +564,11 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
     dw_block blk;
     dw_run runs[ZO_DEPTHWISE_RUNS];
     dw_cursor at = {0, 0, 0};
-    int32_t count = dw_runs(p, &d, &at, runs);
+    dw_taps used;
+    int32_t count = dw_runs(p, &d, &at, runs, &used);
     for (int pass = 0;; ++pass) { /* one pass unless the border has more runs than fit */
         for (int32_t c = 0; c + 4 <= channels; c += 4) {
-            load_block(p, weights, bias, c, interior, &blk);
+            load_block(p, weights, bias, c, interior && pass == 0, used, &blk);
             for (int32_t b = 0; b < p->batches; ++b) {
                 const int8_t *image = input + b * image_in + c;
                 int8_t *out = output + b * image_out + c;
@@ -555,7 +578,7 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
                 }
             }
         }
-        if (count < ZO_DEPTHWISE_RUNS || (count = dw_runs(p, &d, &at, runs)) == 0) {
+        if (count < ZO_DEPTHWISE_RUNS || (count = dw_runs(p, &d, &at, runs, &used)) == 0) {
             break;
         }
     }
