@@ -208,7 +208,7 @@ mac_c4(uint32_t xv, const uint32_t *tap, int32_t *a0, int32_t *a1, int32_t *a2, 
     mac_split(zo_sxtb16(xv), zo_sxtb16_ror8(xv), tap, a0, a1, a2, a3);
 }
 
-/* The four channels' requantization, with the layer's form as a literal. */
+/* The four channels' requantization in the layer's form (zo_requant_form). */
 static inline __attribute__((always_inline)) void
 store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
          const int form, int8_t *out)
@@ -282,7 +282,7 @@ border_run(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32
 
 /* border_run with the window's shape as literals where a 3x3 filter's border windows have
  * it (2 or 3 rows of 2 or 3 taps: every tap unrolled; larger filters' windows of these
- * shapes too), the layer's requantization form as a literal. */
+ * shapes too). */
 static inline __attribute__((always_inline)) void
 border_shaped(const dw_layer *d, const dw_block *blk, const int8_t *x, const uint32_t *tap,
               int32_t rows, int32_t row_taps, int32_t tap_row, int32_t x_step,
@@ -399,31 +399,15 @@ static int32_t dw_runs(const zo_conv_params *p, const dw_layer *d, dw_cursor *at
     return count;
 }
 
-/* Channels c..c+3 of the border pixels of the given runs of one image, in the layer's
- * requantization form (a literal). */
-static inline __attribute__((always_inline)) void
-border_runs(const dw_layer *d, const dw_block *blk, const dw_run *runs, int32_t count,
-            int32_t tap_row, const int8_t *image, int8_t *output, const int form)
-{
-    for (const dw_run *r = runs; r != runs + count; ++r) {
-        border_shaped(d, blk, image + r->x, blk->taps + 2 * r->tap, r->rows, r->row_taps,
-                      tap_row, r->x_step, r->out_step, r->n, form, output + r->out);
-    }
-}
-
+/* Channels c..c+3 of the border pixels of the given runs of one image. The requantization
+ * form is read per pixel here (a literal would triple this code for pixels that are few). */
 static __attribute__((noinline)) void
 border_block(const dw_layer *d, const dw_block *blk, const dw_run *runs, int32_t count,
              int32_t tap_row, const int8_t *image, int8_t *output)
 {
-    switch (d->form) {
-    case ZO_REQUANT_INT8:
-        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_INT8);
-        break;
-    case ZO_REQUANT_CLAMPED:
-        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_CLAMPED);
-        break;
-    default:
-        border_runs(d, blk, runs, count, tap_row, image, output, ZO_REQUANT_GENERAL);
+    for (const dw_run *r = runs; r != runs + count; ++r) {
+        border_shaped(d, blk, image + r->x, blk->taps + 2 * r->tap, r->rows, r->row_taps,
+                      tap_row, r->x_step, r->out_step, r->n, d->form, output + r->out);
     }
 }
 
