@@ -8,6 +8,7 @@
 #include "platform.h"
 #include "zo_conv.c"
 #include "zo_depthwise.c"
+#include "zo_prng.h"
 
 #ifndef KB_H
 #define KB_H 25
@@ -48,12 +49,9 @@ static int32_t bias[KB_C], multiplier[KB_C], shift[KB_C];
 static uint8_t scratch[2 * 4 * KB_C + 8];
 static uint32_t state = 2463534242u;
 
-static uint32_t next(void)
+static uint32_t next(void) /* the training engine's generator: any stream will do */
 {
-    state ^= state << 13;
-    state ^= state >> 17;
-    state ^= state << 5;
-    return state;
+    return zo_xorshift32(&state);
 }
 
 int main(void)
