@@ -147,8 +147,7 @@ typedef struct {
 typedef struct {
     uint32_t taps[2 * ZO_DEPTHWISE_MAX_TAPS]; /* tap t: lanes (c, c+2) at 2t, (c+1, c+3) at 2t+1 */
     int32_t bias[4], folded[4];
-    int32_t multiplier[4], shift[4];
-    int32_t doubled[4], right_1[4]; /* zo_requantize_prepared's (shifts < 0) */
+    int32_t doubled[4], right_1[4]; /* 2 * multiplier, -shift - 1 (zo_requantize_prepared) */
 } dw_block;
 
 /* Taps [first, last) of a filter (row-major): what the pixels of some runs read. */
@@ -183,10 +182,8 @@ static void load_block(const zo_conv_params *p, const int8_t *weights, const int
         blk->bias[j] = bias ? bias[c + j] : 0;
         /* wraps like the int32 sums it stands for */
         blk->folded[j] = (int32_t)((uint32_t)blk->bias[j] + (uint32_t)(p->input_offset * sums[j]));
-        blk->multiplier[j] = p->multiplier[c + j];
-        blk->shift[j] = p->shift[c + j];
-        blk->doubled[j] = (int32_t)((uint32_t)blk->multiplier[j] << 1);
-        blk->right_1[j] = -blk->shift[j] - 1;
+        blk->doubled[j] = zo_doubled(p->multiplier[c + j]);
+        blk->right_1[j] = -p->shift[c + j] - 1;
     }
 }
 
@@ -218,8 +215,9 @@ store_c4(const dw_layer *d, const dw_block *blk, int32_t a0, int32_t a1, int32_t
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
         y[j] = form == ZO_REQUANT_GENERAL
-               ? zo_requantize_channel(acc[j], blk->multiplier[j], blk->shift[j], form,
-                                       d->output_offset, d->act_min, d->act_max)
+               ? zo_requantize_channel(acc[j], (int32_t)((uint32_t)blk->doubled[j] >> 1),
+                                       -blk->right_1[j] - 1, form, d->output_offset,
+                                       d->act_min, d->act_max)
                : zo_requantize_prepared(acc[j], blk->doubled[j], blk->right_1[j], d->c, form,
                                         d->act_min, d->act_max);
     }

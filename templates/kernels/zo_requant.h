@@ -58,10 +58,27 @@ static inline int32_t zo_mbqm(int32_t x, int32_t multiplier, int shift)
  * m >= 2^30 (every normalised multiplier) 2m does not fit: as an int32 it is 2m - 2^32, and
  * SMMULR(x, 2m - 2^32) = floor((x (2m) + 2^31) / 2^32) - x exactly, so x is added back. The
  * sign of the int32 2m says which: h = SMMULR(x, 2m) + (x & (2m >> 31)), one SMMLAR. */
+static inline int32_t zo_high_mul_doubled(int32_t x, int32_t doubled)
+{
+    return zo_smmlar(x, doubled, x & (doubled >> 31)); /* the add is SMMLAR's accumulate */
+}
+
+/* doubled = 2 * multiplier as an int32 (it wraps for multiplier >= 2^30) */
+static inline int32_t zo_doubled(int32_t multiplier)
+{
+    return (int32_t)((uint32_t)multiplier << 1);
+}
+
 static inline int32_t zo_high_mul(int32_t x, int32_t multiplier)
 {
-    const int32_t doubled = (int32_t)((uint32_t)multiplier << 1);
-    return zo_smmlar(x, doubled, x & (doubled >> 31)); /* the add is SMMLAR's accumulate */
+    return zo_high_mul_doubled(x, zo_doubled(multiplier));
+}
+
+/* (h - [h < 0]) >> (r - 1), the first of RoundingDivideByPOT(h, r)'s nested floors
+ * (zo_mbqm_shifts), for r >= 1 given as right_1 = r - 1 */
+static inline int32_t zo_halving_shift(int32_t high, int32_t right_1)
+{
+    return (high - (int32_t)((uint32_t)high >> 31)) >> right_1;
 }
 
 /* zo_mbqm for multiplier > 0, the same integer in fewer instructions (zo_mbqm_shifts: with
@@ -77,16 +94,7 @@ static inline int32_t zo_mbqm_shifts(int32_t x, int32_t multiplier, int32_t left
     if (right == 0) {
         return high;
     }
-    int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> (right - 1);
-    return (y >> 1) + (y & 1);
-}
-
-/* zo_mbqm_shifts when left = 0 and right >= 1 (shift < 0: a scale below 1/2, what almost
- * every layer has): no shift of x and no test of right. */
-static inline int32_t zo_mbqm_right(int32_t x, int32_t multiplier, int32_t right)
-{
-    int32_t high = zo_high_mul(x, multiplier);
-    int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> (right - 1);
+    const int32_t y = zo_halving_shift(high, right - 1);
     return (y >> 1) + (y & 1);
 }
 
@@ -135,8 +143,8 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
 /* 2 * (MBQM(acc) + output_offset) + (0 or 1), saturated, for shift < 0, from the channel's
  * values prepared once: doubled = 2 * multiplier as an int32 (zo_high_mul), right_1 =
  * -shift - 1, and the layer's c = 1 + 2 * output_offset. Four instructions after the loads:
- *  - h = zo_high_mul(acc), one AND and one SMMLAR;
- *  - y = (h - [h < 0]) >> right_1 as in zo_mbqm_right, whose result is then
+ *  - h = zo_high_mul_doubled(acc, doubled), one AND and one SMMLAR;
+ *  - y = zo_halving_shift(h, right_1) as in zo_mbqm_shifts, whose result is then
  *    (y >> 1) + (y & 1) = floor((y + 1) / 2);
  *  - + output_offset: floor((y + 1) / 2) + offset is floor((y + c) / 2), so one QADD of c
  *    here and the halving in the clamp that follows (an SSAT's operand shift for int8). QADD
@@ -145,9 +153,7 @@ static inline int8_t zo_offset_clamp_s8(int32_t scaled, int32_t offset, int32_t 
 static inline int32_t zo_requantize_doubled(int32_t acc, int32_t doubled, int32_t right_1,
                                             int32_t c)
 {
-    const int32_t high = zo_smmlar(acc, doubled, acc & (doubled >> 31));
-    const int32_t y = (high - (int32_t)((uint32_t)high >> 31)) >> right_1;
-    return zo_qadd(y, c);
+    return zo_qadd(zo_halving_shift(zo_high_mul_doubled(acc, doubled), right_1), c);
 }
 
 /* ZO_REQUANT_INT8 and ZO_REQUANT_CLAMPED from the prepared values (zo_requantize_doubled). */
@@ -170,8 +176,8 @@ static inline int8_t zo_requantize_channel(int32_t acc, int32_t multiplier, int3
                                            int32_t hi)
 {
     if (form != ZO_REQUANT_GENERAL) {
-        return zo_requantize_prepared(acc, (int32_t)((uint32_t)multiplier << 1), -shift - 1,
-                                      1 + 2 * offset, form, lo, hi);
+        return zo_requantize_prepared(acc, zo_doubled(multiplier), -shift - 1, 1 + 2 * offset,
+                                      form, lo, hi);
     }
     return zo_clamp_s8(zo_qadd(zo_mbqm_pos(acc, multiplier, shift), offset), lo, hi);
 }
