@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything zocodegen needs on a Debian machine: the Arm toolchain and QEMU (Debian
 # packages, installed with apt-get when missing and we are root) and a Python virtual
-# environment in .venv with the package and its test dependencies. Safe to run repeatedly.
+# environment in .venv with the package and its locked dependencies. Safe to run repeatedly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +22,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
+# Python packages: exactly the versions and hashes in requirements/lock.txt (scripts/lock.sh
+# refreshes it), then zocodegen itself in editable mode without touching its dependencies.
+# The environment is rebuilt from scratch whenever the lock changed since it was made, or
+# always with ZOCODEGEN_FRESH_VENV=1 (CI): downloads stay in pip's cache, environments do not.
+lock=requirements/lock.txt
+stamp=.venv/.lock.sha256
+want=$(sha256sum "$lock" | cut -d' ' -f1)
+if [ "${ZOCODEGEN_FRESH_VENV:-0}" = 1 ] || [ ! -x .venv/bin/python ] \
+    || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  rm -rf .venv
   python3 -m venv .venv
+  echo "setup: installing the locked Python packages into a new .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+    -r "$lock"
+  echo "$want" > "$stamp"
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+    --no-build-isolation -e . 2>.venv/editable-install.log; then
+  cat .venv/editable-install.log >&2
+  exit 1
+fi
+.venv/bin/python -m pip check --disable-pip-version-check >/dev/null
