@@ -19,7 +19,6 @@ reader is ``templates/train/zo_image.c``. The header CRC-32 is ``zlib.crc32`` ov
 """
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import BinaryIO, Iterator, Mapping
 import numpy as np
 
 from zocodegen.errors import DataError, UserError
+from zocodegen.files import atomic_writer
 
 SECTOR_BYTES = 512
 MAGIC = b"ZOIMG01\0"
@@ -333,8 +333,8 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     ``checkpoint_bytes`` reserves a zero-filled checkpoint area of that many bytes rounded up
     to whole sectors. ``model_sha256`` (32 bytes or 64 hex digits) names the model the data
     is for; zeros when unknown. Bad data raises :class:`DataError` before anything is
-    written; an unwritable ``path`` raises :class:`UserError`. The image is written to
-    ``.NAME.partial`` beside ``path`` and renamed into place when complete.
+    written; an unwritable ``path`` raises :class:`UserError`. The image is written beside
+    ``path`` and renamed into place when complete (``files.atomic_writer``).
     """
     if num_classes is not None and not 1 <= int(num_classes) <= 0x7FFFFFFF:
         raise DataError(f"num_classes must be at least 1, got {num_classes}")
@@ -397,30 +397,19 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     sha = _normalise_sha(model_sha256)
     crcs = {name: 0 for name in SPLITS}
     path = Path(path)
-    # Written next to the target and renamed at the end: a failure never leaves a partial
-    # image under the final name.
-    tmp = path.with_name(f".{path.name}.partial")
-    try:
-        with open(tmp, "wb") as f:
-            _write_records(f, arrays, input_bytes + LABEL_BYTES, spr, crcs)
-            if ckpt_sectors:
-                f.seek(image_sectors * SECTOR_BYTES - 1)
-                f.write(b"\0")
-            layout = ImageLayout(input_shape=input_shape, dtype=dtype,
-                                 num_classes=int(num_classes), splits=splits,
-                                 checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
-                                 image_sectors=image_sectors, input_scale=input_scale,
-                                 input_zero_point=input_zero_point, split_crc32=crcs,
-                                 model_sha256=sha)
-            f.seek(0)
-            f.write(layout.header_sector())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write image {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_writer(Path(path)) as f:
+        _write_records(f, arrays, input_bytes + LABEL_BYTES, spr, crcs)
+        if ckpt_sectors:
+            f.seek(image_sectors * SECTOR_BYTES - 1)
+            f.write(b"\0")
+        layout = ImageLayout(input_shape=input_shape, dtype=dtype,
+                             num_classes=int(num_classes), splits=splits,
+                             checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
+                             image_sectors=image_sectors, input_scale=input_scale,
+                             input_zero_point=input_zero_point, split_crc32=crcs,
+                             model_sha256=sha)
+        f.seek(0)
+        f.write(layout.header_sector())
     return layout
 
 

@@ -229,10 +229,16 @@ def test_pack_rejects_bad_data(tmp_path, kwargs, match):
 
 
 def test_pack_unwritable_path_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="cannot write image .*nodir") as info:
-        pack_image(tmp_path / "nodir" / "a.img", np.zeros((1, 2), np.int8), np.array([0]))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="cannot write .*file") as info:
+        pack_image(tmp_path / "file" / "a.img", np.zeros((1, 2), np.int8), np.array([0]))
     assert not isinstance(info.value, DataError)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_pack_makes_a_missing_folder_as_every_command_does(tmp_path):
+    pack_image(tmp_path / "new" / "a.img", np.zeros((1, 2), np.int8), np.array([0]))
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["a.img"]
 
 
 def test_pack_requires_the_train_split(tmp_path):

@@ -186,8 +186,10 @@ def test_bad_files_leave_an_existing_image_alone(tmp_path, capsys):
     np.savez(tmp_path / "d.npz", **_digits_arrays())
     assert main(["pack", str(tmp_path / "d.npz"), "-o", str(tmp_path / "d.npz")]) == 2
     assert "overwrite" in capsys.readouterr().err
+    (tmp_path / "one.npy").rename(tmp_path / "no")  # a file where the folder should be
     assert main(["pack", str(tmp_path / "d.npz"), "-o", str(tmp_path / "no" / "d.img")]) == 2
-    assert "cannot write image" in capsys.readouterr().err
+    assert "cannot write" in capsys.readouterr().err
+    (tmp_path / "no").rename(tmp_path / "one.npy")
     assert out.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.img", "d.npz", "one.npy",
                                                           "text.npz"]

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import traceback
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from tqdm import tqdm
 
 from . import __version__
 from .errors import DataError, UserError
+from .files import atomic_writer, check_output
 from .codegen import BUILD_TARGETS, BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
@@ -463,8 +463,7 @@ def check_output_path(graph: Graph, path: Path) -> None:
 def write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
     """Write exactly ``path`` (numpy would append .npy/.npz to a name without it): .npz keyed
     by output name, .npy for the one output."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
+    with atomic_writer(path) as f:
         if path.suffix.lower() == ".npz":
             np.savez(f, **outputs)
         else:
@@ -489,6 +488,7 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, args: argparse.Names
 
 
 def cmd_infer(args: argparse.Namespace) -> None:
+    check_output(args.output, [("--input", args.input), ("MODEL", args.model)], "--output")
     graph = load_model(args.model)
     check_output_path(graph, args.output)
     inputs = read_inputs(graph, args.input)
@@ -625,6 +625,7 @@ def cmd_monitor(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    check_output(args.output, [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)])
     graph = load_model(args.model)
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
     print(f"{args.output}: {written} trained tensors written (step "
@@ -632,19 +633,25 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> None:
+    check_output(args.output, [("--check", args.check), ("--scalars", args.scalars),
+                               ("MODEL", args.model)])
     graph = load_model(args.model)
-    device = checkpoint.load(args.check) if args.check else None
+    # the device's checkpoint is read, and compared, before anything is written
+    expected = checkpoint.read_bytes(args.check) if args.check else None
+    device = checkpoint.decode(expected, str(args.check)) if args.check else None
     blob = replay_build(args.model, graph, args.build, args.scalars,
                         device.step if device else None)
+    if expected is not None and blob != expected:
+        # checkpoints end in their own CRC, so the CRC of the whole file is a constant: name
+        # the parameters' digest instead
+        raise UserError(f"the replay differs from {args.check} (parameters sha256 "
+                        f"{checkpoint.parameters_sha256(blob)[:16]} against "
+                        f"{checkpoint.parameters_sha256(expected)[:16]}): the scalars, the build "
+                        f"or the model are not the run's; nothing written to {args.output}")
     checkpoint.save_bytes(args.output, blob)
     steps = checkpoint.decode(blob).step
     print(f"{args.output}: {steps} steps replayed from {args.scalars}")
-    if args.check:
-        expected = args.check.read_bytes()
-        if blob != expected:
-            raise UserError(f"the replay differs from {args.check} (CRC-32 {zlib.crc32(blob):08x}"
-                            f" against {zlib.crc32(expected):08x}): the scalars, the build or "
-                            "the model are not the run's")
+    if expected is not None:
         print(f"{args.check}: identical, byte for byte ({len(blob)} bytes)")
 
 

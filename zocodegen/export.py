@@ -28,9 +28,7 @@ for, so a mapping the frontend does not invert exactly fails here instead of sil
 """
 from __future__ import annotations
 
-import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -38,6 +36,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import UserError
+from .files import atomic_writer, check_output
 from .ir import TRAINABLE_OP_TYPES, Graph, Op
 
 _SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
@@ -52,7 +51,7 @@ def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarra
     ``graph`` is the IR ``load_model(model_path)`` returned; ``updated`` maps IR tensor names
     of trainable weights/biases to new values with the IR tensor's shape and dtype.
     """
-    model_path, out_path = Path(model_path), Path(out_path)
+    model_path, out_path = Path(model_path), check_output(Path(out_path))
     kind = _model_kind(model_path)
     if kind != graph.source_format:
         raise UserError(f"{model_path} is not the model the graph was loaded from (it is "
@@ -125,29 +124,16 @@ def _write_verified(data: bytes, out_path: Path, changes: dict[str, np.ndarray])
     is only replaced by a complete, checked file)."""
     from .frontends import load_model
 
-    if out_path.is_dir():
-        raise UserError(f"{out_path} is a directory; give the exported model's file name")
-    tmp = None
-    try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        candidate = out_path.with_name(f".{out_path.stem}.{uuid.uuid4().hex[:12]}.tmp"
-                                       f"{out_path.suffix}")  # the suffix tells ONNX apart
-        with candidate.open("xb") as f:  # ordinary permissions, unlike mkstemp's 0600
-            tmp = candidate
-            f.write(data)
+    def reads_back(tmp: Path) -> None:
         reloaded = load_model(tmp)
         for name, value in changes.items():
             t = reloaded.tensors.get(name)
             if t is None or t.data is None or not np.array_equal(t.data, value):
                 raise UserError(f"tensor '{name}' cannot be exported exactly: the written "
                                 "model does not read back with the new values")
-        os.replace(tmp, out_path)
-        tmp = None
-    except OSError as exc:
-        raise UserError(f"cannot write {out_path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+
+    with atomic_writer(out_path, check=reads_back) as f:
+        f.write(data)
 
 
 def _shared_groups(members: dict[Any, list[str]], new: dict[str, bytes],

@@ -24,7 +24,6 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..files import write_atomic
 from ..errors import DataError
 
 MAGIC = b"ZOCKPT01"
@@ -134,18 +134,15 @@ def save(path: Path, ckpt: Checkpoint) -> None:
 def save_bytes(path: Path, blob: bytes) -> None:
     """Atomic: a crash or power cut leaves either the old file or the new one (the data is
     on disk before the rename makes it the checkpoint)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    write_atomic(Path(path), blob, sync=True)
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
 
 
 def load(path: Path) -> Checkpoint:
-    try:
-        blob = Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
-    return decode(blob, str(path))
+    return decode(read_bytes(path), str(path))

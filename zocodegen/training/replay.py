@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_atomic
 from ..errors import DataError, UserError
 from ..ir import Graph
 from . import checkpoint
@@ -54,7 +55,7 @@ def encode_record(step: int, layer: int, values: np.ndarray) -> bytes:
 
 
 def write(path: Path, scalars: Scalars) -> None:
-    path.write_bytes(encode(scalars))
+    write_atomic(path, encode(scalars), sync=True)
 
 
 def read(path: Path) -> Scalars:

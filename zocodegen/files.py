@@ -1,0 +1,71 @@
+"""How every command writes a result file: never over one of its own inputs, never half.
+
+A result goes to a temporary name beside its destination and is renamed over it only once it
+is complete (and, where asked, checked and on disk), so a crash, a full disk or a refused check
+leaves the old file, or nothing, under the final name. A missing parent folder is created, the
+same for every command.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from .errors import UserError
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
+                 option: str = "-o") -> Path:
+    """Refuse an output that is a folder or one of the command's inputs (given as
+    (option, path) pairs, None for an absent one)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a directory; give a file name")
+    for name, source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            raise UserError(f"{option} {path} is the {name} file: writing it would destroy "
+                            "the input; choose another output name")
+    return path
+
+
+@contextmanager
+def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
+                  check: Callable[[Path], None] | None = None) -> Iterator[IO]:
+    """Open a temporary file beside ``path``; when the block ends without an error (and
+    ``check(temporary)`` accepts it), move it to ``path``. ``sync``: on disk before the rename
+    (checkpoints survive a power cut). OSError becomes a one-line UserError."""
+    path = Path(path)
+    # the suffix stays last: readers (ONNX, numpy) tell formats apart by it
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, mode.replace("w", "x")) as f:
+            yield f
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        if check is not None:
+            check(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder could not be made: nothing was written
+            pass
+
+
+def write_atomic(path: Path, data: bytes, sync: bool = False) -> None:
+    with atomic_writer(path, sync=sync) as f:
+        f.write(data)
