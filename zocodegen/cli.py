@@ -45,13 +45,56 @@ from .training.runner import simulate
 ENGINES = ("reference", "native", "qemu")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's contract: a usage error is one line on stderr and exit 2 (the
+    usage block stays in --help)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"zocodegen: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _integer(minimum: int, maximum: int | None = None):
+    """An argparse type: an integer in [minimum, maximum], one shared rule for every option."""
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects an integer, got '{text}'") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+    return convert
+
+
+def _real(minimum: float, maximum: float | None = None, open_minimum: bool = False):
+    """An argparse type: a finite number above (or from) minimum, up to maximum."""
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a number, got '{text}'") from None
+        low_ok = value > minimum if open_minimum else value >= minimum
+        if not (np.isfinite(value) and low_ok and (maximum is None or value <= maximum)):
+            low = f"{'above' if open_minimum else 'at least'} {minimum:g}"
+            high = "" if maximum is None else f" and at most {maximum:g}"
+            raise argparse.ArgumentTypeError(f"must be a finite number {low}{high}, got {text}")
+        return value
+    return convert
+
+
+_SECONDS = _real(0.0, open_minimum=True)
+_SEED = _integer(0, 0xFFFFFFFF)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zocodegen",
         description="Turn an INT8 TFLite/ONNX model into Cortex-M7 firmware that runs and "
                     "trains it without back-propagation.")
     parser.add_argument("--version", action="version", version=f"zocodegen {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="per-layer shapes, quantization, parameters, MACs")
     p.add_argument("model", type=Path, metavar="MODEL")
@@ -112,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("full", "sparse"), default="full",
                    help="train all selected layers, or one block of them (--block)")
     _add_train_options(p, default_queries=100)
-    p.add_argument("--eval-every", type=int, metavar="K",
+    p.add_argument("--eval-every", type=_integer(1), metavar="K",
                    help="test accuracy every K steps (default: 20 times per run)")
     p.add_argument("--resume", action="store_true",
                    help="continue from RUN/checkpoint.bin")
@@ -125,13 +168,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, metavar="MODEL",
                    help="check the data against MODEL, record its sha256 and input "
                         "quantization, and size the checkpoint area for its full training")
-    p.add_argument("--shuffle", type=int, metavar="SEED",
+    p.add_argument("--shuffle", type=_SEED, metavar="SEED",
                    help="permute the train split with numpy's default_rng(SEED) (default: "
                         "the order of DATA.npz; val/test always keep theirs)")
-    p.add_argument("--checkpoint-kb", type=int, metavar="K",
+    p.add_argument("--checkpoint-kb", type=_integer(0), metavar="K",
                    help="checkpoint area of K KiB (default: full training of MODEL, without "
                         f"--model {DEFAULT_CHECKPOINT_BYTES // 1024} KiB)")
-    p.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, metavar="F",
+    p.add_argument("--val-fraction", type=_real(0.0), default=DEFAULT_VAL_FRACTION, metavar="F",
                    help="without x_val in DATA.npz: set aside this share of each class's "
                         "train records as the val split, chosen with a fixed seed as "
                         f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
@@ -143,17 +186,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png; an existing "
                         "run is resumed from its checkpoint (default run)")
-    p.add_argument("--steps", type=int, metavar="T",
+    p.add_argument("--steps", type=_integer(1), metavar="T",
                    help="train until step T (default: the T the firmware was built with)")
-    p.add_argument("--checkpoint-every", type=int, metavar="K",
+    p.add_argument("--checkpoint-every", type=_integer(1), metavar="K",
                    help="pull a checkpoint and measure accuracy every K steps (default T/10)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--timeout", type=_SECONDS, default=60.0, metavar="S",
                    help="give up when the device sends nothing for S seconds (default 60)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
     p.add_argument("--port", required=True, metavar="URL")
-    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--duration", type=_SECONDS, metavar="S", help="stop after S seconds")
     p.set_defaults(func=cmd_monitor)
 
     p = sub.add_parser("export", help="write trained parameters into a copy of the model")
@@ -216,14 +259,14 @@ def _add_fleet_parser(sub) -> None:
         p.add_argument("-o", "--output", type=Path, default=Path("fleet"), metavar="OUT",
                        help="fleet.json, model.bin (the averaged model), flower/ (logs); an "
                             "existing run is resumed from its last round (default fleet)")
-        p.add_argument("--rounds", type=int, default=5, metavar="R")
-        p.add_argument("--steps-per-round", type=int, default=20, metavar="K",
+        p.add_argument("--rounds", type=_integer(1), default=5, metavar="R")
+        p.add_argument("--steps-per-round", type=_integer(1), default=20, metavar="K",
                        help="local steps of each device per round (default 20)")
-        p.add_argument("--min-devices", type=int, default=3, metavar="N",
+        p.add_argument("--min-devices", type=_integer(1), default=3, metavar="N",
                        help="start a round once N devices are connected (default 3)")
-        p.add_argument("--wait", type=float, default=120.0, metavar="S",
+        p.add_argument("--wait", type=_real(0.0), default=120.0, metavar="S",
                        help="...or after S seconds with the devices there are (default 120)")
-        p.add_argument("--deadline", type=float, default=600.0, metavar="S",
+        p.add_argument("--deadline", type=_SECONDS, default=600.0, metavar="S",
                        help="a device that has not answered S seconds into a round is left "
                             "out of it (default 600)")
         p.add_argument("--test", type=Path, metavar="DATA.npz",
@@ -233,7 +276,7 @@ def _add_fleet_parser(sub) -> None:
                                        "with `zocodegen fleet join`")
     server_options(p)
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
-    p.add_argument("--listen-port", type=int, default=8000, metavar="PORT",
+    p.add_argument("--listen-port", type=_integer(1, 65535), default=8000, metavar="PORT",
                    help="the SuperLink's port (default 8000)")
     p.set_defaults(func=cmd_fleet_serve)
 
@@ -263,12 +306,12 @@ def _add_fleet_parser(sub) -> None:
 
 def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
     g = p.add_argument_group("training options (DESIGN.md section 4)")
-    g.add_argument("--steps", type=int, default=100, metavar="T",
+    g.add_argument("--steps", type=_integer(1), default=100, metavar="T",
                    help="optimisation steps; the cosine schedule decays over them")
-    g.add_argument("--epochs", type=int, metavar="E", help="simulate: T = E passes over x")
-    g.add_argument("--queries", type=int, default=default_queries, metavar="Q",
+    g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
+    g.add_argument("--queries", type=_integer(1), default=default_queries, metavar="Q",
                    help=f"perturbations per layer and step (default {default_queries})")
-    g.add_argument("--batch", type=int, default=1, metavar="N",
+    g.add_argument("--batch", type=_integer(1), default=1, metavar="N",
                    help="samples per step (gradient accumulation)")
     g.add_argument("--lr", default="auto", metavar="ETA|auto",
                    help="learning rate, or auto (default): short trials of 0.003, 0.01, "
@@ -276,13 +319,13 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--no-guard", action="store_true",
                    help="no training guard (default on: validation checks keep the best "
                         "parameters, roll back and halve eta when validation falls)")
-    g.add_argument("--guard-every", type=int, default=0, metavar="K",
+    g.add_argument("--guard-every", type=_integer(0), default=0, metavar="K",
                    help="steps between the guard's checks (default: about 2%% of the run's "
                         "forward passes)")
-    g.add_argument("--guard-samples", type=int, default=128, metavar="V",
+    g.add_argument("--guard-samples", type=_integer(1), default=128, metavar="V",
                    help="validation records per check (default 128)")
     g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
-    g.add_argument("--seed", type=int, default=1, metavar="S")
+    g.add_argument("--seed", type=_SEED, default=1, metavar="S")
     g.add_argument("--estimator", choices=ESTIMATORS, default="adaptive",
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
                         "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
@@ -292,20 +335,20 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "FedSPZO's split perturbation, Q perturbations of the layers before "
                         "--cutoff each followed by --inner-queries two-sided perturbations "
                         "of the rest on their output")
-    g.add_argument("--cutoff", type=int, metavar="I",
+    g.add_argument("--cutoff", type=_integer(0), metavar="I",
                    help="split: the trainable layer where block 2 starts (default: the last "
                         "trained layer, the paper's f_2)")
-    g.add_argument("--inner-queries", type=int, default=2, metavar="P_S",
+    g.add_argument("--inner-queries", type=_integer(1, 64), default=2, metavar="P_S",
                    help="split: block-2 perturbations per block-1 direction and side "
                         "(FedSPZO's P_s, default 2; P_2 = 2 Q P_s)")
-    g.add_argument("--r-max", type=int, default=7, metavar="R",
+    g.add_argument("--r-max", type=_integer(1, 127), default=7, metavar="R",
                    help="int8: perturbations uniform on [-R, R] (default 7)")
     g.add_argument("--p-zero", default="schedule", metavar="P|schedule",
                    help="int8: share of zeros in a perturbation, or the paper's schedule "
                         "0.33, 0.5, 0.9 from 0, 20 %%, 50 %% of the run (default)")
-    g.add_argument("--b-zo", type=int, default=1, metavar="BITS",
+    g.add_argument("--b-zo", type=_integer(1, 8), default=1, metavar="BITS",
                    help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
-    g.add_argument("--b-bp", type=int, default=1, metavar="BITS",
+    g.add_argument("--b-bp", type=_integer(1, 8), default=1, metavar="BITS",
                    help="int8 with --bp-layers: the BP update rounded to BITS bits (default 1)")
     g.add_argument("--perturbation", default="xorshift", metavar="xorshift|pool:N|rotating:n",
                    help="where perturbations come from (PeZO): a fresh XORShift32 draw per "
@@ -317,7 +360,7 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
                         "loop): two forwards per query")
-    g.add_argument("--query-batch", type=int, default=1, metavar="B",
+    g.add_argument("--query-batch", type=_integer(1), default=1, metavar="B",
                    help="device: evaluate B query forwards together, layer by layer, so "
                         "each weight load serves B inputs (P-RGE's outer loop; B-wide "
                         "activations; default 1)")
@@ -325,7 +368,7 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="build: the device sends each WP layer's query sums, from which "
                         "`zocodegen replay` rebuilds its parameters exactly (needs "
                         "--estimator wp, --no-guard and a fixed --lr)")
-    g.add_argument("--max-step", type=float, default=2.0, metavar="U",
+    g.add_argument("--max-step", type=_real(0.0, 127.0), default=2.0, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
     g.add_argument("--no-scaling", action="store_true",
@@ -346,7 +389,7 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--block", metavar="K|auto", default="auto",
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
                         "trial of each block, then the one with the best held-out gain")
-    g.add_argument("--trial-samples", type=int, default=64, metavar="S",
+    g.add_argument("--trial-samples", type=_integer(1), default=64, metavar="S",
                    help="sparse --block auto: train each trial on the first S training "
                         "samples, score it on the last S (default 64)")
 
@@ -730,7 +773,10 @@ def cmd_flash(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line printed)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         args.func(args)
     except UserError as exc:

@@ -14,6 +14,9 @@ MODES = ("full", "sparse")
 #: cannot overflow (docs/training.md); above this N*Q the clamp (0.5 nats) would start to cut
 #: ordinary differences.
 MAX_SAMPLES_TIMES_QUERIES = 1 << 16
+# The largest eta a run may ask for: the update multiplies it into float32 step sizes, and
+# 1e40 or inf would overflow them (issue 31); the paper's eta is 1e-2.
+MAX_LR = 100.0
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
 BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
 
@@ -75,8 +78,9 @@ class TrainConfig:
             raise UserError(f"--schedule must be one of {', '.join(SCHEDULES)}")
         if self.mode not in MODES:
             raise UserError(f"training mode must be one of {', '.join(MODES)}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be positive (got {self.lr})")
+        if not 0 < self.lr <= MAX_LR:  # also refuses nan and inf
+            raise UserError(f"--lr must be a number in (0, {MAX_LR:g}] or auto (got "
+                            f"{self.lr:g})")
         if self.batch * self.queries > MAX_SAMPLES_TIMES_QUERIES:
             raise UserError(f"--batch x --queries = {self.batch * self.queries} exceeds "
                             f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
@@ -103,7 +107,9 @@ class TrainConfig:
                             "two-sided (ElasticZO Alg. 2): drop --perturbation, "
                             "--distribution and --two-sided")
         forwards = self.queries * (2 if self.two_sided else 1)
-        if self.query_batch < 1 or forwards % self.query_batch:
+        if self.query_batch < 1:
+            raise UserError(f"--query-batch must be at least 1 (got {self.query_batch})")
+        if forwards % self.query_batch:
             fits = [b for b in range(1, min(forwards, 16) + 1) if forwards % b == 0]
             raise UserError(f"--query-batch {self.query_batch} must divide the query forwards "
                             f"per layer and sample (Q{' x 2 two-sided' if self.two_sided else ''}"
@@ -134,8 +140,9 @@ class TrainConfig:
         if self.estimator == "mezo" and self.two_sided:
             raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
                             "drop --two-sided")
-        if not self.max_step >= 0:
-            raise UserError(f"--max-step must be 0 (off) or positive (got {self.max_step})")
+        if not 0 <= self.max_step <= 127:  # also refuses nan and inf
+            raise UserError(f"--max-step must be 0 (off) or a number of LSB up to 127 (got "
+                            f"{self.max_step:g})")
         if self.guard_every < 0 or self.guard_samples < 1:
             raise UserError("--guard-every must be 0 (auto) or more and --guard-samples at "
                             "least 1")
