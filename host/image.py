@@ -27,7 +27,7 @@ from typing import BinaryIO, Iterator, Mapping
 
 import numpy as np
 
-from zocodegen.errors import DataError, UserError
+from zocodegen.errors import DataError, check_finite, UserError
 from zocodegen.files import atomic_writer
 
 SECTOR_BYTES = 512
@@ -267,6 +267,7 @@ def _check_split(name: str, x, y, num_classes: int | None) -> tuple[np.ndarray, 
     if x.dtype.name not in DTYPE_CODES:
         raise DataError(f"{xkey} has dtype {x.dtype}; it must be int8, uint8 or float32 "
                         "(the model's input dtype)")
+    check_finite(x, xkey)
     x = x.astype(x.dtype.newbyteorder("<"), copy=False)     # the medium is little endian
     if y.dtype.kind not in "iu":
         raise DataError(f"{ykey} has dtype {y.dtype}; labels must be integers")

@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .errors import DataError, UserError
+from .errors import DataError, UserError, check_finite
 from .files import atomic_writer, check_output
 from .codegen import BUILD_TARGETS, BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
@@ -158,7 +158,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_integer(1), metavar="K",
                    help="test accuracy every K steps (default: 20 times per run)")
     p.add_argument("--resume", action="store_true",
-                   help="continue from RUN/checkpoint.bin")
+                   help="continue from RUN/checkpoint.bin (the model, data and options must "
+                        "be the run's, as RUN/run.json records them)")
+    p.add_argument("--force", action="store_true",
+                   help="start anew in a RUN that holds a run, deleting its files")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("pack", help="write DATA.npz as the data image the device trains from "
@@ -306,6 +309,7 @@ def _add_fleet_parser(sub) -> None:
 
 def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
     g = p.add_argument_group("training options (DESIGN.md section 4)")
+    first = len(p._actions)
     g.add_argument("--steps", type=_integer(1), default=100, metavar="T",
                    help="optimisation steps; the cosine schedule decays over them")
     g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
@@ -392,6 +396,14 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--trial-samples", type=_integer(1), default=64, metavar="S",
                    help="sparse --block auto: train each trial on the first S training "
                         "samples, score it on the last S (default 64)")
+    # what `build --train none` refuses when set: options it would silently ignore
+    p.set_defaults(train_option_defaults={a.dest: (a.option_strings[0], a.default)
+                                          for a in p._actions[first:]})
+
+
+def _set_train_options(args: argparse.Namespace) -> list[str]:
+    return [option for dest, (option, default) in args.train_option_defaults.items()
+            if getattr(args, dest) != default]
 
 
 def _number(text: str, keyword: str, convert, message: str):
@@ -406,6 +418,13 @@ def _number(text: str, keyword: str, convert, message: str):
 
 def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
     block = _number(args.block, "auto", int, "--block expects a block index or auto")
+    for option, value, default in (("--block", args.block, "auto"),
+                                   ("--blocks", args.blocks, "4"),
+                                   ("--trial-samples", args.trial_samples, 64)):
+        if mode != "sparse" and value != default:
+            raise UserError(f"{option} chooses among sparse mode's blocks; add "
+                            f"{'--mode' if hasattr(args, 'mode') else '--train'} sparse or "
+                            f"drop {option}")
     lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
@@ -480,6 +499,7 @@ def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
         sample = t.shape[1:] if t.shape and t.shape[0] == 1 else t.shape
         if x.dtype != t.dtype:
             raise DataError(f"{path}: input '{name}' must be {t.dtype}, got {x.dtype}")
+        check_finite(x, f"{path}: input '{name}'")
         if x.ndim != len(sample) + 1 or tuple(x.shape[1:]) != tuple(sample):
             raise DataError(f"{path}: input '{name}' must have shape (N, "
                             f"{', '.join(map(str, sample))}), got {tuple(x.shape)}")
@@ -555,6 +575,10 @@ def cmd_infer(args: argparse.Namespace) -> None:
 def cmd_build(args: argparse.Namespace) -> None:
     out = args.output or Path(f"{args.model.stem}_{args.target}")
     train = None
+    ignored = _set_train_options(args)
+    if args.train == "none" and ignored:
+        raise UserError(f"{', '.join(ignored)} set training options, but --train none builds "
+                        "inference only: add --train full or --train sparse")
     if args.train != "none":
         if args.epochs is not None:
             raise UserError("build needs --steps T: the firmware is generated before it sees "
@@ -592,8 +616,10 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     config = _train_config(args, args.mode)
+    if args.resume and args.force:
+        raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
     result = simulate(args.model, args.data, args.output, config, epochs=args.epochs,
-                      eval_every=args.eval_every, resume=args.resume)
+                      eval_every=args.eval_every, resume=args.resume, force=args.force)
     acc = ""
     if result.accuracy_before is not None and result.accuracy_after is not None:
         acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "

@@ -17,3 +17,15 @@ class UnsupportedOpError(ModelError):
 
 class DataError(UserError):
     """Input data (tensors, datasets) does not match what the model expects."""
+
+
+def check_finite(x, what: str) -> None:
+    """Refuse float data with NaN or infinity: quantizing it gives arbitrary int8 values (NaN
+    casts are undefined), so a run would train or infer on garbage without a word."""
+    import numpy as np
+    if np.issubdtype(x.dtype, np.floating):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            raise DataError(f"{what} holds {int(bad.sum()):,} NaN or infinite value(s), the "
+                            f"first at index {tuple(int(i) for i in first)}; clean the data")

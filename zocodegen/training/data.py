@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, check_finite
 from ..frontends import load_model
 from ..host.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
                           pack_image, read_image)
@@ -72,6 +72,7 @@ def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
                         "[N, *input shape]")
     if len(x) == 0:
         raise DataError(f"{source}: '{xk}' is empty")
+    check_finite(x, f"{source}: '{xk}'")
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise DataError(f"{source}: '{yk}' must be a 1-D integer array, got {y.dtype} "
                         f"{list(y.shape)}")

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from ..codegen import BuildOptions, resolve_auto
 from ..errors import UserError
+from ..files import write_atomic
 from ..frontends import load_model
 from ..host.metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
@@ -118,9 +119,66 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     return plan, guard.state, guard
 
 
+RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json")
+
+
+def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict:
+    """What makes a run the same run: the model, the data and every option."""
+    try:
+        data_sha = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise UserError(f"cannot read {data_path}: {exc.strerror or exc}") from None
+    return {"model_sha256": model_sha.hex(), "data_sha256": data_sha,
+            "config": config.as_dict()}
+
+
+def read_run_record(out_dir: Path) -> dict:
+    path = out_dir / "run.json"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing, so nothing says which model, data and options "
+                        f"the run used: start anew with --force (deletes the run)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is damaged ({exc}): start anew with --force (deletes the "
+                        "run)") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{path} is damaged (not a JSON object): start anew with --force")
+    return record
+
+
+def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) -> None:
+    """Never over an existing run unless asked: --resume continues it only when model, data
+    and options are the run's; --force deletes it first."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory; choose another -o RUN")
+    present = [n for n in RUN_FILES if (out_dir / n).exists()]
+    if resume:
+        if not (out_dir / "checkpoint.bin").is_file():
+            raise UserError(f"--resume: {out_dir} holds no checkpoint.bin to continue from; "
+                            "drop --resume to start a new run")
+        record = read_run_record(out_dir)
+        differs = [key for key in ("model_sha256", "data_sha256") if record.get(key)
+                   != identity[key]]
+        old = record.get("config") if isinstance(record.get("config"), dict) else {}
+        new = json.loads(json.dumps(identity["config"]))  # as run.json stores it
+        differs += [f"--{k.replace('_', '-')} {old.get(k)!r} -> {v!r}"
+                    for k, v in new.items() if old.get(k) != v]
+        if differs:
+            raise UserError(f"--resume: {out_dir} was run with other inputs or options "
+                            f"({'; '.join(differs)}); resume with the run's own, or start "
+                            "anew with --force")
+        return
+    if present and not force:
+        raise UserError(f"{out_dir} holds a run ({', '.join(present)}): continue it with "
+                        "--resume, or start anew with --force (deletes it)")
+    for name in present:
+        (out_dir / name).unlink()
+
+
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
-             progress: bool | None = None) -> RunSummary:
+             progress: bool | None = None, force: bool = False) -> RunSummary:
     graph = load_model(model_path)
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
@@ -136,11 +194,14 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         config = chosen
     plans = training_plans(graph, config)
     sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory; choose another -o RUN")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    identity = run_identity(sha, data_path, config)
+    prepare_run_dir(out_dir, identity, resume, force)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make {out_dir}: {exc.strerror or exc}") from None
     ckpt_path = out_dir / "checkpoint.bin"
-    ckpt = checkpoint.load(ckpt_path) if resume and ckpt_path.is_file() else None
+    ckpt = checkpoint.load(ckpt_path) if resume else None
     selection = None
     if ckpt is not None:
         plan = _plan_of(plans, ckpt)
@@ -169,15 +230,15 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     has_test = data.x_test is not None
     before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
               if has_test else None)
-    (out_dir / "run.json").write_text(json.dumps({
-        "model": str(model_path), "model_sha256": sha.hex(), "data": str(data_path),
-        "config": config.as_dict(), "modes": [l.mode for l in plan.layers],
+    write_atomic(out_dir / "run.json", (json.dumps({
+        "model": str(model_path), "data": str(data_path), **identity,
+        "modes": [l.mode for l in plan.layers],
         "trainable_ops": [l.op_index for l in plan.layers], "block": plan.config.block,
         "selection": None if selection is None else {
             "samples": selection.samples, "baseline_correct": selection.baseline,
             "correct": list(selection.correct), "block": selection.block},
         "lr": state.lr, "guard_every": guard.schedule.every if guard else None,
-        "accuracy_before": before}, indent=2) + "\n")
+        "accuracy_before": before}, indent=2) + "\n").encode())
     log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
     if not log.rows and (has_test or baseline is not None):
         log.add(MetricsRow(first, float("nan"), 0.0, before,
@@ -216,9 +277,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                 f"eta={'auto: ' if config.lr_auto else ''}{state.lr:g}")
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
-    record = json.loads((out_dir / "run.json").read_text())
+    record = read_run_record(out_dir)
     record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0)
-    (out_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
     return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
                       float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
