@@ -233,7 +233,8 @@ def method_options(method: Method, model: str, queries: int) -> list[str]:
 def command(cli: Sequence[str], run: Run, grid: Grid, root: Path) -> list[str]:
     return [*cli, "simulate", str(FIXTURES / f"{run.model}.tflite"),
             "--data", str(data_path(root, run.model, run.family, run.severity)),
-            "-o", str(run.directory(root)), *grid.budget, "--queries", str(grid.queries),
+            "-o", str(run.directory(root)), "--force",  # an unfinished run starts anew
+            *grid.budget, "--queries", str(grid.queries),
             "--seed", str(run.seed),
             *method_options(METHODS[run.method], run.model, grid.queries)]
 

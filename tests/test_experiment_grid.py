@@ -69,7 +69,8 @@ def test_full_grid_runs_and_commands(ex, tmp_path):
     cmd = ex.command(["zocodegen"], tuned, ex.FULL, tmp_path)
     assert cmd[:3] == ["zocodegen", "simulate", str(REPO / "tests/fixtures/digits_resnet.tflite")]
     assert cmd[3:] == ["--data", str(tmp_path / "data" / "digits_resnet-blur-2.npz"),
-                       "-o", str(tuned.directory(tmp_path)), "--epochs", "1", "--queries",
+                       "-o", str(tuned.directory(tmp_path)), "--force", "--epochs", "1",
+                       "--queries",
                        str(ex.QUERIES), "--seed", "3", "--lr", "0.03", "--no-guard"]
     options = {m.key: m.options for m in ex.METHODS.values()}
     assert options["ours"] == ()  # the defaults: --lr auto and the guard
