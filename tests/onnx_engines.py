@@ -133,6 +133,14 @@ def specification_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return version_converter.convert_version(model, max(_EVALUATOR_OPSET, kept[0].version))
 
 
+def _load(model: Path | str | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, (str, Path)):
+        return onnx.load(str(model))
+    if isinstance(model, bytes):
+        return onnx.ModelProto.FromString(model)
+    return model
+
+
 class MaxPool(OpRun):
     """MaxPool written out here: the evaluator's stride-1 path swaps the axes of asymmetric
     pads (onnx 1.23: a 7x6 map with pads [0, 0, 1, 1] comes out 6x7). Padding never wins."""
@@ -160,10 +168,7 @@ class SpecSession:
     order, ``run_all`` every tensor by name."""
 
     def __init__(self, model: Path | str | bytes | onnx.ModelProto):
-        if isinstance(model, (str, Path)):
-            model = onnx.load(str(model))
-        elif isinstance(model, bytes):
-            model = onnx.ModelProto.FromString(model)
+        model = _load(model)
         self.model = specification_model(model)
         self.output_names = [o.name for o in model.graph.output]
         self.evaluator = ReferenceEvaluator(self.model, new_ops=[MaxPool])
@@ -182,10 +187,7 @@ class OrtSession:
 
     def __init__(self, model: Path | str | bytes | onnx.ModelProto, fused: bool = True):
         import onnxruntime as ort
-        if isinstance(model, (str, Path)):
-            model = onnx.load(str(model))
-        elif isinstance(model, bytes):
-            model = onnx.ModelProto.FromString(model)
+        model = _load(model)
         self.output_names = [o.name for o in model.graph.output]
         self.options = ort.SessionOptions()
         if not fused:

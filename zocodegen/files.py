@@ -33,7 +33,7 @@ def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
         raise UserError(f"{option} {path} is a directory; give a file name")
     for name, source in inputs:
         if source is not None and _same_file(path, Path(source)):
-            raise UserError(f"{option} {path} is the {name} file: writing it would destroy "
+            raise UserError(f"{option} {path} is the {name} file: writing it would overwrite "
                             "the input; choose another output name")
     return path
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, check_finite
+from ..files import check_output
 from ..frontends import load_model
 from ..host.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
                           pack_image, read_image)
@@ -194,8 +195,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     wrong.
     """
     source = str(data_path)
-    if Path(image_path).resolve() == Path(data_path).resolve():
-        raise DataError(f"-o {image_path} would overwrite the data it is packed from")
+    check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path)])
     if is_image(data_path):
         raise DataError(f"{source} is already a data image; pack reads DATA.npz")
     arrays = _read_npz(data_path)
