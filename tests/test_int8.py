@@ -152,10 +152,10 @@ def test_perturbations_are_sparse_uniform():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--r-max", "0"], "--r-max must be in 1..127"),
+    (["--r-max", "0"], "--r-max: must be in 1..127"),
     (["--p-zero", "1.5"], "--p-zero must be in [0, 1)"),
     (["--p-zero", "half"], "--p-zero expects a number or schedule"),
-    (["--b-zo", "0"], "--b-zo and --b-bp must be in 1..8 bits"),
+    (["--b-zo", "0"], "--b-zo: must be in 1..8"),
 ])
 def test_int8_bad_options(argv, message, tmp_path, capsys):
     code = main(["build", str(FIXTURES / "digits_cnn.tflite"), "--target", "native",

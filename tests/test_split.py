@@ -72,7 +72,7 @@ def test_split_plan():
 @pytest.mark.parametrize("options, message", [
     (["--two-sided"], "split is two-sided already"),
     (["--bp-layers", "1"], "use --train full and --bp-layers 0"),
-    (["--inner-queries", "0"], "--inner-queries must be in 1..64"),
+    (["--inner-queries", "0"], "--inner-queries: must be in 1..64"),
     (["--cutoff", "7"], "--cutoff 7 must be a trained layer after the first one: one of 1, 2, 3"),
 ])
 def test_bad_split_options_are_one_line(options, message, tmp_path, capsys):

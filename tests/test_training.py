@@ -401,7 +401,7 @@ def test_simulate_refuses_bad_data(change, message, tmp_path, capsys):
     (["--queries", "1000", "--batch", "100"], "exceeds"),
     (["--mode", "sparse", "--block", "first"], "--block expects a block index or auto"),
     (["--mode", "sparse", "--block", "4"], "--block must be in 0..3 or auto"),
-    (["--mode", "sparse", "--trial-samples", "0"], "--trial-samples must be at least 1"),
+    (["--mode", "sparse", "--trial-samples", "0"], "--trial-samples: must be at least 1"),
     (["--layers", "9"], "out of range"),
     (["--steps", "0"], "--steps"),
 ])
