@@ -63,13 +63,17 @@ class Firmware:
     def _start_native(self) -> Port:
         master, slave = os.openpty()
         tty.setraw(slave)  # no echo, no line editing, no CR/LF translation: a clean 8-bit line
+        name = os.ttyname(slave)  # before the firmware can hang the line up
         try:
             self.proc = subprocess.Popen([str(self.artefact)], stdin=master, stdout=master,
                                          stderr=self._stderr)
         finally:
             os.close(master)
         try:
-            return open_port(os.ttyname(slave))
+            return open_port(name)
+        except UserError as exc:  # a firmware that died at once explains it best
+            self.alive()
+            raise LinkError(str(exc)) from None
         finally:
             os.close(slave)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..errors import UserError
 from .link import protocol as p
 from .link.server import BlockServer, HostLink, LinkError, Port
 
@@ -31,7 +32,8 @@ def describe_identity(identity: p.Identity) -> str:
 def monitor(port: Port, duration: float | None = None,
             out: Callable[[str], None] = print) -> int:
     """Watch until ``duration`` seconds have passed (forever when None); returns the number
-    of requests seen. Closes the port."""
+    of requests seen. A line that only ever carried bytes no frame decodes from is refused
+    (wrong port or baud rate); a silent one is said. Closes the port."""
     end = None if duration is None else time.monotonic() + duration
     link = HostLink(port, timeout=duration if duration is not None else 1e9)
     refuse = BlockServer()
@@ -68,4 +70,10 @@ def monitor(port: Port, duration: float | None = None,
             link.respond(request, reply)
     finally:
         port.close()
+    if seen == 0 and link.received:
+        raise UserError(f"{link.received} bytes arrived but no frame of the zocodegen link "
+                        f"decoded ({link.dropped} garbled): is a zocodegen firmware on this "
+                        "port, at the same baud rate?")
+    if seen == 0:
+        out(f"nothing arrived in {duration:g} s")
     return seen

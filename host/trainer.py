@@ -9,6 +9,7 @@ checkpoint; so does ``zocodegen train`` started again on the same ``RUN/``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -19,8 +20,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import DataError, UserError
+from ..files import write_atomic
 from ..training import checkpoint, replay
 from ..training.guard import MIN_VAL_RECORDS
+from ..training.runner import RUN_FILES, read_run_record
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
 from .image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
@@ -169,9 +172,11 @@ class Trainer:
                  checkpoint_every: int | None = None, timeout: float = 60.0,
                  max_resets: int = 5, progress: bool | None = None,
                  on_step: Callable[[p.Telemetry], None] | None = None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, force: bool = False,
+                 start: bytes | None = None):
         self.device, self.image_path, self.run_dir = device, Path(image), Path(run_dir)
-        self.steps, self.checkpoint_every = steps, checkpoint_every
+        self.steps, self.checkpoint_every, self.force = steps, checkpoint_every, force
+        self.start = start  # a checkpoint a new run starts from (a fleet round's model)
         self.timeout, self.max_resets, self.progress = timeout, max_resets, progress
         self.on_step = on_step or (lambda t: None)
         self.log = log
@@ -193,10 +198,14 @@ class Trainer:
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> TrainSummary:
+        """The run, resumed where RUN/ left it. Every failure the host foresees (a device
+        that stays silent, sends garbage, exits or keeps failing) ends as one UserError that
+        says where the run stands; the firmware the host started is always reaped."""
         started = time.monotonic()
         resets, retransmissions, dropped = 0, 0, 0
-        session = self._connect()
+        session: DeviceSession | None = None
         try:
+            session = self._connect()
             self._check(session.identity)
             total = self.steps or self.identity.steps
             every = self.checkpoint_every or max(1, total // 10)
@@ -214,9 +223,15 @@ class Trainer:
                     dropped += session.link.dropped
                     resets += 1
                     if resets > self.max_resets:
-                        raise
+                        raise LinkError(f"{exc} ({self.max_resets} restarts did not help)") \
+                            from None
                     session = self._recover(session, exc)
             self.device.finish(session)
+        except LinkError as exc:
+            where = (f"; {self.run_dir} keeps step {self._saved_step()}: `zocodegen train` "
+                     "again resumes it" if self.identity is not None else
+                     " (is it a zocodegen firmware, on this port?)")
+            raise UserError(f"{self.device.describe()}: {exc}{where}") from None
         finally:
             if self.bar is not None:
                 self.bar.close()
@@ -256,6 +271,7 @@ class Trainer:
     def _train(self, session: DeviceSession, total: int, every: int) -> None:
         step = self._restore(session)
         self.metrics.keep_through(step)
+        self._pending = None  # a step after the checkpoint, which the device computes again
         self._losses = [r.loss for r in self.metrics.rows if not math.isnan(r.loss)]
         self.bar.n = step
         self.bar.refresh()
@@ -302,12 +318,20 @@ class Trainer:
             if ckpt.model_sha256 != self.identity.model_sha256 or ckpt.step != step:
                 raise LinkError(f"the device saved a checkpoint of step {ckpt.step} for "
                                 f"model {ckpt.model_sha256.hex()[:12]}..., expected step {step}")
+            best = self.blocks.best(self.identity.checkpoint_bytes, size)
+            try:  # the guard's slot, so a reset resumes with the same best
+                if self.identity.guard:
+                    checkpoint.decode(best, "the device's best parameters")
+            except DataError as exc:
+                self._say(f"{exc}; asking again")
+                continue
             if self.identity.guard:
-                self._save_best(size)
+                checkpoint.save_bytes(self.best_path, best)
             checkpoint.save_bytes(self.ckpt_path, blob)
             self._save_scalars(step)
             return
-        raise LinkError(f"the device's checkpoint did not verify {SAVE_ATTEMPTS} times")
+        raise LinkError(f"the device's checkpoint or best parameters did not verify "
+                        f"{SAVE_ATTEMPTS} times")
 
     def _save_scalars(self, step: int) -> None:
         """RUN/scalars.bin with every step before ``step`` (a resumed run's earlier ones
@@ -320,18 +344,9 @@ class Trainer:
         self._scalars.update(replay.assemble(self._scalar_pieces))
         self._scalar_pieces.clear()
         self._scalars = {k: v for k, v in self._scalars.items() if k[0] < step}
-        tmp = self.scalars_path.with_suffix(".tmp")
-        replay.write(tmp, self._scalars)
-        tmp.replace(self.scalars_path)
-
-    def _save_best(self, size: int) -> None:
-        """RUN/best.bin: the guard's slot, so a reset resumes with the same best."""
-        blob = self.blocks.best(self.identity.checkpoint_bytes, size)
-        try:
-            checkpoint.decode(blob, "the device's best parameters")
-        except DataError as exc:
-            raise LinkError(f"{exc}; the run's best parameters cannot be kept") from None
-        checkpoint.save_bytes(self.best_path, blob)
+        replay.write(self.scalars_path, self._scalars, replay.ScalarOwner(
+            self.identity.model_sha256, self.identity.seed, self.identity.steps,
+            self.identity.queries, self.identity.lr))
 
     def _evaluate(self, session: DeviceSession, step: int) -> float | None:
         layout = self.blocks.layout
@@ -365,45 +380,97 @@ class Trainer:
 
     # ---- RUN/ -----------------------------------------------------------------------
     def _check(self, identity: p.Identity) -> None:
+        """Refuse what cannot continue RUN/ (other firmware, data or checkpoint), before
+        anything in it changes; --force starts anew instead."""
         self.identity = identity
         check_image(identity, self.blocks.layout, self.image_path)
+        if self.steps is not None and self.steps > identity.steps:
+            raise UserError(f"--steps {self.steps} is beyond the {identity.steps} steps the "
+                            "firmware plans (its learning-rate schedule ends there): rebuild "
+                            f"with `zocodegen build ... --steps {self.steps}`")
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise UserError(f"{self.run_dir} exists and is not a directory; choose another "
                             f"-o RUN")
+        if self.force:
+            for name in (*RUN_FILES, self.scalars_path.name):
+                (self.run_dir / name).unlink(missing_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        record = self._record()
         mine = _identity_record(identity)
-        if record.get("firmware") and record["firmware"] != mine:
+        image_sha = _file_sha256(self.image_path)
+        record = self._record() if self.ckpt_path.is_file() or self._has_record() else {}
+        if self.start is not None:
+            if self.ckpt_path.is_file():
+                raise UserError(f"{self.run_dir} already holds a run; a run that starts from "
+                                "a given checkpoint needs an empty one")
+            record = {"firmware": mine, "image_sha256": image_sha}
+            checkpoint.save_bytes(self.ckpt_path, self.start)
+            if identity.guard:  # the guard's best starts as the starting point
+                checkpoint.save_bytes(self.best_path, self.start)
+        if self.ckpt_path.is_file():
+            self._check_run(record, mine, image_sha)
+        record.update({"image": str(self.image_path), "image_sha256": image_sha,
+                       "firmware": mine, "device": self.device.describe()})
+        self._write_record(record)
+
+    def _check_run(self, record: dict, mine: dict, image_sha: str) -> None:
+        """RUN/ holds a checkpoint: it continues only with the firmware and image that made
+        it; a missing or damaged best.bin is rebuilt from the checkpoint, said aloud."""
+        again = "; use another -o RUN, or start anew with --force (deletes the run)"
+        if "firmware" not in record:
+            raise UserError(f"{self.run_dir / 'run.json'} does not say which firmware made "
+                            f"{self.ckpt_path} (not a `zocodegen train` run){again}")
+        if record["firmware"] != mine:
             diff = [k for k in mine if record["firmware"].get(k) != mine[k]]
             raise UserError(f"{self.run_dir} holds a run of other firmware ({', '.join(diff)} "
-                            f"differ); use another -o RUN to start a new run")
-        if self.ckpt_path.is_file():
-            try:
-                ckpt = checkpoint.load(self.ckpt_path)
-            except DataError as exc:
-                raise UserError(f"{exc}; delete it to start over, or use another -o RUN") \
-                    from None
-            if ckpt.model_sha256 != identity.model_sha256:
-                raise UserError(f"{self.ckpt_path} belongs to another model; use another "
-                                f"-o RUN")
-            size = len(self.ckpt_path.read_bytes())
-            if (size > identity.checkpoint_bytes if identity.selects_block
-                    else size != identity.checkpoint_bytes):
-                raise UserError(f"{self.ckpt_path} has other trainable layers than the "
-                                f"firmware; use another -o RUN")
-        record.update({"image": str(self.image_path), "firmware": mine,
-                       "device": self.device.describe()})
-        self._write_record(record)
+                            f"differ){again}")
+        if record.get("image_sha256", image_sha) != image_sha:
+            raise UserError(f"{self.run_dir} was trained on another image than "
+                            f"{self.image_path} (sha256 {record['image_sha256'][:12]}... "
+                            f"against {image_sha[:12]}...){again}")
+        try:
+            ckpt = checkpoint.load(self.ckpt_path)
+        except DataError as exc:
+            raise UserError(f"{exc}{again}") from None
+        if ckpt.model_sha256 != self.identity.model_sha256:
+            raise UserError(f"{self.ckpt_path} belongs to another model{again}")
+        size = len(self.ckpt_path.read_bytes())
+        if (size > self.identity.checkpoint_bytes if self.identity.selects_block
+                else size != self.identity.checkpoint_bytes):
+            raise UserError(f"{self.ckpt_path} has other trainable layers than the "
+                            f"firmware{again}")
+        if ckpt.step > self.identity.steps:
+            raise UserError(f"{self.ckpt_path} is at step {ckpt.step}, beyond the "
+                            f"{self.identity.steps} steps the firmware plans{again}")
+        if self.identity.guard:
+            self._check_best(ckpt.step)
+
+    def _check_best(self, step: int) -> None:
+        """The guard's best slot of a resumed run; lost, it restarts from the checkpoint
+        (the guard then keeps the better of it and what follows), never looped on."""
+        try:
+            best = checkpoint.load(self.best_path)
+        except DataError as exc:
+            problem = str(exc)
+        else:
+            if best.model_sha256 == self.identity.model_sha256:
+                return
+            problem = f"{self.best_path} belongs to another model"
+        self._say(f"{problem}; the guard's best parameters restart from "
+                  f"{self.ckpt_path.name} (step {step})")
+        write_atomic(self.best_path, self.ckpt_path.read_bytes(), sync=True)
 
     def _saved_step(self) -> int:
         return checkpoint.load(self.ckpt_path).step if self.ckpt_path.is_file() else 0
 
+    def _has_record(self) -> bool:
+        return (self.run_dir / "run.json").is_file()
+
     def _record(self) -> dict:
-        path = self.run_dir / "run.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        """RUN/run.json (empty before the first write); a damaged one is one line."""
+        return read_run_record(self.run_dir) if self._has_record() else {}
 
     def _write_record(self, record: dict) -> None:
-        (self.run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_atomic(self.run_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
 
     def _open_metrics(self, step: int) -> None:
         self.metrics = MetricsLog(self.run_dir / "metrics.csv",
@@ -506,6 +573,14 @@ def _guard_fields(text: str) -> dict | None:
         key, _, value = part.partition("=")
         fields[key] = int(value) if value.isdigit() else value
     return fields
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def describe_status(code: int) -> str:

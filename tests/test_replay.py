@@ -99,8 +99,11 @@ def test_simulator_records_what_replay_needs():
 def test_scalar_file_round_trip_and_damage(tmp_path):
     scalars = {(0, 0): np.array([5, -7, 1 << 30], np.int32), (0, 1): np.array([0], np.int32)}
     path = tmp_path / "scalars.bin"
-    replay.write(path, scalars)
+    owner = replay.ScalarOwner(bytes(range(32)), 7, 20, 2, 0.01)
+    replay.write(path, scalars, owner)
     back = replay.read(path)
+    assert replay.read_owner(path) == replay.ScalarOwner(bytes(range(32)), 7, 20, 2,
+                                                          float(np.float32(0.01)))
     assert back.keys() == scalars.keys()
     assert all(np.array_equal(back[k], scalars[k]) for k in scalars)
     data = bytearray(path.read_bytes())
@@ -150,6 +153,17 @@ def test_replay_command_matches_the_training_run(tmp_path, capsys):
                  str(run / "checkpoint.bin")]) == 0
     said = capsys.readouterr().out
     assert "identical" in said and out.read_bytes() == (run / "checkpoint.bin").read_bytes()
+    assert replay.read_owner(run / "scalars.bin") == replay.ScalarOwner.of_build(
+        replay.build_config(project)[0], hashlib.sha256(model.read_bytes()).digest())
+    # another build (another seed) of the same model: the scalars name their own run
+    reseeded = tmp_path / "fw_seed2"
+    assert main(["build", str(model), "--target", "native", "-o", str(reseeded), *options,
+                 "--seed", "2"]) == 0
+    assert main(["replay", str(model), "--build", str(reseeded), "--scalars",
+                 str(run / "scalars.bin"), "-o", str(tmp_path / "other.bin")]) == 2
+    err = capsys.readouterr().err
+    assert "belongs to another run" in err and "seed 1" in err and "seed 2" in err
+    assert not (tmp_path / "other.bin").exists()
     other = _resolve("shared:kws_ref_model.tflite")
     assert main(["replay", str(other), "--build", str(project), "--scalars",
                  str(run / "scalars.bin"), "-o", str(out)]) == 2

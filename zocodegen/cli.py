@@ -195,6 +195,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="pull a checkpoint and measure accuracy every K steps (default T/10)")
     p.add_argument("--timeout", type=_SECONDS, default=60.0, metavar="S",
                    help="give up when the device sends nothing for S seconds (default 60)")
+    p.add_argument("--force", action="store_true",
+                   help="start anew: delete the run already in RUN (it is resumed otherwise)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
@@ -676,7 +678,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if not args.image.is_file():
         raise UserError(f"image not found: {args.image}")
     trainer = Trainer(_device(args), args.image, args.output, steps=args.steps,
-                      checkpoint_every=args.checkpoint_every, timeout=args.timeout)
+                      checkpoint_every=args.checkpoint_every, timeout=args.timeout,
+                      force=args.force)
     summary = trainer.run()
     acc = ""
     if summary.accuracy_after is not None:
@@ -770,7 +773,11 @@ def cmd_fleet_join(args: argparse.Namespace) -> None:
     node = node_config(args.image, args.build, args.state, args.port, args.native, args.qemu)
     with Flower(args.state / "flower") as flower:
         print(f"fleet: joining {args.superlink} (Ctrl-C to leave)", flush=True)
-        flower.supernode(args.superlink, node, "device", foreground=True).wait()
+        status = flower.supernode(args.superlink, node, "device", foreground=True).wait()
+    if status != 0:  # e.g. the endpoint answers but is no Flower SuperLink
+        raise UserError(f"the Flower SuperNode left {args.superlink} with status {status}: is "
+                        "a `zocodegen fleet serve` SuperLink listening there? (its output is "
+                        "above)")
 
 
 def cmd_fleet_local(args: argparse.Namespace) -> None:
@@ -812,6 +819,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full disk, a vanished file or port: foreseeable, one line
+        if os.environ.get("ZOCODEGEN_DEBUG"):
+            traceback.print_exc()
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"zocodegen: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("zocodegen: interrupted", file=sys.stderr)
         return 130

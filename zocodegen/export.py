@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import UserError
 from .files import atomic_writer, check_output
+from .frontends import check_model_file
 from .ir import TRAINABLE_OP_TYPES, Graph, Op
 
 _SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
@@ -74,8 +75,7 @@ def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarra
 # --------------------------------------------------------------------------------------------
 
 def _model_kind(path: Path) -> str:
-    if not path.is_file():
-        raise UserError(f"{path}: no such model file")
+    check_model_file(path)
     with path.open("rb") as f:
         head = f.read(8)
     if head[4:8] == b"TFL3":

@@ -78,10 +78,9 @@ class DeviceClient:
         run = self.state / f"round-{message['round']:04d}"
         shutil.rmtree(run, ignore_errors=True)
         run.mkdir(parents=True)
-        checkpoint.save_bytes(run / "checkpoint.bin", start)
         stop = message["first-step"] + message["steps"]
         Trainer(self.device(), self.image, run, steps=stop, checkpoint_every=message["steps"],
-                timeout=self.timeout, progress=False, log=self.log).run()
+                timeout=self.timeout, progress=False, log=self.log, start=start).run()
         end = (run / "checkpoint.bin").read_bytes()
         if not self.config.record_scalars:
             return make_update(start, end, None, self.samples)

@@ -58,6 +58,7 @@ class HostLink:
         self._last: tuple[int, int] | None = None  # (type, seq) of the last request
         self._cached: bytes | None = None
         self.retransmissions = 0  # duplicate requests answered from the cache
+        self.received = 0  # bytes read from the line, frames or not
 
     @property
     def dropped(self) -> int:
@@ -74,6 +75,7 @@ class HostLink:
             except (SerialException, OSError) as exc:
                 self._line_failed(exc)
             if data:
+                self.received += len(data)
                 self._pending.extend(self._decoder.feed(data))
         return self._pending.pop(0)
 

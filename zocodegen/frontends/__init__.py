@@ -9,10 +9,17 @@ from ..ir import Graph
 from .validate import validate
 
 
-def load_model(path: str | Path) -> Graph:
-    path = Path(path)
+def check_model_file(path: Path) -> None:
+    """A model argument that is no file, named as what it is."""
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory: MODEL is a .tflite or .onnx file")
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
+
+
+def load_model(path: str | Path) -> Graph:
+    path = Path(path)
+    check_model_file(path)
     head = path.open("rb").read(8)
     if head[4:8] == b"TFL3":
         from .tflite import load_tflite
@@ -26,4 +33,4 @@ def load_model(path: str | Path) -> Graph:
     return graph
 
 
-__all__ = ["load_model"]
+__all__ = ["check_model_file", "load_model"]

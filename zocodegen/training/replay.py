@@ -5,10 +5,12 @@ the parameters from those alone, bit for bit: the server of a fleet can reproduc
 model from a few scalars per step (docs/training.md "Replay").
 
 The scalar file (``RUN/scalars.bin``, written by ``zocodegen train``): the magic
-``ZOSCAL01``, then per (step, layer) a record ``u32 step, u16 layer, u16 count, count x
-int32, u32 CRC-32`` (zlib's CRC-32 of the record's bytes before it), little-endian. A record
-sent again (a device that restarted from a checkpoint repeats steps) replaces the earlier
-one.
+``ZOSCAL02``; the run it belongs to, ``32 B model SHA-256, u32 seed, u32 steps, u16 queries,
+u16 0, f32 lr, u32 CRC-32``, so a replay refuses another run's scalars; then per (step,
+layer) a record ``u32 step, u16 layer, u16 count, count x int32, u32 CRC-32`` (zlib's CRC-32
+of the record's bytes before it), little-endian. A record sent again (a device that
+restarted from a checkpoint repeats steps) replaces the earlier one. ``ZOSCAL01`` files
+(before the owner) are read, without the owner check.
 """
 from __future__ import annotations
 
@@ -30,11 +32,37 @@ from .config import TrainConfig
 from .plan import TrainingPlan, training_plan
 from .simulator import Params, initial_params, replay_step, to_checkpoint
 
-MAGIC = b"ZOSCAL01"
+MAGIC = b"ZOSCAL02"
+LEGACY_MAGIC = b"ZOSCAL01"
+_OWNER = struct.Struct("<32sIIHHf")
 _HEAD = struct.Struct("<IHH")
 _CRC = struct.Struct("<I")
 
 Scalars = dict[tuple[int, int], np.ndarray]  # (step, trainable layer) -> int32 (Q,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarOwner:
+    """The run a scalar file belongs to: what the device's HELLO and the build's manifest
+    both say, so either side can name it."""
+    model_sha256: bytes
+    seed: int
+    steps: int
+    queries: int
+    lr: float
+
+    def encode(self) -> bytes:
+        body = _OWNER.pack(self.model_sha256, self.seed, self.steps, self.queries, 0, self.lr)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def of_build(cls, config: TrainConfig, model_sha256: bytes) -> "ScalarOwner":
+        lr = float(np.float32(config.lr))  # the firmware's eta, as HELLO reports it
+        return cls(model_sha256, config.seed, config.steps, config.queries, lr)
+
+    def describe(self) -> str:
+        return (f"model {self.model_sha256.hex()[:12]}..., seed {self.seed}, {self.steps} "
+                f"steps, Q={self.queries}, lr {self.lr:g}")
 
 
 def assemble(pieces: Iterable) -> Scalars:
@@ -54,30 +82,48 @@ def encode_record(step: int, layer: int, values: np.ndarray) -> bytes:
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def write(path: Path, scalars: Scalars) -> None:
-    write_atomic(path, encode(scalars), sync=True)
+def write(path: Path, scalars: Scalars, owner: ScalarOwner) -> None:
+    write_atomic(path, encode(scalars, owner), sync=True)
 
 
 def read(path: Path) -> Scalars:
     """Every record of a scalar file, refusing a damaged one by position."""
+    return decode(_read(path), str(path))[1]
+
+
+def read_owner(path: Path) -> ScalarOwner | None:
+    """The run a scalar file belongs to (None for a ``ZOSCAL01`` file, which does not say)."""
+    return decode(_read(path), str(path))[0]
+
+
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None
-    return decode(data, str(path))
 
 
-def encode(scalars: Scalars) -> bytes:
+def encode(scalars: Scalars, owner: ScalarOwner) -> bytes:
     """A scalar file's bytes (what ``write`` stores and a fleet device uploads)."""
-    return MAGIC + b"".join(encode_record(s, l, v) for (s, l), v in sorted(scalars.items()))
+    return MAGIC + owner.encode() + b"".join(
+        encode_record(s, l, v) for (s, l), v in sorted(scalars.items()))
 
 
-def decode(data: bytes, where: str) -> Scalars:
-    """The records of a scalar file's bytes; ``where`` names them in errors."""
-    if not data.startswith(MAGIC):
+def decode(data: bytes, where: str) -> tuple[ScalarOwner | None, Scalars]:
+    """The owner and records of a scalar file's bytes; ``where`` names them in errors."""
+    owner, pos = None, len(MAGIC)
+    if data.startswith(MAGIC):
+        end = pos + _OWNER.size
+        if end + _CRC.size > len(data) or _CRC.unpack_from(data, end)[0] != zlib.crc32(
+                data[pos:end]):
+            raise DataError(f"{where}: the header naming its run is cut short or fails its "
+                            "CRC-32")
+        sha, seed, steps, queries, _, lr = _OWNER.unpack_from(data, pos)
+        owner, pos = ScalarOwner(sha, seed, steps, queries, lr), end + _CRC.size
+    elif not data.startswith(LEGACY_MAGIC):
         raise DataError(f"{where} is not a scalar file of `zocodegen train` (no {MAGIC!r})")
     out: Scalars = {}
-    pos, index = len(MAGIC), 0
+    index = 0
     while pos < len(data):
         if pos + _HEAD.size > len(data):
             raise DataError(f"{where}: record {index} is cut short")
@@ -91,7 +137,7 @@ def decode(data: bytes, where: str) -> Scalars:
                             "CRC-32")
         out[(step, layer)] = np.frombuffer(data, "<i4", count, pos + _HEAD.size).astype(np.int32)
         pos, index = end + _CRC.size, index + 1
-    return out
+    return owner, out
 
 
 def replay(plan: TrainingPlan, params: Params, scalars: Scalars, stop: int, first: int = 0
@@ -153,7 +199,11 @@ def replay_build(model_path: Path, graph: Graph, build: Path, scalars_path: Path
         raise UserError(f"{build} was built without --record-scalars: its device sends no "
                         "scalars to replay")
     plan = training_plan(graph, config)
-    scalars = read(scalars_path)
+    owner, scalars = decode(_read(scalars_path), str(scalars_path))
+    expected = ScalarOwner.of_build(config, model_sha)
+    if owner is not None and owner != expected:
+        raise UserError(f"{scalars_path} belongs to another run ({owner.describe()}) than "
+                        f"{build} ({expected.describe()}): pass the run's own scalars.bin")
     if steps is None:
         steps = 1 + max((step for step, _ in scalars), default=-1)
     params = replay(plan, initial_params(graph, plan), scalars, steps)
