@@ -1,4 +1,4 @@
-"""The ``zocodegen`` command line (DESIGN.md section 8).
+"""The ``zocodegen`` commands (DESIGN.md section 8); their options are in ``cli_options``.
 
 Exit status: 0 success, 2 bad input or usage (one line on stderr, no traceback),
 1 internal failure. Set ZOCODEGEN_DEBUG=1 to see tracebacks of internal failures.
@@ -15,437 +15,29 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from . import __version__
 from .errors import DataError, UserError, check_finite
 from .files import atomic_writer, check_output
-from .codegen import BUILD_TARGETS, BuildOptions, device_graph
+from .codegen import BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
-from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
-from .codegen.training_regions import RECOMPUTE_MODES
 from .frontends import load_model
 from .ir import Graph
 from .build import cached_build, generate
+from .cli_options import build_parser, set_train_options, train_config
 from .engines import run_samples
 from .flash import flash_project
 from .host.devices import open_port
-from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .host.monitor import monitor
 from .host.trainer import Device, Trainer, open_device
 from .reference import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import (BLOCKS_AUTO, BP_AUTO, ESTIMATORS, TrainConfig, parse_blocks,
-                              parse_bp_layers, parse_layer_list)
-from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION, pack
+from .training.config import BLOCKS_AUTO, BP_AUTO
+from .training.data import pack
+from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .training.export import export_checkpoint
 from .training.replay import replay_build
 from .training.runner import simulate
-
-ENGINES = ("reference", "native", "qemu")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's contract: a usage error is one line on stderr and exit 2 (the
-    usage block stays in --help)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"zocodegen: error: {self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def _integer(minimum: int, maximum: int | None = None):
-    """An argparse type: an integer in [minimum, maximum], one shared rule for every option."""
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expects an integer, got '{text}'") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return value
-    return convert
-
-
-def _real(minimum: float, maximum: float | None = None, open_minimum: bool = False):
-    """An argparse type: a finite number above (or from) minimum, up to maximum."""
-    def convert(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expects a number, got '{text}'") from None
-        low_ok = value > minimum if open_minimum else value >= minimum
-        if not (np.isfinite(value) and low_ok and (maximum is None or value <= maximum)):
-            low = f"{'above' if open_minimum else 'at least'} {minimum:g}"
-            high = "" if maximum is None else f" and at most {maximum:g}"
-            raise argparse.ArgumentTypeError(f"must be a finite number {low}{high}, got {text}")
-        return value
-    return convert
-
-
-_SECONDS = _real(0.0, open_minimum=True)
-_SEED = _integer(0, 0xFFFFFFFF)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="zocodegen",
-        description="Turn an INT8 TFLite/ONNX model into Cortex-M7 firmware that runs and "
-                    "trains it without back-propagation.")
-    parser.add_argument("--version", action="version", version=f"zocodegen {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
-
-    p = sub.add_parser("inspect", help="per-layer shapes, quantization, parameters, MACs")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--target", choices=TARGET_NAMES, help="also compare with a target's budget")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_inspect)
-
-    p = sub.add_parser("infer", help="run the model on a batch of inputs")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--input", type=Path, required=True, metavar="X.npy",
-                   help="inputs with a leading batch axis (.npz keyed by input name when "
-                        "the model has several inputs)")
-    p.add_argument("--output", type=Path, required=True, metavar="Y.npy",
-                   help="where to write outputs: .npy for one output, .npz keyed by output "
-                        "name (required when the model has several outputs)")
-    p.add_argument("--engine", choices=ENGINES, default="reference",
-                   help="reference: the bit-exact numpy golden model; native: the generated C "
-                        "built with the host compiler; qemu: the generated C on an emulated "
-                        "Cortex-M7 (builds are cached by content hash)")
-    p.add_argument("--target", choices=TARGET_NAMES, default="stm32f746",
-                   help="the board whose memory budget native/qemu builds stand for "
-                        "(default stm32f746)")
-    _add_memory_options(p)
-    p.set_defaults(func=cmd_infer)
-
-    p = sub.add_parser("build", help="generate the firmware project (C sources, Makefile, "
-                                     "PlatformIO project, memory report)")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--target", choices=BUILD_TARGETS, required=True,
-                   help="native (host gcc), qemu (mps2-an500), or a board")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
-                   help="project directory (default: <model name>_<target>)")
-    p.add_argument("--emulate", choices=TARGET_NAMES, default="stm32f746",
-                   help="for native/qemu: the board whose SRAM budget applies (default "
-                        "stm32f746)")
-    p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
-                   help="also generate the on-device zeroth-order training engine")
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="auto",
-                   help="training: let WP layers restart their queries from an earlier "
-                        "layer's saved activations, recomputing the layers between, instead "
-                        "of saving their own (docs/memory.md): auto when that costs under "
-                        "1 %% of a step's MACs or the build does not fit otherwise "
-                        "(default), on for the least SRAM, off")
-    _add_memory_options(p)
-    _add_train_options(p, default_queries=50)
-    p.set_defaults(func=cmd_build)
-
-    p = sub.add_parser("simulate", help="zeroth-order training in the bit-exact numpy "
-                                        "simulator (what the device computes)")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--data", type=Path, required=True, metavar="DATA.npz|IMAGE",
-                   help="x (N, *input shape) in the input dtype, y (N,) labels; optional "
-                        "x_test/y_test for accuracy; without x_val/y_val, the val split "
-                        "`pack` sets aside by default is taken out of x; or the image `pack` "
-                        "made of them (the device's samples in the device's order)")
-    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
-                   help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
-    p.add_argument("--mode", choices=("full", "sparse"), default="full",
-                   help="train all selected layers, or one block of them (--block)")
-    _add_train_options(p, default_queries=100)
-    p.add_argument("--eval-every", type=_integer(1), metavar="K",
-                   help="test accuracy every K steps (default: 20 times per run)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from RUN/checkpoint.bin (the model, data and options must "
-                        "be the run's, as RUN/run.json records them)")
-    p.add_argument("--force", action="store_true",
-                   help="start anew in a RUN that holds a run, deleting its files")
-    p.set_defaults(func=cmd_simulate)
-
-    p = sub.add_parser("pack", help="write DATA.npz as the data image the device trains from "
-                                    "(SD-card-style, docs/image.md)")
-    p.add_argument("data", type=Path, metavar="DATA.npz")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="IMAGE")
-    p.add_argument("--model", type=Path, metavar="MODEL",
-                   help="check the data against MODEL, record its sha256 and input "
-                        "quantization, and size the checkpoint area for its full training")
-    p.add_argument("--shuffle", type=_SEED, metavar="SEED",
-                   help="permute the train split with numpy's default_rng(SEED) (default: "
-                        "the order of DATA.npz; val/test always keep theirs)")
-    p.add_argument("--checkpoint-kb", type=_integer(0), metavar="K",
-                   help="checkpoint area of K KiB (default: full training of MODEL, without "
-                        f"--model {DEFAULT_CHECKPOINT_BYTES // 1024} KiB)")
-    p.add_argument("--val-fraction", type=_real(0.0), default=DEFAULT_VAL_FRACTION, metavar="F",
-                   help="without x_val in DATA.npz: set aside this share of each class's "
-                        "train records as the val split, chosen with a fixed seed as "
-                        f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
-    p.set_defaults(func=cmd_pack)
-
-    p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
-                                     "starts) from a packed image, with a live monitor")
-    _add_device_options(p)
-    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
-                   help="run directory: checkpoint.bin, metrics.csv, curves.png; an existing "
-                        "run is resumed from its checkpoint (default run)")
-    p.add_argument("--steps", type=_integer(1), metavar="T",
-                   help="train until step T (default: the T the firmware was built with)")
-    p.add_argument("--checkpoint-every", type=_integer(1), metavar="K",
-                   help="pull a checkpoint and measure accuracy every K steps (default T/10)")
-    p.add_argument("--timeout", type=_SECONDS, default=60.0, metavar="S",
-                   help="give up when the device sends nothing for S seconds (default 60)")
-    p.add_argument("--force", action="store_true",
-                   help="start anew: delete the run already in RUN (it is resumed otherwise)")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
-    p.add_argument("--port", required=True, metavar="URL")
-    p.add_argument("--duration", type=_SECONDS, metavar="S", help="stop after S seconds")
-    p.set_defaults(func=cmd_monitor)
-
-    p = sub.add_parser("export", help="write trained parameters into a copy of the model")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("replay", help="rebuild a --record-scalars run's parameters from the "
-                       "model, the build's options and the device's query sums")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--build", type=Path, required=True, metavar="DIR",
-                   help="the project `zocodegen build --record-scalars` wrote")
-    p.add_argument("--scalars", type=Path, required=True, metavar="RUN/scalars.bin")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="CHECKPOINT")
-    p.add_argument("--check", type=Path, metavar="CHECKPOINT",
-                   help="the device's checkpoint: replay as many steps and compare bytes")
-    p.set_defaults(func=cmd_replay)
-
-    p = sub.add_parser("flash", help="upload a stm32f746/stm32h7b3 project to its board "
-                                     "through the ST-LINK (PlatformIO's pio run -t upload)")
-    p.add_argument("project", type=Path, metavar="DIR",
-                   help="the project directory `build --target stm32f746|stm32h7b3` wrote")
-    p.add_argument("--port", "--upload-port", dest="port", metavar="PORT",
-                   help="PlatformIO's --upload-port (default: PlatformIO finds the probe)")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="pio run -v: show every command PlatformIO runs")
-    p.set_defaults(func=cmd_flash)
-
-    _add_fleet_parser(sub)
-    return parser
-
-
-def _add_device_options(p: argparse.ArgumentParser, image: bool = True) -> None:
-    """Where the device is (train, fleet join) and its data image."""
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", metavar="URL",
-                       help="the board's serial port (/dev/ttyACM0, socket://HOST:PORT, any "
-                            "pyserial URL)")
-    where.add_argument("--native", type=Path, metavar="DIR",
-                       help="start the native firmware of project DIR (built if needed)")
-    where.add_argument("--qemu", type=Path, metavar="DIR",
-                       help="start the QEMU firmware of project DIR (built if needed)")
-    p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
-                   help="the data image made by `zocodegen pack` (never modified)")
-
-
-def _add_fleet_parser(sub) -> None:
-    fleet = sub.add_parser("fleet", help="train one model on many devices with Flower: "
-                           "devices upload seeds' scalars, the server replays and averages "
-                           "(docs/fleet.md)").add_subparsers(dest="fleet_command",
-                                                             required=True)
-
-    def server_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("model", type=Path, metavar="MODEL")
-        p.add_argument("--build", type=Path, required=True, metavar="DIR",
-                       help="the training project every device runs (`zocodegen build "
-                            "--train ... --no-guard --lr ETA`, --record-scalars to upload "
-                            "scalars)")
-        p.add_argument("-o", "--output", type=Path, default=Path("fleet"), metavar="OUT",
-                       help="fleet.json, model.bin (the averaged model), flower/ (logs); an "
-                            "existing run is resumed from its last round (default fleet)")
-        p.add_argument("--rounds", type=_integer(1), default=5, metavar="R")
-        p.add_argument("--steps-per-round", type=_integer(1), default=20, metavar="K",
-                       help="local steps of each device per round (default 20)")
-        p.add_argument("--min-devices", type=_integer(1), default=3, metavar="N",
-                       help="start a round once N devices are connected (default 3)")
-        p.add_argument("--wait", type=_real(0.0), default=120.0, metavar="S",
-                       help="...or after S seconds with the devices there are (default 120)")
-        p.add_argument("--deadline", type=_SECONDS, default=600.0, metavar="S",
-                       help="a device that has not answered S seconds into a round is left "
-                            "out of it (default 600)")
-        p.add_argument("--test", type=Path, metavar="DATA.npz",
-                       help="score the averaged model on this test split after every round")
-
-    p = fleet.add_parser("serve", help="start a SuperLink and run the server; devices join "
-                                       "with `zocodegen fleet join`")
-    server_options(p)
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
-    p.add_argument("--listen-port", type=_integer(1, 65535), default=8000, metavar="PORT",
-                   help="the SuperLink's port (default 8000)")
-    p.set_defaults(func=cmd_fleet_serve)
-
-    p = fleet.add_parser("join", help="connect one device to a fleet server (a Flower "
-                                      "SuperNode; runs until interrupted)")
-    p.add_argument("--superlink", required=True, metavar="HOST:PORT",
-                   help="the address `fleet serve` printed")
-    _add_device_options(p)
-    p.add_argument("--build", type=Path, required=True, metavar="DIR",
-                   help="the project the device runs (its manifest names the model)")
-    p.add_argument("--state", type=Path, default=Path("fleet-device"), metavar="DIR",
-                   help="per-round runs and the last model received (default fleet-device)")
-    p.set_defaults(func=cmd_fleet_join)
-
-    p = fleet.add_parser("local", help="try a fleet on one machine: a server and one "
-                                       "emulated device per image")
-    server_options(p)
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--native", type=Path, metavar="DIR",
-                       help="every device runs the native firmware of project DIR")
-    where.add_argument("--qemu", type=Path, metavar="DIR",
-                       help="every device runs the QEMU firmware of project DIR")
-    p.add_argument("--images", type=Path, nargs="+", required=True, metavar="IMAGE",
-                   help="one data image per device")
-    p.set_defaults(func=cmd_fleet_local)
-
-
-def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
-    g = p.add_argument_group("training options (DESIGN.md section 4)")
-    first = len(p._actions)
-    g.add_argument("--steps", type=_integer(1), default=100, metavar="T",
-                   help="optimisation steps; the cosine schedule decays over them")
-    g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
-    g.add_argument("--queries", type=_integer(1), default=default_queries, metavar="Q",
-                   help=f"perturbations per layer and step (default {default_queries})")
-    g.add_argument("--batch", type=_integer(1), default=1, metavar="N",
-                   help="samples per step (gradient accumulation)")
-    g.add_argument("--lr", default="auto", metavar="ETA|auto",
-                   help="learning rate, or auto (default): short trials of 0.003, 0.01, "
-                        "0.03 scored on the validation split pick it")
-    g.add_argument("--no-guard", action="store_true",
-                   help="no training guard (default on: validation checks keep the best "
-                        "parameters, roll back and halve eta when validation falls)")
-    g.add_argument("--guard-every", type=_integer(0), default=0, metavar="K",
-                   help="steps between the guard's checks (default: about 2%% of the run's "
-                        "forward passes)")
-    g.add_argument("--guard-samples", type=_integer(1), default=128, metavar="V",
-                   help="validation records per check (default 128)")
-    g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
-    g.add_argument("--seed", type=_SEED, default=1, metavar="S")
-    g.add_argument("--estimator", choices=ESTIMATORS, default="adaptive",
-                   help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
-                        "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
-                        "of two forwards each (simulator only); int8: ElasticZO-INT8, "
-                        "integer-only for cores without an FPU (sparse uniform perturbations, "
-                        "sign of the two-point difference, updates of --b-zo bits); split: "
-                        "FedSPZO's split perturbation, Q perturbations of the layers before "
-                        "--cutoff each followed by --inner-queries two-sided perturbations "
-                        "of the rest on their output")
-    g.add_argument("--cutoff", type=_integer(0), metavar="I",
-                   help="split: the trainable layer where block 2 starts (default: the last "
-                        "trained layer, the paper's f_2)")
-    g.add_argument("--inner-queries", type=_integer(1, 64), default=2, metavar="P_S",
-                   help="split: block-2 perturbations per block-1 direction and side "
-                        "(FedSPZO's P_s, default 2; P_2 = 2 Q P_s)")
-    g.add_argument("--r-max", type=_integer(1, 127), default=7, metavar="R",
-                   help="int8: perturbations uniform on [-R, R] (default 7)")
-    g.add_argument("--p-zero", default="schedule", metavar="P|schedule",
-                   help="int8: share of zeros in a perturbation, or the paper's schedule "
-                        "0.33, 0.5, 0.9 from 0, 20 %%, 50 %% of the run (default)")
-    g.add_argument("--b-zo", type=_integer(1, 8), default=1, metavar="BITS",
-                   help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
-    g.add_argument("--b-bp", type=_integer(1, 8), default=1, metavar="BITS",
-                   help="int8 with --bp-layers: the BP update rounded to BITS bits (default 1)")
-    g.add_argument("--perturbation", default="xorshift", metavar="xorshift|pool:N|rotating:n",
-                   help="where perturbations come from (PeZO): a fresh XORShift32 draw per "
-                        "value (default), a pool of N = 2^k - 1 values drawn at build time "
-                        "and kept in flash, or n rotating 8-bit LFSRs")
-    g.add_argument("--distribution", choices=("rademacher", "uniform"), default="rademacher",
-                   help="perturbation values: +-1 (default), or uniform int8 values scaled "
-                        "to a same-dimension Gaussian's norm (PeZO Eq. 3-5)")
-    g.add_argument("--two-sided", action="store_true",
-                   help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
-                        "loop): two forwards per query")
-    g.add_argument("--query-batch", type=_integer(1), default=1, metavar="B",
-                   help="device: evaluate B query forwards together, layer by layer, so "
-                        "each weight load serves B inputs (P-RGE's outer loop; B-wide "
-                        "activations; default 1)")
-    g.add_argument("--record-scalars", action="store_true",
-                   help="build: the device sends each WP layer's query sums, from which "
-                        "`zocodegen replay` rebuilds its parameters exactly (needs "
-                        "--estimator wp, --no-guard and a fixed --lr)")
-    g.add_argument("--max-step", type=_real(0.0, 127.0), default=2.0, metavar="U",
-                   help="update clipping: a step moves no weight by more than U LSB, the "
-                        "layer's update scaled down as a whole (default 2; 0 turns it off)")
-    g.add_argument("--no-scaling", action="store_true",
-                   help="neither learning-rate scaling (both switches below)")
-    g.add_argument("--no-gnorm-scaling", action="store_true",
-                   help="no gradient-norm scaling NQ/(NQ+d-1) (paper Eq. 8, Fig. 7 ablation)")
-    g.add_argument("--no-quant-scaling", action="store_true",
-                   help="no quantization-aware scaling 1/s^2 (paper Eq. 8, Fig. 7 ablation)")
-    g.add_argument("--bp-layers", default="0", metavar="C|auto",
-                   help="train the model's last C trainable layers by exact "
-                        "back-propagation, the rest by zeroth-order (ElasticZO's hybrid; "
-                        "default 0). auto: the largest C whose buffers fit the board")
-    g.add_argument("--layers", metavar="LIST",
-                   help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
-    g.add_argument("--blocks", default="4", metavar="N|auto",
-                   help="sparse mode: number of blocks (default 4); auto: the fewest blocks "
-                        "whose build fits the board (most layers trained at once)")
-    g.add_argument("--block", metavar="K|auto", default="auto",
-                   help="sparse mode: the block to train, or auto (default): a one-epoch "
-                        "trial of each block, then the one with the best held-out gain")
-    g.add_argument("--trial-samples", type=_integer(1), default=64, metavar="S",
-                   help="sparse --block auto: train each trial on the first S training "
-                        "samples, score it on the last S (default 64)")
-    # what `build --train none` refuses when set: options it would silently ignore
-    p.set_defaults(train_option_defaults={a.dest: (a.option_strings[0], a.default)
-                                          for a in p._actions[first:]})
-
-
-def _set_train_options(args: argparse.Namespace) -> list[str]:
-    return [option for dest, (option, default) in args.train_option_defaults.items()
-            if getattr(args, dest) != default]
-
-
-def _number(text: str, keyword: str, convert, message: str):
-    """An option that is a number or a keyword: None for the keyword."""
-    if text == keyword:
-        return None
-    try:
-        return convert(text)
-    except ValueError:
-        raise UserError(f"{message}, got '{text}'") from None
-
-
-def _train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
-    block = _number(args.block, "auto", int, "--block expects a block index or auto")
-    for option, value, default in (("--block", args.block, "auto"),
-                                   ("--blocks", args.blocks, "4"),
-                                   ("--trial-samples", args.trial_samples, 64)):
-        if mode != "sparse" and value != default:
-            raise UserError(f"{option} chooses among sparse mode's blocks; add "
-                            f"{'--mode' if hasattr(args, 'mode') else '--train'} sparse or "
-                            f"drop {option}")
-    lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
-    p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
-    lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
-    lr = 0.01 if lr is None else lr
-    return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
-                       lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
-                       max_step=args.max_step,
-                       guard_samples=args.guard_samples,
-                       schedule=args.schedule, seed=args.seed, estimator=args.estimator,
-                       gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
-                       quant_scaling=not (args.no_scaling or args.no_quant_scaling),
-                       layers=parse_layer_list(args.layers),
-                       bp_layers=parse_bp_layers(args.bp_layers),
-                       r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
-                       perturbation=args.perturbation, distribution=args.distribution,
-                       two_sided=args.two_sided, query_batch=args.query_batch,
-                       record_scalars=args.record_scalars, cutoff=args.cutoff,
-                       inner_queries=args.inner_queries, mode=mode, blocks=parse_blocks(args.blocks), block=block,
-                       trial_samples=args.trial_samples)
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -463,17 +55,6 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print(json.dumps(data, indent=2))
     else:
         print(format_summary(summary, budget))
-
-
-def _add_memory_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--patches", choices=PATCH_MODES, default="auto",
-                   help="patch-based inference of the first stage (MCUNetV2; docs/memory.md): "
-                        "auto when the build would not fit the board otherwise (default), on "
-                        "whenever it lowers the arena, off; inference builds only")
-    p.add_argument("--input-quantize", choices=INPUT_QUANTIZE_MODES, default="device",
-                   help="host: the host runs the model's leading float32 -> int8 QUANTIZE "
-                        "and the device takes the int8 input (a quarter of the bytes); "
-                        "default device")
 
 
 def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
@@ -577,7 +158,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
 def cmd_build(args: argparse.Namespace) -> None:
     out = args.output or Path(f"{args.model.stem}_{args.target}")
     train = None
-    ignored = _set_train_options(args)
+    ignored = set_train_options(args)
     if args.train == "none" and ignored:
         raise UserError(f"{', '.join(ignored)} set training options, but --train none builds "
                         "inference only: add --train full or --train sparse")
@@ -588,7 +169,7 @@ def cmd_build(args: argparse.Namespace) -> None:
         if args.estimator == "mezo":
             raise UserError("--estimator mezo is a simulator baseline; the device runs "
                             "adaptive, wp or np")
-        train = _train_config(args, args.train)
+        train = train_config(args, args.train)
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
@@ -617,7 +198,7 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
-    config = _train_config(args, args.mode)
+    config = train_config(args, args.mode)
     if args.resume and args.force:
         raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
     result = simulate(args.model, args.data, args.output, config, epochs=args.epochs,
@@ -805,13 +386,20 @@ def cmd_flash(args: argparse.Namespace) -> None:
           "--port PORT (its ST-LINK virtual COM port, /dev/ttyACM0 on Linux)")
 
 
+COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,
+            "simulate": cmd_simulate, "pack": cmd_pack, "train": cmd_train,
+            "monitor": cmd_monitor, "export": cmd_export, "replay": cmd_replay,
+            "flash": cmd_flash, "fleet_serve": cmd_fleet_serve, "fleet_join": cmd_fleet_join,
+            "fleet_local": cmd_fleet_local}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        args.func(args)
+        COMMANDS[args.handler](args)
     except UserError as exc:
         message = " ".join(str(exc).split("\n"))  # the contract is one line
         print(f"zocodegen: error: {message}", file=sys.stderr)
