@@ -118,8 +118,8 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
     classes = graph.tensor(graph.outputs[0]).size
     pack_image(image, data, np.arange(2) % classes, num_classes=classes,
                checkpoint_bytes=1 << 20)
-    config = TrainConfig(steps=1, queries=queries, mode=mode,
-                         block=0 if mode == "sparse" else None, **(options or {}))
+    config = TrainConfig(**{"steps": 1, "queries": queries, "mode": mode,
+                            "block": 0 if mode == "sparse" else None, **(options or {})})
     elf = cached_build(model, "qemu", emulate=target, train=config)
     records = []
     tag = "_".join(f"{k}{v}" for k, v in sorted((options or {}).items()))
