@@ -42,8 +42,9 @@ def git(*args: str, cwd: Path = REPO) -> str:
 
 @dataclass(frozen=True)
 class Tree:
-    """Code to measure: the working tree (root REPO, no rev) or a checkout of ``rev``."""
-    label: str  # what tables call it: "working tree" or "3694617"
+    """Code to measure: the working tree (root REPO, no package view), a checkout of ``rev``
+    or a source directory."""
+    label: str  # what tables call it: "working tree", "3694617" or a directory
     root: Path
     rev: str | None = None  # full commit hash of a checkout
     pythonpath: Path | None = None  # the package view a worker runs with
@@ -51,7 +52,7 @@ class Tree:
 
     @property
     def is_working_tree(self) -> bool:
-        return self.rev is None
+        return self.pythonpath is None
 
 
 def working_tree() -> Tree:
@@ -160,6 +161,18 @@ def checkout(rev: str) -> Iterator[Tree]:
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(root)],
                        capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def source_tree(root: Path) -> Iterator[Tree]:
+    """A source directory that is not a commit (e.g. `git archive` of one), with its package
+    view; nothing is checked out or patched."""
+    tmp = Path(tempfile.mkdtemp(prefix="zobench-"))
+    try:
+        _package_view(root.resolve(), tmp / "site")
+        yield Tree(str(root), root.resolve(), pythonpath=tmp / "site")
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -2,10 +2,11 @@
 (docs/training.md), so parameters after any number of steps are bit-identical.
 
 The device evaluates the Q perturbed copies of a layer one after the other; the simulator
-evaluates them as one batch (the reference kernels accept a leading variant axis on weights),
-which gives the same integers far faster. Activations of the clean forward stay in a dict,
-so the "global update" rule (every layer's estimate sees step t's network) holds by
-construction here; the C engine gets the same effect by re-running from saved activations.
+evaluates the copies of all layers of a step as one batch (training/wavefront.py) on the
+fast twins of the reference kernels (reference/fast.py), which gives the same integers far
+faster. Activations of the clean forward stay in a dict, so the "global update" rule (every
+layer's estimate sees step t's network) holds by construction here; the C engine gets the
+same effect by re-running from saved activations.
 """
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ from ..ir import Graph
 from ..numerics import rounding_divide_by_pot
 from ..reference.conv import tap_windows
 from ..reference.common import output_range
-from ..reference.registry import KERNELS, PRE_ACTIVATION
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
-from . import int8
+from . import int8, wavefront
 from .backprop import node_gradients, parameter_gradient
 from .guard import GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainableLayer, TrainingPlan
@@ -47,15 +47,9 @@ def initial_params(graph: Graph, plan: TrainingPlan) -> Params:
 def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int
             ) -> dict[str, np.ndarray]:
     """Run ops ``start..stop`` (inclusive) on a batch; ``env`` holds activations and the
-    trainable parameters (possibly with a variant axis). Returns the extended env."""
-    env = dict(env)
-    for op in graph.ops[start:stop + 1]:
-        args = [None if not n else env[n] if n in env else graph.tensor(n).data
-                for n in op.inputs]
-        for name, result in zip(op.outputs, KERNELS[op.type](op, graph, args)):
-            t = graph.tensor(name)
-            env[name] = result.astype(t.dtype, copy=False).reshape((-1,) + tuple(t.shape[1:]))
-    return env
+    trainable parameters (possibly with a variant axis: variant v owns the v-th share of the
+    batch rows). Returns the extended env."""
+    return wavefront.forward(graph, env, start, stop)
 
 
 def losses_q16(plan: TrainingPlan, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -74,25 +68,16 @@ def _tile(value: np.ndarray, copies: int) -> np.ndarray:
     return np.tile(value, (copies,) + (1,) * (value.ndim - 1))
 
 
-def _perturbed_params(layer: TrainableLayer, params: Params, xi: np.ndarray, repeat: int
-                      ) -> Params:
-    """The Q perturbed copies of one layer's weights (int8 saturation), each repeated for the
-    N samples of the batch: variant axis of Q * N."""
+def _perturbed_weights(layer: TrainableLayer, params: Params, xi: np.ndarray) -> np.ndarray:
+    """The layer's weights plus each row of ``xi`` (int8 saturation): (copies, *shape)."""
     w = params[layer.weights]
-    wq = np.clip(w[None].astype(np.int16) + xi.reshape((-1,) + w.shape), -128, 127)
-    return {layer.weights: np.repeat(wq.astype(np.int8), repeat, axis=0)}
+    return np.clip(w[None].astype(np.int16) + xi.reshape((-1,) + w.shape), -128, 127
+                   ).astype(np.int8)
 
 
-def _perturbed_losses(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                      env: dict, labels: np.ndarray, xi: np.ndarray) -> np.ndarray:
-    """Q16 losses (Q, N) of the forwards from the layer with its weights perturbed by each
-    row of ``xi`` (int8 saturation), every sample seeing every perturbation."""
-    q, n = len(xi), len(labels)
-    start = {name: _tile(env[name], q) for name in layer.crossing}
-    start.update(params)
-    start.update(_perturbed_params(layer, params, xi, n))
-    out = forward(graph, start, layer.op_index, plan.logits_op)
-    return losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
+def _perturbed_params(layer: TrainableLayer, params: Params, xi: np.ndarray) -> Params:
+    """The perturbed copies as a parameter with a variant axis (simulator.forward)."""
+    return {layer.weights: _perturbed_weights(layer, params, xi)}
 
 
 def wp_perturbations(plan: TrainingPlan, layer: TrainableLayer, seed: int) -> np.ndarray:
@@ -101,18 +86,6 @@ def wp_perturbations(plan: TrainingPlan, layer: TrainableLayer, seed: int) -> np
     q = plan.scalar_source(layer)[1]
     return plan.perturbation.values(seed, q * layer.weight_count, layer.perturb_shift
                                     ).reshape(q, layer.weight_count)
-
-
-def wp_query_sums(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                  env: dict, labels: np.ndarray, clean: np.ndarray, xi: np.ndarray
-                  ) -> np.ndarray:
-    """D_q, the batch's summed loss differences per query (int64, int32-exact): l(theta +
-    xi_q) - l (one-sided) or l(theta + xi_q) - l(theta - xi_q) (--two-sided, P-RGE's inner
-    loop). With the seed, all a WP update depends on (replay.py)."""
-    plus = _perturbed_losses(graph, plan, layer, params, env, labels, xi)
-    base = (_perturbed_losses(graph, plan, layer, params, env, labels, -xi)
-            if plan.config.two_sided else clean)
-    return loss_differences(plan, plus, base).sum(axis=1)
 
 
 def wp_gradient(xi: np.ndarray, sums: np.ndarray) -> Gradient:
@@ -156,38 +129,98 @@ def _accumulate_int32(per_sample: np.ndarray) -> np.ndarray:
 def pre_activation(graph: Graph, layer: TrainableLayer, env: dict) -> np.ndarray:
     """z of the clean forward (``env`` holds its activations and the step's parameters): the
     layer's requantized output before the fused activation's clamp (int64, output shape)."""
-    op = layer.op
-    args = [None if not name else env[name] if name in env else graph.tensor(name).data
-            for name in op.inputs]
-    return PRE_ACTIVATION[op.type](op, graph, args).reshape(env[layer.output].shape)
+    return wavefront.pre_activation(graph, layer.op_index, env).reshape(env[layer.output].shape)
 
 
-def _np_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                 env: dict, labels: np.ndarray, clean: np.ndarray, seed: int) -> Gradient:
-    """Node perturbation as the paper writes it (Eq. 9/10): the next layer sees h(z + xi)
-    with z the pre-activation and h the fused activation's clamp; the node gradient of a
-    unit is kept only where h passes both z - 1 and z + 1 (h'(z) = 1), so units the
-    activation cuts off get none. Each sample draws its own xi (Alg. 1's xi_{q,n})."""
-    q, n = plan.config.queries, len(labels)
+@dataclass(frozen=True)
+class _LayerQueries:
+    """One layer's estimate between its query forwards and its update: the perturbed copies
+    (a wavefront group) and what the gradient needs besides their losses."""
+
+    layer: TrainableLayer
+    seed: int
+    group: wavefront.QueryGroup
+    perturbations: np.ndarray  # WP: xi (Q, d_w); INT8: z (Q, d_w); NP: xi (Q, N, d_a)
+    z: np.ndarray | None = None  # NP: the clean pre-activations (N, d_a)
+
+
+def _layer_queries(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                   env: dict, n: int, t: int) -> _LayerQueries:
+    """WP: the weights plus each xi_q (and minus, --two-sided); INT8: plus and minus each
+    z_q (ElasticZO-INT8's two-point estimate, training/int8.py); NP as the paper writes it
+    (Eq. 9/10): the next layer sees h(z + xi) with z the pre-activation and h the fused
+    activation's clamp, each sample with its own xi (Alg. 1's xi_{q,n})."""
+    cfg = plan.config
+    seed = step_seed(plan.seed, t, layer.index)
+    if layer.mode in ("WP", "INT8"):
+        if layer.mode == "INT8":
+            xi = int8.perturbations(seed, cfg.queries, layer.weight_count, cfg.r_max,
+                                    int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
+        else:
+            xi = wp_perturbations(plan, layer, seed)
+        both = np.concatenate([xi, -xi]) if cfg.two_sided or layer.mode == "INT8" else xi
+        group = wavefront.QueryGroup(layer.op_index,
+                                     weights=_perturbed_weights(layer, params, both))
+        return _LayerQueries(layer, seed, group, xi)
     lo, hi = output_range(graph, layer.op)
     z = pre_activation(graph, layer, env).reshape(n, -1)
-    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), q * layer.output_count,
-                                            layer.perturb_shift)
-                   .reshape(q, layer.output_count) for k in range(n)], axis=1)  # q, n, d_a
-    start = {name: _tile(env[name], q) for name in layer.node_crossing
-             if name != layer.output}
-    start.update(params)
+    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), cfg.queries
+                                            * layer.output_count, layer.perturb_shift)
+                   .reshape(cfg.queries, layer.output_count) for k in range(n)], axis=1)
+    nodes = np.concatenate([np.clip(z[None] + sign * xi.astype(np.int64), lo, hi)
+                            .astype(np.int8) for sign in ((1, -1) if cfg.two_sided else (1,))])
+    group = wavefront.QueryGroup(layer.op_index, nodes=nodes.reshape(
+        (-1,) + env[layer.output].shape[1:]))
+    return _LayerQueries(layer, seed, group, xi, z)
 
-    def losses(sign: int) -> np.ndarray:
-        nodes = np.clip(z[None] + sign * xi.astype(np.int64), lo, hi).astype(np.int8)
-        start[layer.output] = nodes.reshape((q * n,) + env[layer.output].shape[1:])
-        out = forward(graph, start, layer.op_index + 1, plan.logits_op)
-        return losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n)
 
-    diffs = loss_differences(plan, losses(1), losses(-1) if plan.config.two_sided else clean)
-    gz = np.einsum("qn,qnd->nd", diffs, xi.astype(np.int64)) * ((z > lo) & (z < hi))
-    gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
-    return _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
+def _finish_layer(graph: Graph, plan: TrainingPlan, queries: _LayerQueries, params: Params,
+                  env: dict, losses: np.ndarray, clean: np.ndarray, eta_t: np.float32,
+                  halvings: int, record: dict | None) -> None:
+    """The layer's gradient from its copies' Q16 losses (V, N), and its update. WP: D_q, the
+    batch's summed loss differences l(theta + xi_q) - l (or - l(theta - xi_q)), all a WP
+    update depends on with the seed (replay.py); INT8: G_j = sum_q sgn(D_q) z_qj; NP: the
+    node gradient, kept only where h passes both z - 1 and z + 1 (h'(z) = 1)."""
+    layer, cfg = queries.layer, plan.config
+    count = len(queries.perturbations)
+    if layer.mode == "INT8":
+        sums = loss_differences(plan, losses[:count], losses[count:]).sum(axis=1)
+        _int8_update(layer, params, int8.sign_gradient(queries.perturbations, sums),
+                     cfg.b_zo, halvings, queries.seed)
+        return
+    diffs = loss_differences(plan, losses[:count], losses[count:] if cfg.two_sided else clean)
+    if layer.mode == "WP":
+        sums = diffs.sum(axis=1)
+        if record is not None:
+            record[layer.index] = sums.astype(np.int32)
+        grad = wp_gradient(queries.perturbations, sums)
+    else:
+        lo, hi = output_range(graph, layer.op)
+        z = queries.z
+        gz = (np.einsum("qn,qnd->nd", diffs, queries.perturbations.astype(np.int64))
+              * ((z > lo) & (z < hi)))
+        gw, gb = node_to_parameter_gradient(graph, layer, env[layer.input], gz)
+        grad = _accumulate_int32(gw), (_accumulate_int32(gb) if layer.bias else None)
+    _update_layer(plan, layer, params, grad, eta_t)
+
+
+def _layerwise_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
+                    labels: np.ndarray, clean: np.ndarray, t: int, eta_t: np.float32,
+                    halvings: int, record: dict | None) -> None:
+    """Every ZO layer's estimate and update (Algorithm 1), the query forwards of as many
+    layers at once as a wavefront holds."""
+    n, layers = len(labels), plan.zo_layers
+    rows = plan.sides * plan.config.queries * n
+    first = 0
+    for size in wavefront.waves(graph, plan, [(layer.op_index, rows) for layer in layers]):
+        batch = [_layer_queries(graph, plan, layer, params, env, n, t)
+                 for layer in layers[first:first + size]]
+        logits, where = wavefront.query_logits(graph, plan, env, n, [q.group for q in batch])
+        losses = losses_q16(plan, logits, _tile(labels, len(logits) // n))
+        for queries, part in zip(batch, where):
+            _finish_layer(graph, plan, queries, params, env, losses[part].reshape(-1, n), clean,
+                          eta_t, halvings, record)
+        first += size
 
 
 def _update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
@@ -222,8 +255,8 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
         env.update(params)
         pos = 0
         for layer in plan.zo_layers:
-            env.update(_perturbed_params(layer, params, sign * xi[:, pos:pos + layer.weight_count],
-                                         n))
+            env.update(_perturbed_params(layer, params,
+                                         sign * xi[:, pos:pos + layer.weight_count]))
             pos += layer.weight_count
         out = forward(graph, env, 0, plan.logits_op)
         losses.append(losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n))
@@ -258,14 +291,14 @@ def _split_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
         for side, sign in enumerate((1, -1)):
             first = dict(start)
             for layer in block1:
-                first.update(_perturbed_params(layer, params, sign * xi[layer.index][p:p + 1], n))
+                first.update(_perturbed_params(layer, params, sign * xi[layer.index][p:p + 1]))
             out = forward(graph, first, block1[0].op_index, cut.op_index - 1)
             f = (2 * p + side) * ps
             second = {name: _tile(out[name], 2 * ps) for name in cut.crossing}
             second.update(params)
             for layer in block2:
                 z = xi[layer.index][f:f + ps]
-                second.update(_perturbed_params(layer, params, np.concatenate([z, -z]), n))
+                second.update(_perturbed_params(layer, params, np.concatenate([z, -z])))
             logits = forward(graph, second, cut.op_index, plan.logits_op)[plan.logits]
             losses = losses_q16(plan, logits, _tile(labels, 2 * ps)).reshape(2 * ps, n)
             d2[f:f + ps] = np.clip(losses[:ps] - losses[ps:], -plan.diff_limit,
@@ -278,18 +311,6 @@ def _split_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
     for position, layer in enumerate(plan.layers):
         sums = d1 if position < plan.split else d2
         _update_layer(plan, layer, params, wp_gradient(xi[layer.index], sums), eta_t)
-
-
-def _int8_gradient(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
-                   env: dict, labels: np.ndarray, seed: int, t: int) -> np.ndarray:
-    """ElasticZO-INT8's two-point sign estimate for one layer (training/int8.py): G_j =
-    sum_q sgn(sum_n l+ - l-) z_qj, int64."""
-    cfg = plan.config
-    z = int8.perturbations(seed, cfg.queries, layer.weight_count, cfg.r_max,
-                           int8.p_zero_q16(cfg.p_zero, t, cfg.steps))
-    plus, minus = (_perturbed_losses(graph, plan, layer, params, env, labels, sign * z)
-                   for sign in (1, -1))
-    return int8.sign_gradient(z, loss_differences(plan, plus, minus).sum(axis=1))
 
 
 def _int8_update(layer: TrainableLayer, params: Params, grad: np.ndarray, bits: int,
@@ -359,22 +380,8 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
         _mezo_step(graph, plan, params, xs, labels, t, eta_t)
     elif plan.split:
         _split_step(graph, plan, params, env, labels, t, eta_t, record)
-    else:
-        for layer in plan.zo_layers:
-            seed = step_seed(plan.seed, t, layer.index)
-            if layer.mode == "INT8":
-                grad = _int8_gradient(graph, plan, layer, params, env, labels, seed, t)
-                _int8_update(layer, params, grad, cfg.b_zo, halvings, seed)
-                continue
-            if layer.mode == "WP":
-                xi = wp_perturbations(plan, layer, seed)
-                sums = wp_query_sums(graph, plan, layer, params, env, labels, clean, xi)
-                if record is not None:
-                    record[layer.index] = sums.astype(np.int32)
-                grad = wp_gradient(xi, sums)
-            else:
-                grad = _np_gradient(graph, plan, layer, params, env, labels, clean, seed)
-            _update_layer(plan, layer, params, grad, eta_t)
+    elif plan.zo_layers:
+        _layerwise_step(graph, plan, params, env, labels, clean, t, eta_t, halvings, record)
     if plan.head is not None:
         _bp_step(graph, plan, params, env, labels, eta_t, t, halvings)
     return params, float(clean.mean()) / 65536.0
