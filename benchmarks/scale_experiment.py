@@ -82,21 +82,34 @@ def corruptions_available() -> tuple[str, ...]:
 
 
 def bp_fits_method(model: Path) -> Method:
-    """Back-propagation of only the last layers whose BP buffers fit the F746's 256 KB
-    (the MCUTrain / tiny-training baseline): `--bp-layers C --layers <those C>`, C as
-    `build --target stm32f746 --bp-layers auto` picks it."""
+    """Back-propagation of only the last C layers, the rest frozen, C the largest whose F746
+    build fits 256 KB (the MCUTrain / tiny-training baseline), found by bisection on the
+    build's own memory plan (more BP layers never need less memory)."""
     from zocodegen.codegen import BuildOptions
-    from zocodegen.codegen.project import resolve_auto
+    from zocodegen.codegen.project import plan_project
+    from zocodegen.errors import UserError
     from zocodegen.frontends import load_model
-    from zocodegen.training.config import BP_AUTO, TrainConfig
+    from zocodegen.training.config import TrainConfig
     from zocodegen.training.plan import training_plans
     graph = load_model(model)
-    chosen = resolve_auto(graph, BuildOptions("native", "stm32f746",
-                                              TrainConfig(bp_layers=BP_AUTO))).train
     count = len(training_plans(graph, TrainConfig())[0].layers)
-    c = chosen.bp_layers
-    return Method("bp-256", f"BP of the last {c} layers (what fits 256 KB)",
-                  ("--bp-layers", str(c), "--layers", f"{count - c}-{count - 1}"), "stm32f746")
+
+    def fits(c: int) -> bool:
+        config = TrainConfig(bp_layers=c, layers=tuple(range(count - c, count)))
+        try:
+            plan_project(graph, BuildOptions("stm32f746", "stm32f746", config))
+        except UserError:
+            return False
+        return True
+    low, high = 0, count  # fits(low) or low == 0; not fits(high + 1)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    if low == 0:
+        raise SystemExit(f"{model}: not even its last layer's back-propagation fits 256 KB")
+    return Method("bp-256", f"BP of the last {low} layers (what fits 256 KB)",
+                  ("--bp-layers", str(low), "--layers", f"{count - low}-{count - 1}"),
+                  "stm32f746")
 
 
 @dataclass(frozen=True)
