@@ -115,8 +115,11 @@ class HostLink:
 
     def _line_failed(self, exc: Exception) -> None:
         """A dead firmware process explains a broken line best (alive() raises); otherwise
-        the port itself went away (a board unplugged)."""
-        self.alive()
+        the port itself went away (a board unplugged). A process that closed its end of the
+        line is about to exit: it gets half a second to say so."""
+        for _ in range(10):
+            self.alive()
+            time.sleep(0.05)
         raise LinkError(f"the serial line failed: {exc}") from None
 
 
