@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from zocodegen.cli import main
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph, Op, Quantization, Tensor
 from zocodegen.numerics import activation_range, quantize_multiplier
-from zocodegen.reference import fast
+from zocodegen.reference import fast, native
 from zocodegen.reference.conv import RequantParams, pre_activation
 from zocodegen.reference.registry import KERNELS, PRE_ACTIVATION
 from zocodegen.training import simulator, wavefront
@@ -42,10 +43,36 @@ def _reference_requant(acc: np.ndarray, p: RequantParams, single: bool, clamp: b
 
 
 def _fast_requant(acc: np.ndarray, bias: np.ndarray, requant: fast.FloatRequant) -> np.ndarray:
-    """``requant`` on channels-last accumulators that include ``bias`` (it adds it itself)."""
-    out = np.empty(acc.T.shape, dtype=np.float64)
-    requant(np.ascontiguousarray((acc - bias).T, dtype=np.float64), out)
+    """``requant`` on channels-last accumulators that include ``bias`` (it adds it itself).
+    A clamped one runs three ways, which must agree: the compiled pass (reference/native.py)
+    on float64 and, where exact, float32 accumulators, and numpy."""
+    centered = (acc - bias).T
+    out = np.empty(centered.shape, dtype=np.float64)
+    requant(np.ascontiguousarray(centered, dtype=np.float64), out)
+    if np.isfinite(requant.lo):
+        types = [np.float64] + ([np.float32] if np.abs(centered).max() < 2 ** 24 else [])
+        for acc_type in types:
+            for compiled in (True, False):
+                narrow = np.empty((len(centered), centered.shape[1] + 3), dtype=np.float32)
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(native, "ENABLED", compiled)
+                    requant(np.ascontiguousarray(centered, dtype=acc_type), narrow[:, 1:-2])
+                assert np.array_equal(narrow[:, 1:-2], out), (acc_type, compiled)
     return out.T
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                    reason="no C compiler: the simulator requantizes with numpy")
+def test_the_compiled_requantization_is_used_where_a_compiler_is():
+    """Where a C compiler is, the simulator's requantization is the compiled pass (so the
+    comparisons above test it) and declines only what it does not take."""
+    assert native.available()
+    acc, out = np.zeros((2, 4), np.float32), np.empty((2, 4), np.float32)
+    column = np.zeros((2, 1))
+    assert native.requantize_rows(acc, column, column, None, None, -128.0, 127.0, out)
+    assert not native.requantize_rows(acc, column, column, None, None, -np.inf, np.inf, out)
+    assert not native.requantize_rows(acc, column, column, None, None, -128.0, 127.0,
+                                      out.astype(np.float64))
 
 
 def _params(real: np.ndarray, zero_point: int, activation: str) -> RequantParams:

@@ -3,7 +3,6 @@ command, and the content-addressed cache behind `infer --engine native|qemu`).""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 from .codegen import (BuildOptions, ProjectPlan, device_graph, plan_project, render_project,
                       resolve_auto, write_project)
 from .errors import UserError
+from .files import cache_root
 from .frontends import load_model
 from .ir import Graph
 from .training.config import TrainConfig
@@ -57,12 +57,6 @@ def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "
         raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
     key = "native-sanitize" if sanitize else goal
     return project / ARTEFACTS[key]
-
-
-def cache_root() -> Path:
-    base = os.environ.get("ZOCODEGEN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zocodegen")
-    return Path(base)
 
 
 def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",

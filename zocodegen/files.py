@@ -69,3 +69,10 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
 def write_atomic(path: Path, data: bytes, sync: bool = False) -> None:
     with atomic_writer(path, sync=sync) as f:
         f.write(data)
+
+
+def cache_root() -> Path:
+    """Where built artefacts are kept between runs: ``ZOCODEGEN_CACHE``, else the XDG cache."""
+    base = os.environ.get("ZOCODEGEN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zocodegen")
+    return Path(base)

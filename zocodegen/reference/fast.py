@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import TRAINABLE_OP_TYPES, Graph, Op
+from . import native
 from .conv import RequantParams, pre_activation, requant_params
 from .elementwise import add, mul
 from .pooling import mean_multiplier
@@ -64,8 +65,12 @@ class FloatRequant:
     hi: float
 
     def __call__(self, acc: np.ndarray, out: np.ndarray) -> None:
-        """Requantize ``acc`` (C, n) into ``out`` (C, n), a few channels at a time (the
-        float64 temporaries stay in cache)."""
+        """Requantize ``acc`` (C, n) into ``out`` (C, n): in one compiled pass
+        (reference/native.py), else with numpy a few channels at a time (the float64
+        temporaries stay in cache)."""
+        if native.requantize_rows(acc, self.scale, self.offset, self.threshold, self.step,
+                                  self.lo, self.hi, out):
+            return
         step = max(1, BLOCK // acc.shape[1])
         scratch = np.empty((min(step, len(acc)), acc.shape[1]))
         for start in range(0, len(acc), step):
