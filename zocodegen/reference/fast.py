@@ -7,7 +7,7 @@ random shapes, values and multipliers, bounds included. Why each one is exact:
 
 * an int8 tensor of shape (R, ..., C) is held channel-major as float32 ``q - zero_point``,
   shape (C, R, ...) ("engine form"): a 1x1 convolution is then one matrix product W @ X, a
-  depthwise one matrix products per channel (:func:`_depthwise_form`), and the zero padding
+  depthwise one matrix products per channel (:func:`fast_geometry.depthwise_form`), and the zero padding
   of the reference's ``x + input_offset`` is plain zeros;
 * accumulators are integer sums of products |x - zp| * |w| <= 255 * 128. Summed by BLAS in
   float32 they are exact whatever the order, as long as the channel's sum of |x - zp| * |w|
@@ -33,6 +33,7 @@ from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from . import native
 from .conv import RequantParams, pre_activation, requant_params
 from .elementwise import add, mul
+from .fast_geometry import depthwise_form, tap_range
 from .pooling import mean_multiplier
 from .registry import KERNELS, PRE_ACTIVATION
 
@@ -43,7 +44,6 @@ F64_EXACT = float(1 << 52)  # 2^53 for float64, halved: the bounds are computed 
 INT32_LIMIT = float(1 << 31)
 CHUNK = 1 << 18  # output values an op computes at once
 BLOCK = 1 << 14  # values requantized at once
-DEPTHWISE_TAP_COST = 24  # a tap-by-tap multiply-add costs about this many in a product
 
 
 def centered_range(zero_point: int) -> int:
@@ -165,7 +165,7 @@ class Linear:
         self.out_shape = tuple(graph.tensor(op.outputs[0]).shape)
         self.form, self.index = "taps", None  # depthwise: see _depthwise_form
         if op.type == "DEPTHWISE_CONV_2D":
-            self.form, self.index = _depthwise_form(op, self.in_shape, self.out_shape,
+            self.form, self.index = depthwise_form(op, self.in_shape, self.out_shape,
                                                     self.w_shape)
         self._last: tuple | None = None  # the last weights, (w, float32, sums, prepared)
 
@@ -217,12 +217,15 @@ class Linear:
             if partial >= F32_EXACT:
                 wf, x, cache = wf.astype(np.float64), x.astype(np.float64), {}
             variants = len(wf) if wf.ndim > len(self.w_shape) else 0
-            for v, source, target in self._pieces(x.shape[1], variants, shared,
-                                                  c_out * positions):
-                if v not in cache:
-                    cache.clear()  # variants come one after the other: keep the last only
-                    cache[v] = self._prepare(wf[v] if variants else wf)
-                acc = self._accumulate(x[:, source], cache[v])
+            if variants:
+                pieces = self._variant_pieces(x, wf, shared, c_out * positions)
+            else:
+                pieces = ((s, None) for s in _row_chunks(x.shape[1], c_out * positions))
+            for target, acc in pieces:
+                if acc is None:
+                    if 0 not in cache:
+                        cache[0] = self._prepare(wf)
+                    acc = self._accumulate(x[:, target], cache[0])
                 piece = out[:, (at + target.start) * positions:(at + target.stop) * positions]
                 if requant is not None:
                     requant(acc, piece)
@@ -233,20 +236,31 @@ class Linear:
             out[:, at * positions:] = tail.reshape(c_out, -1)
         return out.reshape((c_out, total) + self.out_shape[1:-1])
 
-    @staticmethod
-    def _pieces(rows: int, variants: int, shared: bool, per_row: int
-                ) -> Iterator[tuple[int, slice, slice]]:
-        """(variant, input rows, output rows) of each piece an op is computed in."""
-        if not variants:
-            for s in _row_chunks(rows, per_row):
-                yield 0, s, s
-            return
-        share = rows if shared else rows // variants
-        for v in range(variants):
-            base = 0 if shared else v * share
-            for s in _row_chunks(share, per_row):
-                yield (v, slice(base + s.start, base + s.stop),
-                       slice(v * share + s.start, v * share + s.stop))
+    def _variant_pieces(self, x: np.ndarray, wf: np.ndarray, shared: bool, per_row: int
+                        ) -> Iterator[tuple[slice, np.ndarray]]:
+        """(output rows, accumulators) of weight variants, a few variants at a time, each
+        piece one product for all its variants: ``shared`` - each variant over all of
+        ``x``'s rows, else variant v over the v-th share of them."""
+        share = x.shape[1] if shared else x.shape[1] // len(wf)
+        for vs in _row_chunks(len(wf), share * per_row):
+            rows = x if shared else x[:, vs.start * share:vs.stop * share]
+            yield (slice(vs.start * share, vs.stop * share),
+                   self._accumulate_variants(rows, wf[vs], shared))
+
+    def _accumulate_variants(self, x: np.ndarray, wf: np.ndarray, shared: bool) -> np.ndarray:
+        """Accumulators (C_out, V rows positions), variant-major, of the V weight sets
+        ``wf`` on rows ``x``: all of them for each variant (``shared``) or V equal shares."""
+        v = len(wf)
+        if self.op.type == "DEPTHWISE_CONV_2D":
+            return self._variant_depthwise(x, wf, shared)
+        c_out = self.w_shape[0]
+        cols = x if self.op.type == "FULLY_CONNECTED" else self._patches(x)
+        w = wf.reshape(v, c_out, -1)
+        if shared:  # one product for every variant: (V C_out, K) @ (K, n)
+            acc = (w.reshape(v * c_out, -1) @ cols).reshape(v, c_out, -1)
+        else:  # (V, C_out, K) @ (V, K, n / V)
+            acc = np.matmul(w, cols.reshape(len(cols), v, -1).transpose(1, 0, 2))
+        return acc.transpose(1, 0, 2).reshape(c_out, -1)
 
     def _requantize_exactly(self, acc: np.ndarray, bias: np.ndarray | None, single: bool,
                             clamp: bool, out: np.ndarray) -> None:
@@ -293,7 +307,7 @@ class Linear:
         _, out_h, out_w, _ = self.out_shape
         acc = np.zeros((c, xc.shape[1], out_h, out_w), dtype=prepared.dtype)
         for i in range(len(prepared)):  # filter row i, per channel (rows H, W_in) @ (W_in, W_out)
-            rows = _tap_range(i, xc.shape[2], out_h, self.op, 0)
+            rows = tap_range(i, xc.shape[2], out_h, self.op, 0)
             if rows is not None:
                 h0, h1, src_h = rows
                 part = np.matmul(xc[:, :, src_h].reshape(c, -1, xc.shape[3]), prepared[i])
@@ -311,9 +325,9 @@ class Linear:
             return picked[:, :, :out_h, :out_w].reshape(c_in, -1)
         patches = np.zeros((kh, kw, c_in, x.shape[1], out_h, out_w), dtype=x.dtype)
         for i in range(kh):
-            rows = _tap_range(i, x.shape[2], out_h, self.op, 0)
+            rows = tap_range(i, x.shape[2], out_h, self.op, 0)
             for j in range(kw):
-                cols = _tap_range(j, x.shape[3], out_w, self.op, 1)
+                cols = tap_range(j, x.shape[3], out_w, self.op, 1)
                 if rows is not None and cols is not None:
                     (h0, h1, src_h), (w0, w1, src_w) = rows, cols
                     patches[i, j, :, :, h0:h1, w0:w1] = x[:, :, src_h, src_w]
@@ -331,9 +345,9 @@ class Linear:
         acc = np.zeros((c_out, xc.shape[1], out_h, out_w), dtype=taps.dtype)
         tmp = np.empty_like(acc)
         for i in range(kh):
-            rows = _tap_range(i, xc.shape[2], out_h, self.op, 0)
+            rows = tap_range(i, xc.shape[2], out_h, self.op, 0)
             for j in range(kw):
-                cols = _tap_range(j, xc.shape[3], out_w, self.op, 1)
+                cols = tap_range(j, xc.shape[3], out_w, self.op, 1)
                 if rows is not None and cols is not None:
                     (h0, h1, src_h), (w0, w1, src_w) = rows, cols
                     part = tmp[:, :, h0:h1, w0:w1]
@@ -341,67 +355,30 @@ class Linear:
                     acc[:, :, h0:h1, w0:w1] += part
         return acc.reshape(c_out, -1)
 
-
-def _tap_range(tap: int, size: int, out_size: int, op: Op, axis: int
-               ) -> tuple[int, int, slice] | None:
-    """Outputs [o0, o1) along spatial ``axis`` whose input under ``tap`` is inside the
-    tensor, and that input's slice; None when there are none."""
-    stride, dilation = op.options["stride"][axis], op.options["dilation"][axis]
-    offset = tap * dilation - op.options["padding"][2 * axis]  # input index of output 0
-    o0 = max(0, -(offset // stride))
-    o1 = min(out_size, (size - 1 - offset) // stride + 1)
-    if o1 <= o0:
-        return None
-    start = o0 * stride + offset
-    return o0, o1, slice(start, start + (o1 - o0 - 1) * stride + 1, stride)
-
-
-def _depthwise_form(op: Op, in_shape: tuple, out_shape: tuple, w_shape: tuple
-                    ) -> tuple[str, np.ndarray | None]:
-    """How a depthwise convolution is computed: as one product per channel over all position
-    pairs ("dense", index: the tap per (input, output) position pair), as products per
-    filter row with a banded matrix along the width ("banded", index: the filter column per
-    (input, output) column), or tap by tap ("taps"), whichever costs least. Costs in
-    multiply-adds of the products, the banded ones (KH small products) counted twice, the
-    element-wise passes of the taps DEPTHWISE_TAP_COST times."""
-    _, kh, kw, _ = w_shape
-    dense = _tap_matrix(op, in_shape, out_shape, w_shape)
-    banded = _band_matrix(op, in_shape[2], out_shape[2], kw)
-    costs = {"dense": dense.size, "banded": 2 * kh * out_shape[1] * banded.size,
-             "taps": DEPTHWISE_TAP_COST * int((dense < kh * kw).sum())}
-    form = min(costs, key=costs.get)
-    return form, {"dense": dense, "banded": banded, "taps": None}[form]
-
-
-def _band_matrix(op: Op, in_w: int, out_w: int, kw: int) -> np.ndarray:
-    """(W_in, W_out): the filter column j joining input and output column, or KW."""
-    index = np.full((in_w, out_w), kw, dtype=np.intp)
-    for j in range(kw):
-        cols = _tap_range(j, in_w, out_w, op, 1)
-        if cols is not None:
-            w0, w1, src_w = cols
-            index[np.arange(in_w)[src_w], np.arange(w0, w1)] = j
-    return index
-
-
-def _tap_matrix(op: Op, in_shape: tuple, out_shape: tuple, w_shape: tuple) -> np.ndarray:
-    """(H_in W_in, H_out W_out): the tap i KW + j joining input and output position, or
-    KH KW (a zero weight) where none does."""
-    _, kh, kw, _ = w_shape
-    (_, in_h, in_w, _), (_, out_h, out_w, _) = in_shape, out_shape
-    index = np.full((in_h, in_w, out_h, out_w), kh * kw, dtype=np.intp)
-    for i in range(kh):
-        rows = _tap_range(i, in_h, out_h, op, 0)
-        for j in range(kw):
-            cols = _tap_range(j, in_w, out_w, op, 1)
-            if rows is not None and cols is not None:
-                (h0, h1, src_h), (w0, w1, src_w) = rows, cols
-                out_rows, out_cols = np.arange(h0, h1), np.arange(w0, w1)
-                in_rows = np.arange(in_h)[src_h]
-                in_cols = np.arange(in_w)[src_w]
-                index[in_rows[:, None], in_cols[None, :], out_rows[:, None],
-                      out_cols[None, :]] = i * kw + j
-    return index.reshape(in_h * in_w, out_h * out_w)
+    def _variant_depthwise(self, x: np.ndarray, wf: np.ndarray, shared: bool) -> np.ndarray:
+        """Depthwise accumulators of V weight sets (as :meth:`_accumulate_variants`), tap by
+        tap on a channels, H, W, variants, rows layout: the variants and rows are the
+        contiguous inner axis a tap's window sweeps, however small the map."""
+        xc = self._channels(x)
+        c, v = len(xc), len(wf)
+        _, kh, kw, _ = self.w_shape
+        _, out_h, out_w, _ = self.out_shape
+        xv = xc.reshape((c, 1 if shared else v, -1) + xc.shape[2:])
+        xt = np.ascontiguousarray(xv.transpose(0, 3, 4, 1, 2))  # (C, H, W, V or 1, rows)
+        taps = wf.reshape(v, kh, kw, c).transpose(1, 2, 3, 0)  # (KH, KW, C, V)
+        acc = np.zeros((c, out_h, out_w, v, xt.shape[-1]), dtype=taps.dtype)
+        tmp = np.empty_like(acc)
+        for i in range(kh):
+            rows = tap_range(i, xt.shape[1], out_h, self.op, 0)
+            for j in range(kw):
+                cols = tap_range(j, xt.shape[2], out_w, self.op, 1)
+                if rows is not None and cols is not None:
+                    (h0, h1, src_h), (w0, w1, src_w) = rows, cols
+                    part = tmp[:, h0:h1, w0:w1]
+                    np.multiply(xt[:, src_h, src_w], taps[i, j][:, None, None, :, None],
+                                out=part)
+                    acc[:, h0:h1, w0:w1] += part
+        return acc.transpose(0, 3, 4, 1, 2).reshape(c, -1)
 
 
 class PairTable:

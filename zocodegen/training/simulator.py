@@ -44,12 +44,12 @@ def initial_params(graph: Graph, plan: TrainingPlan) -> Params:
     return params
 
 
-def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int
-            ) -> dict[str, np.ndarray]:
+def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
+            keep: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Run ops ``start..stop`` (inclusive) on a batch; ``env`` holds activations and the
     trainable parameters (possibly with a variant axis: variant v owns the v-th share of the
-    batch rows). Returns the extended env."""
-    return wavefront.forward(graph, env, start, stop)
+    batch rows). Returns the env extended with every output, or with those in ``keep``."""
+    return wavefront.forward(graph, env, start, stop, keep)
 
 
 def losses_q16(plan: TrainingPlan, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -258,7 +258,7 @@ def _mezo_step(graph: Graph, plan: TrainingPlan, params: Params, xs: np.ndarray,
             env.update(_perturbed_params(layer, params,
                                          sign * xi[:, pos:pos + layer.weight_count]))
             pos += layer.weight_count
-        out = forward(graph, env, 0, plan.logits_op)
+        out = forward(graph, env, 0, plan.logits_op, (plan.logits,))
         losses.append(losses_q16(plan, out[plan.logits], _tile(labels, q)).reshape(q, n))
     d = loss_differences(plan, losses[0], losses[1]).sum(axis=1)
     grad = d @ xi.astype(np.int64)
@@ -292,14 +292,15 @@ def _split_step(graph: Graph, plan: TrainingPlan, params: Params, env: dict,
             first = dict(start)
             for layer in block1:
                 first.update(_perturbed_params(layer, params, sign * xi[layer.index][p:p + 1]))
-            out = forward(graph, first, block1[0].op_index, cut.op_index - 1)
+            out = forward(graph, first, block1[0].op_index, cut.op_index - 1, cut.crossing)
             f = (2 * p + side) * ps
             second = {name: _tile(out[name], 2 * ps) for name in cut.crossing}
             second.update(params)
             for layer in block2:
                 z = xi[layer.index][f:f + ps]
                 second.update(_perturbed_params(layer, params, np.concatenate([z, -z])))
-            logits = forward(graph, second, cut.op_index, plan.logits_op)[plan.logits]
+            logits = forward(graph, second, cut.op_index, plan.logits_op,
+                             (plan.logits,))[plan.logits]
             losses = losses_q16(plan, logits, _tile(labels, 2 * ps)).reshape(2 * ps, n)
             d2[f:f + ps] = np.clip(losses[:ps] - losses[ps:], -plan.diff_limit,
                                    plan.diff_limit).sum(axis=1)
@@ -398,7 +399,7 @@ def predict(graph: Graph, params: Params, x: np.ndarray, chunk: int = 256) -> np
     for k in range(0, len(x), chunk):
         env = {graph.inputs[0]: x[k:k + chunk]}
         env.update(params)
-        y = forward(graph, env, 0, len(graph.ops) - 1)[graph.outputs[0]]
+        y = forward(graph, env, 0, len(graph.ops) - 1, (graph.outputs[0],))[graph.outputs[0]]
         out.append(y.reshape(y.shape[0], -1).argmax(axis=1))
     return np.concatenate(out)
 
@@ -459,7 +460,8 @@ def validation_score(graph: Graph, plan: TrainingPlan, params: Params, x: np.nda
     sum of Q16 losses, over the records given."""
     env = {graph.inputs[0]: x}
     env.update(params)
-    logits = forward(graph, env, 0, plan.logits_op)[plan.logits].reshape(len(x), -1)
+    logits = forward(graph, env, 0, plan.logits_op, (plan.logits,))[plan.logits].reshape(
+        len(x), -1)
     return Score(int((logits.argmax(axis=1) == y).sum()),
                  int(losses_q16(plan, logits, y).sum()))
 

@@ -52,11 +52,12 @@ def _value(graph: Graph, env: dict, name: str) -> np.ndarray | None:
     return env[name] if name in env else graph.tensor(name).data
 
 
-def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int
-            ) -> dict[str, np.ndarray]:
+def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
+            keep: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Ops ``start..stop`` on int8 values (simulator.forward): ``env`` holds the activations
     the ops read and the trainable parameters (possibly with a variant axis: variant v owns
-    the v-th share of the batch rows). Returns ``env`` extended with every output."""
+    the v-th share of the batch rows). Returns ``env`` extended with every output, or only
+    with those named in ``keep`` (the others are never converted back to int8)."""
     net = network(graph)
     values: dict[str, np.ndarray] = {}
     computed: list[str] = []
@@ -72,7 +73,8 @@ def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int
         values.update(zip(op.outputs, outs))
         computed += op.outputs
     out = dict(env)
-    out.update({name: net.to_int8(name, values[name]) for name in computed})
+    out.update({name: net.to_int8(name, values[name]) for name in computed
+                if keep is None or name in keep})
     return out
 
 
