@@ -1,18 +1,19 @@
 """The paper's Table 7 and Table 9 at its scale (issue 32, docs/experiment.md): the
 pre-trained MCUNet-class fixture ``tests/fixtures/scale_model.tflite`` (64x64x3) adapted to
 CIFAR-10-C corruptions at severity 5 (benchmarks/scale.py), every method with the defaults,
-beside MeZO at equal forwards, the ElasticZO hybrid, back-propagation of only the layers that
-fit 256 KB, and the FP32 back-propagation ceiling; then device hours to accuracy on each board.
+beside the ElasticZO hybrid, back-propagation of only the layers that fit 256 KB, and the FP32
+back-propagation ceiling; then device hours to accuracy on each board.
 
     .venv/bin/python benchmarks/scale_experiment.py --write      # the grid; docs/experiment.md
     .venv/bin/python benchmarks/scale_experiment.py --quick      # two cells, one seed, short
+    .venv/bin/python benchmarks/scale_experiment.py --methods ours,sparse --workers 1
 
 Every run is `zocodegen simulate` (the bit-exact simulator: simulator == native == QEMU
 checkpoints are tested), cached in build/scale/ and resumable: a finished run (RUN/result.json)
-is never run again, an unfinished one starts anew. Device time per step is measured under
-``qemu-system-arm -icount shift=0`` (instructions, as benchmarks/training.py does) at Q = 1
-and 2 and extrapolated to the run's Q, at the board's clock (216 MHz F746, 280 MHz H7B3), plus
-the link time of the step's samples at 115200 baud.
+is never run again, an unfinished one starts anew, and several invocations may share the
+cache (each takes the runs of its --methods). Device time: benchmarks/scale_device_time.py.
+MeZO (``--methods mezo``) is not in the default grid: at equal forwards it costs about 5 CPU
+minutes a step here (docs/scale.md).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 import scale  # noqa: E402
+import scale_device_time as dt  # noqa: E402
 
 MODEL = ROOT / "tests" / "fixtures" / "scale_model.tflite"
 CEILINGS = ROOT / "tests" / "fixtures" / "scale_ceilings.json"
@@ -59,8 +60,7 @@ SEEDS = (1, 2)
 EPOCHS = 1
 QUERIES = 20
 WORKERS = 2
-BAUD = 115200
-CLOCKS = {"stm32f746": 216e6, "stm32h7b3": 280e6}
+BLOCKS = 4  # sparse: the build's default block count
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
 MEZO = Method("mezo", "MeZO, same forward passes", ("--estimator", "mezo"), None)
 HYBRID = Method("hybrid-1", "ElasticZO hybrid C = 1 (last layer by BP)", ("--bp-layers", "1"),
                 "stm32h7b3")
-METHODS = (OURS, SPARSE, MEZO, HYBRID)  # + "bp-256", whose layers depend on the model
+#: + "bp-256", whose layers depend on the model; MEZO only when --methods names it.
+METHODS = (OURS, SPARSE, HYBRID)
 
 
 def corruptions_available() -> tuple[str, ...]:
@@ -148,7 +149,7 @@ def execute(run: Run, method: Method, root: Path, budget: tuple[str, ...]) -> di
     directory = run.directory(root)
     done = directory / "result.json"
     if done.is_file():
-        return json.loads(done.read_text())
+        return _with_log(json.loads(done.read_text()), directory)
     directory.mkdir(parents=True, exist_ok=True)
     cmd = command(run, method, root, budget)
     start = time.perf_counter()
@@ -168,7 +169,13 @@ def execute(run: Run, method: Method, root: Path, budget: tuple[str, ...]) -> di
               "trial_steps": trial_steps, "seconds": time.perf_counter() - start,
               "curve": curve(directory / "metrics.csv")}
     done.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return _with_log(result, directory)
+
+
+def _with_log(result: dict, directory: Path) -> dict:
+    """The result with its run's log (device time is counted from it) and rollbacks."""
+    log_text = (directory / "log.txt").read_text()
+    return dict(result, log=log_text, rollbacks=len(re.findall(r"rolled back", log_text)))
 
 
 def curve(metrics: Path) -> list[tuple[int, float]]:
@@ -178,49 +185,47 @@ def curve(metrics: Path) -> list[tuple[int, float]]:
 
 
 # ------------------------------------------------------------------------- device time
-def link_seconds_per_sample(model: Path) -> float:
-    """A training record over the host link: its sectors in READs of up to 4 sectors, each a
-    request and a response frame (COBS-framed: 6 B header, 4 B CRC, 1 B per 254, the zero),
-    10 bits a byte (8N1) at BAUD."""
-    from zocodegen.frontends import load_model
-    graph = load_model(model)
-    t = graph.tensor(graph.inputs[0])
-    record = int(np.prod(t.shape[1:])) + 8  # input bytes, label and CRC
-    sectors = -(-record // 512)
-    reads = -(-sectors // 4)
-    request = 6 + 6 + 4 + 2
-    response = [6 + 4 + 512 * min(4, sectors - 4 * k) + 4 for k in range(reads)]
-    wire = sum(request + r + r // 254 + 2 for r in response)
-    return wire * 10 / BAUD
-
-
-def device_step_seconds(method: Method, model: Path, queries: int, block: int | None,
-                        cache: dict) -> float | None:
-    """One step's compute at the board's clock, from instructions under QEMU -icount at
-    Q = 1 and 2 extrapolated to ``queries`` (a + b Q)."""
+def method_costs(method: Method, images: np.ndarray, cache: dict) -> dt.Costs | None:
+    """A method's costs on its board (scale_device_time.py), measured once and cached."""
     if method.board is None:
         return None
-    key = f"{method.key}:{model.name}:{queries}:{block}"
+    key = f"{method.key}:{MODEL.name}:{QUERIES}:{method.board}"
     if key not in cache:
-        import training as bench  # benchmarks/training.py
-        options = {}
+        options: dict = {}
         if method.key == "hybrid-1":
             options["bp_layers"] = 1
         if method.key == "bp-256":
             c = int(method.options[1])
             first = int(method.options[3].split("-")[0])
             options.update(bp_layers=c, layers=tuple(range(first, first + c)))
-        with tempfile.TemporaryDirectory() as tmp:
-            counts = []
-            for q in (1, 2):
-                config = dict(options)
-                if method.mode == "sparse":
-                    config["block"] = block or 0
-                counts.append(bench.step_instructions(model, method.board, method.mode, q,
-                                                      Path(tmp), config or None))
-        a, b = 2 * counts[0] - counts[1], counts[1] - counts[0]
-        cache[key] = (a + b * queries) / CLOCKS[method.board]
-    return cache[key]
+        blocks: list[float] = []
+        if method.mode == "sparse":
+            blocks = [dt.step_seconds(MODEL, method.board, "sparse", QUERIES, {"block": b})
+                      for b in range(BLOCKS)]
+            step = blocks[0]
+        else:
+            step = dt.step_seconds(MODEL, method.board, method.mode, QUERIES, options or None)
+        cache[key] = dict(step=step, forward=dt.forward_seconds(MODEL, method.board, images),
+                          link=dt.link_seconds_per_record(MODEL), block_steps=blocks)
+    return dt.Costs(**{k: tuple(v) if isinstance(v, list) else v
+                       for k, v in cache[key].items()})
+
+
+def run_seconds(result: dict, costs: dt.Costs) -> tuple[float, float, float | None]:
+    """(compute, link, hours to 90 % of the final gain or None) of one run on its board."""
+    shape = dt.run_shape(result["log"], result["steps"], 1)
+    if result.get("block") is not None and costs.block_steps:
+        costs = dt.Costs(costs.block_steps[result["block"]], costs.forward, costs.link,
+                         costs.block_steps)
+    compute, link = dt.seconds_at(result["steps"], shape, costs)
+    gain = result["after"] - result["before"]
+    to90 = None
+    if gain > 0:
+        for step, accuracy in result["curve"]:
+            if accuracy - result["before"] >= 0.9 * gain:
+                to90 = sum(dt.seconds_at(step, shape, costs)) / 3600
+                break
+    return compute, link, to90
 
 
 # ------------------------------------------------------------------------------ report
@@ -232,66 +237,110 @@ def pct(value: float) -> str:
     return "n/a" if value != value else f"{100 * value:.1f}"
 
 
-def hours_to_90(result: dict, step_seconds: float) -> float | None:
-    """Device hours until the test accuracy first reaches 90 % of the run's final gain."""
-    gain = result["after"] - result["before"]
-    if gain <= 0:
-        return None
-    for step, accuracy in result["curve"]:
-        if accuracy - result["before"] >= 0.9 * gain:
-            return (step + result["trial_steps"]) * step_seconds / 3600
-    return None
+def _summary(rs: list[dict], costs: dt.Costs | None) -> dict:
+    """Means over runs: before, after, gain; device hours (compute, link) and to 90 %."""
+    out = dict(before=mean([r["before"] for r in rs]), after=mean([r["after"] for r in rs]),
+               rollbacks=mean([r["rollbacks"] for r in rs]))
+    out["gain"] = out["after"] - out["before"]
+    if costs is not None:
+        times = [run_seconds(r, costs) for r in rs]
+        out["compute"] = mean([t[0] for t in times]) / 3600
+        out["link"] = mean([t[1] for t in times]) / 3600
+        reached = [t[2] for t in times if t[2] is not None]
+        out["to90"] = mean(reached) if reached else None
+        out["reached"] = len(reached)
+    return out
 
 
 def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
-           times: dict, ceilings: dict, budget: tuple[str, ...]) -> list[str]:
-    link = link_seconds_per_sample(MODEL)
+           costs: dict, ceilings: dict, budget: tuple[str, ...]) -> list[str]:
+    runs = {m.key: [results[(c, m.key, s)] for c in cells for s in SEEDS
+                    if results.get((c, m.key, s))] for m in methods}
+    link = dt.link_seconds_per_record(MODEL)
     lines = [BEGIN, "", "## At the paper's scale: accuracy gained and device hours spent", "",
-             f"`{MODEL.relative_to(ROOT)}` (MCUNet-class, docs/scale.md) adapted to "
-             f"{len(cells)} CIFAR-10-C corruptions at severity {SEVERITY}, "
-             f"{len(SEEDS)} seeds each, `{' '.join(budget)}` and otherwise the defaults "
-             "(`--lr auto`, training guard). Device hours: the run's steps (and lr trial "
-             "steps) times one step's instructions under QEMU `-icount` at the board's clock, "
-             f"plus {link:.2f} s a sample over the link at {BAUD} baud.", "",
-             "| board | method | accuracy before | after | gain | device hours (compute + "
-             "link) | hours to 90 % of the gain |", "|---|---|---|---|---|---|---|"]
-    for method in methods:
-        rs = [results[(c, method.key, s)] for c in cells for s in SEEDS
-              if results.get((c, method.key, s))]
-        if not rs:
+             f"`{MODEL.relative_to(ROOT)}` (MCUNet-class, 64x64x3, docs/scale.md) adapted to "
+             f"{', '.join(cells)} at severity {SEVERITY} (CIFAR-10-C definitions), "
+             f"seeds {', '.join(map(str, SEEDS))}, `{' '.join(budget)}` and otherwise the "
+             "defaults (`--lr auto`, the training guard; sparse: `--block auto`). Accuracy: "
+             "the 1000 corrupted test images, mean over cells and seeds. Device hours: every "
+             "training step, lr trial step, block trial step, guard check and held-out record "
+             "the run's log shows, at the instructions measured under QEMU `-icount` and the "
+             f"board's clock, plus {link:.2f} s per record over the link at {dt.BAUD} baud "
+             "(benchmarks/scale_device_time.py).", "",
+             "| board | method | before | after | gain (points) | device hours: compute + "
+             "link | hours to 90 % of the gain | guard rollbacks |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for m in methods:
+        if not runs[m.key]:
             continue
-        before, after = mean([r["before"] for r in rs]), mean([r["after"] for r in rs])
-        step = times.get(method.key)
-        if step is not None:
-            steps = mean([r["steps"] + r["trial_steps"] for r in rs])
-            hours = f"{steps * step / 3600:.2f} + {steps * link / 3600:.2f}"
-            h90 = [hours_to_90(r, step + link) for r in rs]
-            h90 = [h for h in h90 if h is not None]
-            to90 = f"{mean(h90):.2f}" if h90 else "n/a"
-        else:
-            hours, to90 = "simulator only", "n/a"
-        lines.append(f"| {method.board or '-'} | {method.label} | {pct(before)} | "
-                     f"{pct(after)} | {100 * (after - before):+.1f} | {hours} | {to90} |")
+        x = _summary(runs[m.key], costs.get(m.key))
+        hours = (f"{x['compute']:.2f} + {x['link']:.2f}" if "compute" in x
+                 else "simulator only")
+        to90 = (f"{x['to90']:.2f} ({x['reached']} of {len(runs[m.key])} runs)"
+                if x.get("to90") is not None else "-")
+        lines.append(f"| {m.board or '-'} | {m.label} | {pct(x['before'])} | {pct(x['after'])} "
+                     f"| {100 * x['gain']:+.1f} | {hours} | {to90} | {x['rollbacks']:.1f} |")
     if ceilings:
         ceiling = mean([ceilings[c] for c in cells if c in ceilings])
-        lines.append(f"| - | FP32 back-propagation, all layers, re-quantized (ceiling) | | "
-                     f"{pct(ceiling)} | | | |")
-    lines += ["", "Per corruption (test accuracy %, mean of the seeds):", "",
+        lines.append(f"| - | FP32 back-propagation of all layers, re-quantized (ceiling) | | "
+                     f"{pct(ceiling)} | | | | |")
+    lines += ["", "Per corruption: test accuracy %, seed 1 / seed 2 (the gain over no "
+              "adaptation in brackets):", "",
               "| method | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
-    for method in methods:
+    for m in methods:
         row = []
         for c in cells:
-            rs = [results.get((c, method.key, s)) for s in SEEDS]
+            rs = [results.get((c, m.key, s)) for s in SEEDS]
             rs = [r for r in rs if r]
-            row.append(pct(mean([r["after"] for r in rs])) if rs else "")
-        lines.append(f"| {method.label} | " + " | ".join(row) + " |")
-    first = [results.get((c, OURS.key, SEEDS[0])) for c in cells]
+            gain = mean([r["after"] - r["before"] for r in rs])
+            row.append(" / ".join(pct(r["after"]) for r in rs)
+                       + (f" ({100 * gain:+.1f})" if rs else ""))
+        lines.append(f"| {m.label} | " + " | ".join(row) + " |")
+    first = [next((results[(c, k, s)] for k in runs for s in SEEDS
+                   if results.get((c, k, s))), None) for c in cells]
     lines.append("| no adaptation | " + " | ".join(pct(r["before"]) if r else "" for r in first)
                  + " |")
     if ceilings:
         lines.append("| FP32 ceiling | " + " | ".join(pct(ceilings.get(c, float("nan")))
                                                       for c in cells) + " |")
-    return lines + ["", END]
+    return lines + ["", f"Accuracy against device hours, per corruption: "
+                    f"{', '.join(f'[{c}](scale/{c}.png)' for c in cells)}.", "", END]
+
+
+def plot(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
+         costs: dict) -> None:
+    """docs/scale/CELL.png: test accuracy against device hours, one line per method and
+    seed (device methods only)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    for c in cells:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for k, m in enumerate(methods):
+            if costs.get(m.key) is None:
+                continue
+            for s in SEEDS:
+                r = results.get((c, m.key, s))
+                if not r:
+                    continue
+                cost = costs[m.key]
+                if r.get("block") is not None and cost.block_steps:
+                    cost = dt.Costs(cost.block_steps[r["block"]], cost.forward, cost.link,
+                                    cost.block_steps)
+                shape = dt.run_shape(r["log"], r["steps"], 1)
+                hours = [sum(dt.seconds_at(step, shape, cost)) / 3600 for step, _ in r["curve"]]
+                ax.plot(hours, [100 * a for _, a in r["curve"]], color=f"C{k}",
+                        linestyle="-" if s == SEEDS[0] else "--",
+                        label=f"{m.key} ({m.board})" if s == SEEDS[0] else None)
+        ax.set_xlabel("device hours (compute + link)")
+        ax.set_ylabel("test accuracy %")
+        ax.set_title(f"{c}, severity {SEVERITY}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(PLOTS / f"{c}.png", dpi=80)
+        plt.close(fig)
 
 
 def write_doc(lines: list[str]) -> None:
@@ -328,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             RUNS / "quick"
     methods = METHODS + (bp_fits_method(MODEL),)
     if args.methods:
-        methods = tuple(m for m in methods if m.key in args.methods.split(","))
+        wanted = args.methods.split(",")
+        methods = tuple(m for m in methods + (MEZO,) if m.key in wanted)
     for c in cells:
         data_path(root, c)
     jobs = [(Run(c, m.key, s), m) for c in cells for m in methods for s in seeds]
@@ -339,17 +389,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(jobs)} runs in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     times_path = root / "device_time.json"
     cache = json.loads(times_path.read_text()) if times_path.is_file() else {}
-    times = {}
-    for m in methods:
-        blocks = [r.get("block") for (c, k, s), r in results.items() if k == m.key and r]
-        block = max(set(blocks), key=blocks.count) if blocks else None
-        times[m.key] = device_step_seconds(m, MODEL, QUERIES, block, cache)
-        times_path.write_text(json.dumps(cache, indent=1) + "\n")
+    with np.load(data_path(root, cells[0])) as data:
+        images = data["x_test"][:3]
+    costs = {m.key: method_costs(m, images, cache) for m in methods}
+    times_path.write_text(json.dumps(cache, indent=1) + "\n")
     ceilings = json.loads(CEILINGS.read_text()) if CEILINGS.is_file() else {}
-    lines = report(cells, methods, results, times, ceilings, budget)
+    lines = report(cells, methods, results, costs, ceilings, budget)
     print("\n".join(lines))
     if args.write and not args.quick:
         write_doc(lines)
+        plot(cells, methods, results, costs)
     return 0
 
 
