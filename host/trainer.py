@@ -9,7 +9,6 @@ checkpoint; so does ``zocodegen train`` started again on the same ``RUN/``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import DataError, UserError
-from ..files import write_atomic
+from ..files import file_sha256, write_atomic
 from ..training import checkpoint, replay
 from ..training.guard import MIN_VAL_RECORDS
 from ..training.runner import RUN_FILES, read_run_record
@@ -396,7 +395,7 @@ class Trainer:
                 (self.run_dir / name).unlink(missing_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         mine = _identity_record(identity)
-        image_sha = _file_sha256(self.image_path)
+        image_sha = file_sha256(self.image_path).hex()
         record = self._record() if self.ckpt_path.is_file() or self._has_record() else {}
         if self.start is not None:
             if self.ckpt_path.is_file():
@@ -573,14 +572,6 @@ def _guard_fields(text: str) -> dict | None:
         key, _, value = part.partition("=")
         fields[key] = int(value) if value.isdigit() else value
     return fields
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def describe_status(code: int) -> str:

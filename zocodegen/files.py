@@ -7,6 +7,7 @@ same for every command.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -69,6 +70,16 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
 def write_atomic(path: Path, data: bytes, sync: bool = False) -> None:
     with atomic_writer(path, sync=sync) as f:
         f.write(data)
+
+
+def file_sha256(path: Path) -> bytes:
+    """SHA-256 of a file's bytes, read a megabyte at a time (images and data can be large):
+    the one identity every record of a model, data file or image uses."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.digest()
 
 
 def cache_root() -> Path:

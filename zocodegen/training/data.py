@@ -7,7 +7,6 @@ DATA.npz without ``x_val`` gets one set aside from ``x`` by :func:`with_validati
 way when packed and when simulated, so both see the same train and validation records."""
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, check_finite
-from ..files import check_output
+from ..files import check_output, file_sha256
 from ..frontends import load_model
 from ..host.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
                           pack_image, read_image)
@@ -215,7 +214,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         plan = training_plan(graph, TrainConfig())
         need = checkpoint.encoded_size((l.weight_count, l.bias_count) for l in plan.layers)
         header = dict(num_classes=classes,
-                      model_sha256=hashlib.sha256(Path(model_path).read_bytes()).digest())
+                      model_sha256=file_sha256(Path(model_path)))
         quant = graph.tensor(graph.inputs[0]).quant
         if quant is not None and not quant.per_channel:
             header.update(input_scale=quant.scalar_scale,

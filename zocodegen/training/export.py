@@ -1,13 +1,13 @@
 """Checkpoint -> the trained model as a normal model file (`zocodegen export`)."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError
 from ..export import export_model
+from ..files import file_sha256
 from ..ir import TRAINABLE_OP_TYPES, Graph
 from . import checkpoint
 
@@ -40,7 +40,7 @@ def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path:
     """Write the model with the checkpoint's parameters to ``out_path``; returns how many
     tensors changed. Refuses a checkpoint of another model (sha256 of the model file)."""
     ckpt = checkpoint.load(ckpt_path)
-    if ckpt.model_sha256 != hashlib.sha256(Path(model_path).read_bytes()).digest():
+    if ckpt.model_sha256 != file_sha256(Path(model_path)):
         raise DataError(f"{ckpt_path} was trained from a different model file than "
                         f"{model_path}")
     updated = checkpoint_tensors(graph, ckpt)

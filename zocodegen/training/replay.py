@@ -15,7 +15,6 @@ restarted from a checkpoint repeats steps) replaces the earlier one. ``ZOSCAL01`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import struct
 import zlib
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import write_atomic
+from ..files import file_sha256, write_atomic
 from ..errors import DataError, UserError
 from ..ir import Graph
 from . import checkpoint
@@ -183,7 +182,7 @@ def model_build(model_path: Path, build: Path) -> tuple[TrainConfig, bytes]:
     """The build's training options and the model file's SHA-256, refusing a model file that
     is not the one the build was made from."""
     config, sha_hex = build_config(build)
-    model_sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
+    model_sha = file_sha256(Path(model_path))
     if model_sha.hex() != sha_hex:
         raise UserError(f"{model_path} is another model than the one {build} was built from "
                         f"(sha256 {model_sha.hex()[:12]}... against {sha_hex[:12]}...)")

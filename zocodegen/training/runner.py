@@ -2,7 +2,6 @@
 (checkpoint.bin, metrics.csv, curves.png, run.json), with a live progress bar."""
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,7 +11,7 @@ from tqdm import tqdm
 
 from ..codegen import BuildOptions, resolve_auto
 from ..errors import UserError
-from ..files import write_atomic
+from ..files import file_sha256, write_atomic
 from ..frontends import load_model
 from ..host.metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
@@ -125,7 +124,7 @@ RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.jso
 def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict:
     """What makes a run the same run: the model, the data and every option."""
     try:
-        data_sha = hashlib.sha256(Path(data_path).read_bytes()).hexdigest()
+        data_sha = file_sha256(Path(data_path)).hex()
     except OSError as exc:
         raise UserError(f"cannot read {data_path}: {exc.strerror or exc}") from None
     return {"model_sha256": model_sha.hex(), "data_sha256": data_sha,
@@ -193,7 +192,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                   "picks)")
         config = chosen
     plans = training_plans(graph, config)
-    sha = hashlib.sha256(Path(model_path).read_bytes()).digest()
+    sha = file_sha256(Path(model_path))
     identity = run_identity(sha, data_path, config)
     prepare_run_dir(out_dir, identity, resume, force)
     try:
