@@ -365,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", help="comma-separated corruptions (default: "
                         f"{','.join(CELLS)}; 'table7': all twelve)")
     parser.add_argument("--methods", help="comma-separated method keys (default: all)")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: report (and with --write, write) the finished runs")
+    parser.add_argument("--seeds", help="comma-separated seeds to run (default: "
+                        f"{','.join(map(str, SEEDS))}; the report reads whatever ran)")
     args = parser.parse_args(argv)
     cells = (corruptions_available() if args.cells == "table7"
              else tuple(args.cells.split(",")) if args.cells else CELLS)
@@ -381,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         methods = tuple(m for m in methods + (MEZO,) if m.key in wanted)
     for c in cells:
         data_path(root, c)
+    if args.seeds:
+        seeds = tuple(int(k) for k in args.seeds.split(","))
     jobs = [(Run(c, m.key, s), m) for c in cells for m in methods for s in seeds]
+    if args.report:
+        jobs = [(run, m) for run, m in jobs if (run.directory(root) / "result.json").is_file()]
     started = time.perf_counter()
     with ThreadPoolExecutor(args.workers) as pool:
         done = list(pool.map(lambda job: execute(job[0], job[1], root, budget), jobs))
