@@ -7,8 +7,8 @@ random shapes, values and multipliers, bounds included. Why each one is exact:
 
 * an int8 tensor of shape (R, ..., C) is held channel-major as float32 ``q - zero_point``,
   shape (C, R, ...) ("engine form"): a 1x1 convolution is then one matrix product W @ X, a
-  depthwise one matrix products per channel (:func:`fast_geometry.depthwise_form`), and the zero padding
-  of the reference's ``x + input_offset`` is plain zeros;
+  depthwise one matrix products per channel (:func:`fast_geometry.depthwise_form`), and
+  the zero padding of the reference's ``x + input_offset`` is plain zeros;
 * accumulators are integer sums of products |x - zp| * |w| <= 255 * 128. Summed by BLAS in
   float32 they are exact whatever the order, as long as the channel's sum of |x - zp| * |w|
   stays below 2^24 (checked per call from the weights); below 2^52 float64 is used;
@@ -33,7 +33,7 @@ from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from . import native
 from .conv import RequantParams, pre_activation, requant_params
 from .elementwise import add, mul
-from .fast_geometry import depthwise_form, tap_range
+from .fast_geometry import depthwise_form, tap_range, tap_windows
 from .pooling import mean_multiplier
 from .registry import KERNELS, PRE_ACTIVATION
 
@@ -324,13 +324,8 @@ class Linear:
             picked = x if (sh, sw) == (1, 1) else x[:, :, ::sh, ::sw]
             return picked[:, :, :out_h, :out_w].reshape(c_in, -1)
         patches = np.zeros((kh, kw, c_in, x.shape[1], out_h, out_w), dtype=x.dtype)
-        for i in range(kh):
-            rows = tap_range(i, x.shape[2], out_h, self.op, 0)
-            for j in range(kw):
-                cols = tap_range(j, x.shape[3], out_w, self.op, 1)
-                if rows is not None and cols is not None:
-                    (h0, h1, src_h), (w0, w1, src_w) = rows, cols
-                    patches[i, j, :, :, h0:h1, w0:w1] = x[:, :, src_h, src_w]
+        for i, j, oh, ow, ih, iw in tap_windows(self.op, kh, kw, x.shape[2:], (out_h, out_w)):
+            patches[i, j, :, :, oh, ow] = x[:, :, ih, iw]
         return patches.reshape(kh * kw * c_in, -1)
 
     def _channels(self, x: np.ndarray) -> np.ndarray:
@@ -344,15 +339,10 @@ class Linear:
         _, out_h, out_w, _ = self.out_shape
         acc = np.zeros((c_out, xc.shape[1], out_h, out_w), dtype=taps.dtype)
         tmp = np.empty_like(acc)
-        for i in range(kh):
-            rows = tap_range(i, xc.shape[2], out_h, self.op, 0)
-            for j in range(kw):
-                cols = tap_range(j, xc.shape[3], out_w, self.op, 1)
-                if rows is not None and cols is not None:
-                    (h0, h1, src_h), (w0, w1, src_w) = rows, cols
-                    part = tmp[:, :, h0:h1, w0:w1]
-                    np.multiply(xc[:, :, src_h, src_w], taps[i, j], out=part)
-                    acc[:, :, h0:h1, w0:w1] += part
+        for i, j, oh, ow, ih, iw in tap_windows(self.op, kh, kw, xc.shape[2:], (out_h, out_w)):
+            part = tmp[:, :, oh, ow]
+            np.multiply(xc[:, :, ih, iw], taps[i, j], out=part)
+            acc[:, :, oh, ow] += part
         return acc.reshape(c_out, -1)
 
     def _variant_depthwise(self, x: np.ndarray, wf: np.ndarray, shared: bool) -> np.ndarray:
@@ -368,16 +358,10 @@ class Linear:
         taps = wf.reshape(v, kh, kw, c).transpose(1, 2, 3, 0)  # (KH, KW, C, V)
         acc = np.zeros((c, out_h, out_w, v, xt.shape[-1]), dtype=taps.dtype)
         tmp = np.empty_like(acc)
-        for i in range(kh):
-            rows = tap_range(i, xt.shape[1], out_h, self.op, 0)
-            for j in range(kw):
-                cols = tap_range(j, xt.shape[2], out_w, self.op, 1)
-                if rows is not None and cols is not None:
-                    (h0, h1, src_h), (w0, w1, src_w) = rows, cols
-                    part = tmp[:, h0:h1, w0:w1]
-                    np.multiply(xt[:, src_h, src_w], taps[i, j][:, None, None, :, None],
-                                out=part)
-                    acc[:, h0:h1, w0:w1] += part
+        for i, j, oh, ow, ih, iw in tap_windows(self.op, kh, kw, xt.shape[1:3], (out_h, out_w)):
+            part = tmp[:, oh, ow]
+            np.multiply(xt[:, ih, iw], taps[i, j][:, None, None, :, None], out=part)
+            acc[:, oh, ow] += part
         return acc.transpose(0, 3, 4, 1, 2).reshape(c, -1)
 
 

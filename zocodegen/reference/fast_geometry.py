@@ -4,6 +4,8 @@ products (one per channel over all position pairs, or one per filter row with a 
 matrix along the width)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..ir import Op
@@ -24,6 +26,22 @@ def tap_range(tap: int, size: int, out_size: int, op: Op, axis: int
         return None
     start = o0 * stride + offset
     return o0, o1, slice(start, start + (o1 - o0 - 1) * stride + 1, stride)
+
+
+def tap_windows(op: Op, kh: int, kw: int, in_hw: tuple[int, int], out_hw: tuple[int, int]
+                ) -> Iterator[tuple[int, int, slice, slice, slice, slice]]:
+    """(i, j, output rows, output columns, input rows, input columns) of every filter tap
+    (i, j) that reaches the input: the window of outputs it contributes to and the input
+    under it."""
+    for i in range(kh):
+        rows = tap_range(i, in_hw[0], out_hw[0], op, 0)
+        if rows is None:
+            continue
+        for j in range(kw):
+            cols = tap_range(j, in_hw[1], out_hw[1], op, 1)
+            if cols is not None:
+                (h0, h1, src_h), (w0, w1, src_w) = rows, cols
+                yield i, j, slice(h0, h1), slice(w0, w1), src_h, src_w
 
 
 def depthwise_form(op: Op, in_shape: tuple, out_shape: tuple, w_shape: tuple
