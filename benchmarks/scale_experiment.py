@@ -267,7 +267,10 @@ def _summary(rs: list[dict], costs: dt.Costs | None) -> dict:
 
 def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
            costs: dict, ceilings: dict, budget: tuple[str, ...]) -> list[str]:
-    runs = {m.key: [results[(c, m.key, s)] for c in cells for s in SEEDS
+    ran = [m for m in methods if any(results.get((c, m.key, s)) for c in cells for s in SEEDS)]
+    common = tuple(c for c in cells  # the summary compares methods on the same cells
+                   if all(any(results.get((c, m.key, s)) for s in SEEDS) for m in ran))
+    runs = {m.key: [results[(c, m.key, s)] for c in common for s in SEEDS
                     if results.get((c, m.key, s))] for m in methods}
     link = dt.link_seconds_per_record(MODEL)
     lines = [BEGIN, "", "## At the paper's scale: accuracy gained and device hours spent", "",
@@ -275,7 +278,8 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
              f"{', '.join(cells)} at severity {SEVERITY} (CIFAR-10-C definitions), "
              f"seeds {', '.join(map(str, SEEDS))}, `{' '.join(budget)}` and otherwise the "
              "defaults (`--lr auto`, the training guard; sparse: `--block auto`). Accuracy: "
-             "the 1000 corrupted test images, mean over cells and seeds. Device hours: every "
+             f"the 1000 corrupted test images, mean over seeds and the cells every method ran "
+             f"({', '.join(common)}). Device hours: every "
              "training step, lr trial step, block trial step, guard check and held-out record "
              "the run's log shows, at the instructions measured under QEMU `-icount` and the "
              f"board's clock, plus {link:.2f} s per record over the link at {dt.BAUD} baud "
@@ -283,10 +287,15 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
              "| board | method | before | after | gain (points) | device hours: compute + "
              "link | hours to 90 % of the gain | guard rollbacks |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    plainly = []
     for m in methods:
         if not runs[m.key]:
             continue
         x = _summary(runs[m.key], costs.get(m.key))
+        if "compute" in x and x.get("to90") is not None:
+            plainly.append(f"{m.label} on the {m.board}: {100 * x['gain']:+.1f} points in "
+                           f"{x['compute'] + x['link']:.1f} device hours, 90 % of the gain "
+                           f"after {x['to90']:.1f} h")
         hours = (f"{x['compute']:.2f} + {x['link']:.2f}" if "compute" in x
                  else "simulator only")
         to90 = (f"{x['to90']:.2f} ({x['reached']} of {len(runs[m.key])} runs)"
@@ -294,9 +303,11 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
         lines.append(f"| {m.board or '-'} | {m.label} | {pct(x['before'])} | {pct(x['after'])} "
                      f"| {100 * x['gain']:+.1f} | {hours} | {to90} | {x['rollbacks']:.1f} |")
     if ceilings:
-        ceiling = mean([ceilings[c] for c in cells if c in ceilings])
+        ceiling = mean([ceilings[c] for c in common if c in ceilings])
         lines.append(f"| - | FP32 back-propagation of all layers, re-quantized (ceiling) | | "
                      f"{pct(ceiling)} | | | | |")
+    if plainly:
+        lines += ["", "Plainly, for one corruption: " + "; ".join(plainly) + "."]
     big = costs.get("ours-128")
     if big is not None and runs.get(OURS.key):
         times = [run_seconds(r, big) for r in runs[OURS.key]]
