@@ -163,11 +163,10 @@ def execute(run: Run, method: Method, root: Path, budget: tuple[str, ...]) -> di
     info = json.loads((directory / "run.json").read_text())
     log_text = (directory / "log.txt").read_text()
     forwards = re.findall(r"([\d,]+) query forwards", log_text)
-    trial_steps = sum(int(n) for n in re.findall(r"lr trial [^:]+: (\d+) steps", log_text))
     result = {"before": info.get("accuracy_before"), "after": info.get("accuracy_after"),
               "steps": info.get("config", {}).get("steps"), "block": info.get("block"),
               "forwards": int(forwards[-1].replace(",", "")) if forwards else None,
-              "trial_steps": trial_steps, "seconds": time.perf_counter() - start,
+              "seconds": time.perf_counter() - start,
               "curve": curve(directory / "metrics.csv")}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return _with_log(result, directory)
@@ -272,7 +271,8 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
                    if all(any(results.get((c, m.key, s)) for s in SEEDS) for m in ran))
     runs = {m.key: [results[(c, m.key, s)] for c in common for s in SEEDS
                     if results.get((c, m.key, s))] for m in methods}
-    link = dt.link_seconds_per_record(MODEL)
+    link = next((c.link for c in costs.values() if c is not None), None) \
+        or dt.link_seconds_per_record(MODEL)
     lines = [BEGIN, "", "## At the paper's scale: accuracy gained and device hours spent", "",
              f"`{MODEL.relative_to(ROOT)}` (MCUNet-class, 64x64x3, docs/scale.md) adapted to "
              f"{', '.join(cells)} at severity {SEVERITY} (CIFAR-10-C definitions), "
