@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .image import SECTOR_BYTES, ImageLayout, checkpoint_slot_bytes, verify_image
-from .link import protocol as p
+from zocodegen.formats.image import SECTOR_BYTES, ImageLayout, checkpoint_slot_bytes, verify_image
+from zocodegen.formats import link as p
 from .link.server import BlockServer
 
 

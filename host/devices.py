@@ -17,7 +17,7 @@ from pathlib import Path
 
 import serial
 
-from ..errors import UserError
+from zocodegen.errors import UserError
 from .link.server import LinkError, Port
 
 #: How long a read waits before the host checks that the firmware process still runs.
@@ -78,7 +78,7 @@ class Firmware:
             os.close(slave)
 
     def _start_qemu(self) -> Port:
-        from ..qemu.runner import qemu_command, require_qemu
+        from zocodegen.qemu.runner import qemu_command, require_qemu
         require_qemu()
         with socket.socket() as probe:  # a free port; QEMU binds it a moment later
             probe.bind(("127.0.0.1", 0))

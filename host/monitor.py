@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..errors import UserError
-from .link import protocol as p
+from zocodegen.errors import UserError
+from zocodegen.formats import link as p
 from .link.server import BlockServer, HostLink, LinkError, Port
 
 #: A device that asks for work is told to ask again after this long.

@@ -18,17 +18,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..errors import DataError, UserError
-from ..files import file_sha256, write_atomic
-from ..training import checkpoint, replay
-from ..training.guard import MIN_VAL_RECORDS
-from ..training.runner import RUN_FILES, read_run_record
+from zocodegen.errors import DataError, UserError
+from zocodegen.files import file_sha256, write_atomic
+from zocodegen.training import checkpoint, replay
+from zocodegen.training.guard import MIN_VAL_RECORDS
+from zocodegen.training.runner import RUN_FILES, read_run_record
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
-from .image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
-from .link import protocol as p
+from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
+from zocodegen.formats import link as p
+from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
-from .metrics import MetricsLog, MetricsRow, plot_curves
+from zocodegen.training.metrics import MetricsLog, MetricsRow, plot_curves
 
 #: Saving a checkpoint is retried this often when what arrived does not verify.
 SAVE_ATTEMPTS = 3
@@ -93,7 +94,7 @@ def open_device(port: str | None = None, native: Path | None = None,
                 qemu: Path | None = None) -> Device:
     """The device of `--port URL`, `--native PROJECT` or `--qemu PROJECT` (built with make
     when needed)."""
-    from ..build import make
+    from zocodegen.build import make
     if port:
         return Device(port)
     kind, project = ("native", native) if native else ("qemu", qemu)
@@ -248,7 +249,8 @@ class Trainer:
         port = self.device.connect()
         link = HostLink(port, self.timeout, alive=self.device.alive)
         session = DeviceSession(link, self.blocks, telemetry=self._telemetry,
-                                log=self._device_log, scalars=self._scalar_pieces.append)
+                                log=self._device_log, scalars=self._scalar_pieces.append,
+                                event=self._device_event)
         session.hello()
         return session
 
@@ -374,7 +376,7 @@ class Trainer:
                             f"{self.image_path} {RECORD_PROBLEMS[done.status]}")
         if done.status != 0:
             raise UserError(f"{what} failed on the device: error {done.status} "
-                            f"({describe_status(done.status)})")
+                            f"({status.describe(done.status)})")
         return done
 
     # ---- RUN/ -----------------------------------------------------------------------
@@ -508,41 +510,41 @@ class Trainer:
         self.bar.set_postfix(post, refresh=True)
 
     def _device_log(self, text: str) -> None:
-        fields = _guard_fields(text)
-        if fields is None:
-            self._say(f"device: {text}")
-            return
-        if text.startswith("guard check"):
-            self._guard_check(fields)
-        elif text.startswith("lr trial"):
-            self._say(f"lr trial {fields['eta_ppm'] / 1e6:g}: {fields['steps']} steps, "
-                      f"validation {fields['correct']}/{fields['of']} correct, loss "
-                      f"{fields['loss_q16'] / 65536 / max(1, fields['of']):.4f}")
+        self._say(f"device: {text}")
+
+    def _device_event(self, e: p.Event) -> None:
+        """The guard's checks and --lr auto's trials (docs/link.md "Events")."""
+        if e.kind == p.EventKind.GUARD_CHECK:
+            self._guard_check(e)
+        elif e.kind == p.EventKind.LR_TRIAL:
+            self._say(f"lr trial {e.eta_ppm / 1e6:g}: {e.steps} steps, validation "
+                      f"{e.correct}/{e.of} correct, loss "
+                      f"{e.loss_q16 / 65536 / max(1, e.of):.4f}")
         else:
-            eta = fields["eta_ppm"] / 1e6
+            eta = e.eta_ppm / 1e6
             self._say(f"lr auto: eta {eta:g}")
             self._write_record({**self._record(), "lr": eta})
 
-    def _guard_check(self, f: dict) -> None:
-        """A guard line (docs/link.md): the check's validation accuracy and decision go
-        into metrics.csv with the step; a rollback or the final restore is said aloud."""
-        accuracy = f["correct"] / max(1, f["of"])
-        event = "" if f["event"] == "none" else f["event"]
+    def _guard_check(self, e: p.Event) -> None:
+        """The check's validation accuracy and decision go into metrics.csv with the step; a
+        rollback or the final restore is said aloud."""
+        accuracy = e.correct / max(1, e.of)
+        event = "" if e.decision == p.Decision.NONE else e.decision.name.lower()
         row = self._pending
-        if row is not None and row.step == f["step"]:
+        if row is not None and row.step == e.step:
             self._pending = MetricsRow(row.step, row.loss, row.lr, row.accuracy, accuracy,
                                        event)
-        elif self.metrics.rows and self.metrics.rows[-1].step == f["step"]:
+        elif self.metrics.rows and self.metrics.rows[-1].step == e.step:
             # the baseline before the first step joins the accuracy measured before training
             self.metrics.amend(replace(self.metrics.rows[-1], val_accuracy=accuracy,
                                        event=event))
         else:
-            self.metrics.add(MetricsRow(f["step"], float("nan"), 0.0, None, accuracy, event))
-        if event == "rollback":
-            self._say(f"guard: step {f['step']}: validation {100 * accuracy:.1f}% fell below "
-                      f"the best; rolled back, eta halved {f['halvings']}x")
-        elif event == "restore":
-            self._say(f"guard: step {f['step']}: the result is the best validated parameters")
+            self.metrics.add(MetricsRow(e.step, float("nan"), 0.0, None, accuracy, event))
+        if e.decision == p.Decision.ROLLBACK:
+            self._say(f"guard: step {e.step}: validation {100 * accuracy:.1f}% fell below "
+                      f"the best; rolled back, eta halved {e.halvings}x")
+        elif e.decision == p.Decision.RESTORE:
+            self._say(f"guard: step {e.step}: the result is the best validated parameters")
 
     def _say(self, text: str) -> None:
         if self.bar is not None:
@@ -551,29 +553,9 @@ class Trainer:
             self.log(text)
 
 
-_STATUS_NAMES = {-1: "block device not attached", -3: "link I/O failed",
-                 -4: "sector outside the image", -5: "image is read only",
-                 -25: "no block selected yet (command B)"}
-
-#: DONE statuses about one record, whose index is then DONE's value (zo_image.h).
+#: DONE statuses about one record, whose index is then DONE's value: what to tell the user.
 RECORD_PROBLEMS = {
-    -14: "does not match its CRC-32 (ZO_IMAGE_ERR_RECORD_CRC): the data is corrupted; pack "
-         "the image again",
-    -10: "has a label outside the image's classes (ZO_IMAGE_ERR_LABEL)"}
-
-
-def _guard_fields(text: str) -> dict | None:
-    """The key=value pairs of a guard / lr line ("guard check step=54 correct=40 ..."),
-    numbers as ints; None for any other log line."""
-    if not text.startswith(("guard check ", "lr trial ", "lr chosen ")):
-        return None
-    fields = {}
-    for part in text.split()[2:]:
-        key, _, value = part.partition("=")
-        fields[key] = int(value) if value.isdigit() else value
-    return fields
-
-
-def describe_status(code: int) -> str:
-    """A short meaning of a firmware status code (zo_train.h, zo_image.h, zo_blockdev.h)."""
-    return _STATUS_NAMES.get(code, "see docs/link.md and zo_train.h / zo_image.h")
+    status.code("ZO_IMAGE_ERR_RECORD_CRC"): "does not match its CRC-32 (ZO_IMAGE_ERR_RECORD_CRC):"
+                                            " the data is corrupted; pack the image again",
+    status.code("ZO_IMAGE_ERR_LABEL"): "has a label outside the image's classes "
+                                       "(ZO_IMAGE_ERR_LABEL)"}

@@ -18,6 +18,7 @@ import io
 import json
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,15 +105,24 @@ def checkpoints() -> dict[str, str]:
     return out
 
 
+def _source_file(key: str) -> str:
+    """src/MODEL/TARGET/VARIANT/FILE -> FILE (checkpoint keys stay whole)."""
+    parts = key.split("/", 4)
+    return parts[4] if key.startswith("src/") and len(parts) == 5 else key
+
+
 def diff(before: dict[str, str], after: dict[str, str]) -> int:
+    """Differences grouped by file (how many builds each one changed in): a refactor that
+    meant to change only, say, zo_link.h shows that file alone."""
     changed = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
     removed = sorted(before.keys() - after.keys())
     added = sorted(after.keys() - before.keys())
     for title, keys in (("changed", changed), ("removed", removed), ("added", added)):
-        print(f"{title}: {len(keys)}")
-        for key in keys[:200]:
-            print(f"  {key}")
-    print(f"identical: {len(before.keys() & after.keys()) - len(changed)}")
+        counts = Counter(_source_file(k) for k in keys)
+        print(f"{title}: {len(keys)} digests")
+        for name, count in sorted(counts.items()):
+            print(f"  {name}  (in {count} builds)")
+    print(f"identical: {len(before.keys() & after.keys()) - len(changed)} digests")
     return 1 if changed or removed else 0
 
 

@@ -20,10 +20,10 @@ from test_training_math import random_logits
 from zocodegen.build import cached_build, generate
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image
-from zocodegen.host.link import protocol
+from zocodegen.formats.image import pack_image
+from zocodegen.formats import link as protocol
 from zocodegen.reference.common import output_range
 from zocodegen.reference.softmax import log_softmax_params, softmax_gradient_q24
 from zocodegen.training import checkpoint, simulator

@@ -16,7 +16,7 @@ from test_build import TRAINING_ITEMS, _make, _reported, _sections
 from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.host.devices import Firmware
-from zocodegen.host.image import pack_image
+from zocodegen.formats.image import pack_image
 from zocodegen.host.trainer import LaunchedDevice, Trainer
 from zocodegen.training.config import TrainConfig
 

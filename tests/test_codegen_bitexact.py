@@ -11,7 +11,7 @@ import pytest
 from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, SHARED_TFLITE, random_inputs,
                       reference_interpreter, resolve)
 from zocodegen.build import cached_build
-from zocodegen.engines import run_samples
+from zocodegen.host.engines import run_samples
 from zocodegen.frontends import load_model
 from zocodegen.reference import run
 

@@ -20,8 +20,8 @@ from conftest import FIXTURES
 from zocodegen.build import ARTEFACTS
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image
-from zocodegen.host.metrics import read_metrics
+from zocodegen.formats.image import pack_image
+from zocodegen.training.metrics import read_metrics
 
 MODEL = FIXTURES / "digits_cnn.tflite"
 TRAIN_OPTIONS = ["--steps", "6", "--queries", "2", "--batch", "2", "--lr", "0.01",
@@ -238,7 +238,7 @@ def test_monitor_on_a_silent_line_says_so(capsys):
 
 # ------------------------------------------------------------------- disk full, in one line
 def test_a_full_disk_is_one_line(ws, tmp_path, capsys, monkeypatch):
-    from zocodegen.host import metrics
+    from zocodegen.training import metrics
 
     def full(self, row):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))

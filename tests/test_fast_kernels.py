@@ -31,7 +31,7 @@ import pytest
 from conftest import random_inputs, shared_model
 from zocodegen.build import cached_build
 from zocodegen.codegen.layers.conv import conv_kernel, folded_bias
-from zocodegen.engines import run_samples
+from zocodegen.host.engines import run_samples
 from zocodegen.frontends import load_model
 from zocodegen.planner import plan_arena, plan_problems
 from zocodegen.planner.scratch import kernel_scratch

@@ -26,7 +26,7 @@ from zocodegen.host.fleet.client import DeviceClient
 from zocodegen.host.fleet.server import FleetServer
 from zocodegen.host.fleet.updates import (FleetModel, Update, make_update, pack_scalars,
                                           reconstruct, unpack_scalars)
-from zocodegen.host.image import pack_image
+from zocodegen.formats.image import pack_image
 from zocodegen.host.trainer import open_device
 from zocodegen.training import checkpoint, replay, simulator
 

@@ -13,10 +13,11 @@ from conftest import FIXTURES
 from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.datasets import digits_npz
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image
-from zocodegen.host.metrics import read_metrics
+from zocodegen.formats import link as p
+from zocodegen.formats.image import pack_image
+from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.guard import MIN_VAL_RECORDS, Score, fall_margin
 from zocodegen.training.runner import simulate
@@ -45,15 +46,16 @@ def digits_image(tmp_path_factory) -> Path:
     return path
 
 
-def _device_run(config: TrainConfig, engine: str, image: Path) -> tuple[bytes, list[str]]:
+def _device_run(config: TrainConfig, engine: str, image: Path
+                ) -> tuple[bytes, list[p.Event]]:
     graph = load_model(MODEL)
     artefact = cached_build(MODEL, engine, graph=graph, train=config)
-    lines: list[str] = []
+    events: list[p.Event] = []
     with FirmwareSession(graph, engine, artefact, icount=False) as session:
-        session.session.on_log = lines.append
+        session.session.on_event = events.append
         session.attach_image(image)
         session.train(config.steps)
-        return session.save_checkpoint(), lines
+        return session.save_checkpoint(), events
 
 
 CASES = [
@@ -72,16 +74,16 @@ def test_guard_firmware_equals_simulator(config, engine, digits_image, tmp_path)
     run = tmp_path / "run"
     simulate(MODEL, digits_image, run, config, progress=False)
     expected = (run / "checkpoint.bin").read_bytes()
-    got, lines = _device_run(config, engine, digits_image)
+    got, device_events = _device_run(config, engine, digits_image)
     assert got == expected
     events = [r.event for r in read_metrics(run / "metrics.csv") if r.event]
-    device_events = [ln.split("event=")[1].split()[0] for ln in lines
-                     if ln.startswith("guard check")]
-    assert [e for e in device_events if e != "none"] == events
+    decisions = [e.decision.name.lower() for e in device_events
+                 if e.kind == p.EventKind.GUARD_CHECK]
+    assert [d for d in decisions if d != "none"] == events
     if config.lr == 3.0:
         assert "rollback" in events, "the case meant to roll back did not"
     if config.lr_auto:
-        assert sum(ln.startswith("lr trial") for ln in lines) == 3
+        assert sum(e.kind == p.EventKind.LR_TRIAL for e in device_events) == 3
 
 
 def test_score_rules():

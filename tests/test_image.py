@@ -1,4 +1,4 @@
-"""The SD-card-style data image: host/image.py (packer, reader) against the C reader of
+"""The SD-card-style data image: zocodegen/formats/image.py (packer, reader) against the C reader of
 templates/train/ (zo_image.c; zo_crc32.c from templates/link/) behind the block device
 backends that only this test builds (generated firmware reads its image over the host link).
 
@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 from zocodegen.errors import DataError, UserError
-from zocodegen.host import image as zi
-from zocodegen.host.image import ImageLayout, pack_image, read_header, read_image, verify_image
+from zocodegen.formats import image as zi
+from zocodegen.formats import status
+from zocodegen.formats.image import ImageLayout, pack_image, read_header, read_image, verify_image
 from zocodegen.host.trainer import RECORD_PROBLEMS
 from zocodegen.qemu import runner
 
@@ -40,8 +41,9 @@ NATIVE_PLATFORM = REPO / "templates" / "platform" / "native" / "platform_native.
 BOARD = runner.BOARD_DIR
 DOC = REPO / "docs" / "image.md"
 
-TRAIN_SOURCES = ("zo_blockdev.h", "zo_crc32.h", "zo_crc32.c", "zo_image.h", "zo_image.c",
-                 "blockdev_stdio.c", "blockdev_semihosting.c")
+TRAIN_SOURCES = ("zo_blockdev.h", "zo_crc32.h", "zo_crc32.c", "zo_image.h", "zo_image.c")
+#: Test-only block devices (tests/data/): an image file through stdio or semihosting.
+TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
 READER_SOURCES = ("zo_image.c", "zo_crc32.c")
 WARN = ["-std=c99", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wpedantic",
         "-Wconversion", "-Wshadow", "-ffp-contract=off"]
@@ -66,7 +68,9 @@ def c_constants(*names: str) -> dict[str, int]:
     return out
 
 
-C = c_constants("zo_image.h", "zo_blockdev.h")
+C = {**c_constants("zo_image.h", "zo_blockdev.h"),
+     **{s.name: s.code for s in status.CODES.values()},
+     **{sub.ok: 0 for sub in status.SUBSYSTEMS}}
 SPLIT = {"train": 0, "val": 1, "test": 2}
 
 
@@ -387,6 +391,9 @@ def render_train(dst: Path) -> Path:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     for name in TRAIN_SOURCES:
         (dst / name).write_text(env.get_template(name).render())
+    (dst / "zo_status.h").write_text(status.c_header())
+    for name in TEST_BLOCKDEVS:
+        shutil.copy(DRIVER_C.parent / name, dst / name)
     return dst
 
 

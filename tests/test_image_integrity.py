@@ -19,10 +19,10 @@ import pytest
 from conftest import FIXTURES
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
-from zocodegen.host import image as zi
+from zocodegen.formats import image as zi
 from zocodegen.host import trainer
 from zocodegen.host.blocks import ImageBlocks
-from zocodegen.host.image import read_header
+from zocodegen.formats.image import read_header
 from zocodegen.training import checkpoint
 
 MODEL = FIXTURES / "digits_cnn.tflite"

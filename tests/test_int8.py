@@ -17,9 +17,9 @@ from test_training import (NEEDS_ARM, _check_against_simulator, _data, _firmware
                            _image, _simulated, _simulated_with_guard)
 from zocodegen.build import cached_build
 from zocodegen.cli import main
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image
+from zocodegen.formats.image import pack_image
 from zocodegen.training import int8
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan

@@ -17,8 +17,8 @@ from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
 from zocodegen.host.devices import Firmware
-from zocodegen.host.image import pack_image
-from zocodegen.host.metrics import read_metrics
+from zocodegen.formats.image import pack_image
+from zocodegen.training.metrics import read_metrics
 from zocodegen.host.monitor import monitor
 from zocodegen.host.trainer import Device, LaunchedDevice, Trainer
 from zocodegen.training import checkpoint

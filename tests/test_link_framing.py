@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zocodegen.host.link import protocol as p
+from zocodegen.formats import link as p
+from zocodegen.formats import status
 from zocodegen.host.link.framing import (MAX_ENCODED, MAX_PAYLOAD, Frame, FrameDecoder,
                                          decode_body, encode_frame)
 from zocodegen.host.link.server import DeviceSession, HostLink, LinkError
@@ -160,9 +161,13 @@ def _c_decoder(tmp: Path) -> Path | None:
                REPO / "templates/link/zo_crc32.c"]
     if not all(s.is_file() for s in sources):
         return None
+    generated = tmp / "include"  # what the generator renders from the Python tables
+    generated.mkdir(exist_ok=True)
+    (generated / "zo_status.h").write_text(status.c_header())
+    (generated / "zo_link_messages.h").write_text(p.c_header())
     cmd = ["cc", "-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           f"-I{REPO / 'templates/link'}", f"-I{REPO / 'templates/project'}",
+           f"-I{REPO / 'templates/link'}", f"-I{REPO / 'templates/project'}", f"-I{generated}",
            "-DZO_LINK_DECODER_ONLY", *map(str, sources), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return exe
@@ -198,3 +203,27 @@ def test_c_decoder_matches_python(c_decoder, parts, flips):
     run = subprocess.run([str(c_decoder)], input=bytes(data), capture_output=True, timeout=30)
     assert run.returncode == 0, run.stderr.decode()
     assert run.stdout.decode().split("\n")[:-1] == _python_events(bytes(data))
+
+
+def test_events_round_trip_and_read_as_lines():
+    events = [p.Event(p.EventKind.GUARD_CHECK, p.Decision.ROLLBACK, 270, 37, 53, 2280233, 1),
+              p.Event(p.EventKind.LR_TRIAL, p.Decision.NONE, 0, 35, 53, 1 << 40, 0, 3000, 10),
+              p.Event(p.EventKind.LR_CHOSEN, p.Decision.NONE, 0, 0, 0, 0, 0, 3000, 0)]
+    for event in events:
+        payload = p.pack_event(event)
+        assert len(payload) == 36 and p.parse_event(payload) == event
+    assert events[0].text() == ("guard check step=270 correct=37 of=53 loss_q16=2280233 "
+                                "event=rollback halvings=1")
+    assert events[2].text() == "lr chosen eta_ppm=3000"
+    with pytest.raises(ValueError):
+        p.parse_event(bytes(35))
+
+
+def test_the_generated_link_header_has_the_python_codes():
+    header = p.c_header()
+    for request in p.Request:
+        assert f"#define ZO_LINK_{request.name} 0x{request.value:02X}u" in header
+    for cmd in p.Command:
+        assert f"#define ZO_LINK_CMD_{cmd.name} '{cmd.value.decode()}'" in header
+    assert f"#define ZO_LINK_MAX_ENCODED {MAX_ENCODED}u" in header
+    assert "#define ZO_LINK_EVENT_BYTES 36u" in header

@@ -12,7 +12,7 @@ from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.host.devices import Firmware
-from zocodegen.host.image import pack_image
+from zocodegen.formats.image import pack_image
 from zocodegen.host.trainer import LaunchedDevice, Trainer
 from zocodegen.ir import macs
 from zocodegen.planner import plan_arena, verify

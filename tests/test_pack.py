@@ -16,8 +16,8 @@ from conftest import FIXTURES
 from test_image import BACKENDS, executables, expected_fields, reader  # noqa: F401
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
-from zocodegen.host import image as zi
-from zocodegen.host.image import pack_image, read_header, read_image
+from zocodegen.formats import image as zi
+from zocodegen.formats.image import pack_image, read_header, read_image
 from zocodegen.target import TARGET_NAMES, load_target
 from zocodegen.training import checkpoint, simulator
 from zocodegen.training.config import TrainConfig

@@ -15,7 +15,7 @@ from zocodegen.build import cached_build
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions, device_graph, plan_project
 from zocodegen.codegen.host_inputs import host_side_inputs, quantize_inputs_on_host
-from zocodegen.engines import run_samples
+from zocodegen.host.engines import run_samples
 from zocodegen.errors import UserError
 from zocodegen.frontends import load_model
 from zocodegen.planner import BudgetError, plan_arena, verify

@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURES, random_inputs
 from zocodegen.build import cached_build, generate
 from zocodegen.codegen import BuildOptions
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
 
 PROFILE = "-DZO_PROFILE_LAYERS"

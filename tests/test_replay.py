@@ -14,7 +14,7 @@ import pytest
 from test_training import NEEDS_ARM, _data, _image, _resolve
 from zocodegen.build import cached_build
 from zocodegen.cli import main
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.errors import DataError, UserError
 from zocodegen.frontends import load_model
 from zocodegen.training import checkpoint, replay, simulator
@@ -176,7 +176,7 @@ def test_a_malformed_scalars_frame_is_refused():
     numbers: the session stops with a clear LinkError instead of recording garbage."""
     import struct
 
-    from zocodegen.host.link import protocol
+    from zocodegen.formats import link as protocol
     good = struct.pack("<IHHHH", 3, 1, 0, 2, 2) + struct.pack("<2i", -5, 7)
     assert protocol.parse_scalars(good) == protocol.Scalars(3, 1, 0, 2, (-5, 7))
     with pytest.raises(ValueError, match="4 bytes for 2 values"):

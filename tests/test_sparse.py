@@ -172,7 +172,8 @@ def test_training_before_selection_is_refused(tmp_path, image, capsys):
     """A host that skips B gets the firmware's own status, named."""
     from zocodegen.build import cached_build
     from zocodegen.host.devices import Firmware
-    from zocodegen.host.link.protocol import Command, train
+    from zocodegen.formats.link import Command, train
+    from zocodegen.formats.status import code
     from zocodegen.host.trainer import LaunchedDevice
     from zocodegen.host.blocks import ImageBlocks
     from zocodegen.host.link.server import DeviceSession, HostLink
@@ -186,8 +187,8 @@ def test_training_before_selection_is_refused(tmp_path, image, capsys):
         session.hello()
         assert session.identity.selects_block
         assert session.run(Command.OPEN.value).done.status == 0
-        assert session.run(train(1)).done.status == -25
-        assert session.run(Command.SAVE.value).done.status == -25
+        assert session.run(train(1)).done.status == code("ZO_TRAIN_ERR_NO_BLOCK")
+        assert session.run(Command.SAVE.value).done.status == code("ZO_TRAIN_ERR_NO_BLOCK")
         done = session.run(Command.SELECT.value).done
         assert done.status == 0 and 0 <= done.value < 4
         assert session.run(train(1)).done.status == 0

@@ -16,10 +16,11 @@ from conftest import FIXTURES, SHARED_MODELS, shared_model
 from zocodegen.build import cached_build, generate, make
 from zocodegen.cli import main
 from zocodegen.codegen import BuildOptions
+from zocodegen.formats import status
 from zocodegen.codegen.project import LINK_RX_BYTES, LINK_TX_BYTES
-from zocodegen.engines import FirmwareError, FirmwareSession
+from zocodegen.host.engines import FirmwareError, FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image, read_header
+from zocodegen.formats.image import pack_image, read_header
 from zocodegen.training import checkpoint, simulator
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.data import load_dataset
@@ -257,7 +258,7 @@ def test_sanitizers_clean_and_resume(tmp_path):
         session.attach_image(image)
         with pytest.raises(FirmwareError) as err:
             session.load_checkpoint(bytes(corrupted))
-        assert err.value.code == -23  # ZO_TRAIN_ERR_CRC, nothing applied
+        assert err.value.code == status.code("ZO_TRAIN_ERR_CRC")  # nothing applied
         session.train(1)
 
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import FIXTURES
 from zocodegen.build import cached_build, generate
 from zocodegen.codegen import BuildOptions
-from zocodegen.engines import FirmwareSession
+from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.host.image import pack_image
+from zocodegen.formats.image import pack_image
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan
 

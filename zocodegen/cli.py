@@ -23,7 +23,7 @@ from .frontends import load_model
 from .ir import Graph
 from .build import cached_build, generate
 from .cli_options import build_parser, set_train_options, train_config
-from .engines import run_samples
+from .host.engines import run_samples
 from .flash import flash_project
 from .host.devices import open_port
 from .host.monitor import monitor
@@ -34,7 +34,7 @@ from .target import TARGET_NAMES, load_target
 from .training import checkpoint
 from .training.config import BLOCKS_AUTO, BP_AUTO
 from .training.data import pack
-from .host.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
+from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .training.export import export_checkpoint
 from .training.replay import replay_build
 from .training.runner import simulate

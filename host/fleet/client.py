@@ -16,9 +16,9 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from ...errors import DataError
-from ...training import checkpoint, replay
-from ..image import verify_image
+from zocodegen.errors import DataError
+from zocodegen.training import checkpoint, replay
+from zocodegen.formats.image import verify_image
 from ..trainer import Device, Trainer
 from .updates import Update, apply_delta, make_update
 

@@ -16,7 +16,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ...errors import DataError, UserError
+from zocodegen.errors import DataError, UserError
 from ..link.server import LinkError
 from ..trainer import open_device
 from .client import DeviceClient
@@ -40,7 +40,7 @@ def _connected(grid: Grid, count: int, wait: float) -> list[int]:
 def _test_data(path: str, model: FleetModel):
     if not path:
         return None
-    from ...training.data import load_dataset
+    from zocodegen.training.data import load_dataset
     data = load_dataset(Path(path), model.graph, model.plan.num_classes)
     if data.x_test is None:
         raise UserError(f"{path} has no test split to score the fleet's model on")

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...errors import UserError
+from zocodegen.errors import UserError
 
 APP = Path(__file__).with_name("app")
 FEDERATION = "zocodegen"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import DataError, UserError
-from ...training import checkpoint
-from ...training.simulator import Params, initial_params, predict
+from zocodegen.errors import DataError, UserError
+from zocodegen.training import checkpoint
+from zocodegen.training.simulator import Params, initial_params, predict
 from .updates import LEVEL, FleetModel, Update, fedavg, parameter_delta, reconstruct
 
 #: Bytes of an instruction besides the parameters and their hash: round, first step, steps,

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import DataError, UserError
-from ...frontends import load_model
-from ...ir import Graph
-from ...training import checkpoint, replay
-from ...training.plan import TrainingPlan, training_plan
-from ...training.simulator import Params, from_checkpoint, to_checkpoint
+from zocodegen.errors import DataError, UserError
+from zocodegen.frontends import load_model
+from zocodegen.ir import Graph
+from zocodegen.training import checkpoint, replay
+from zocodegen.training.plan import TrainingPlan, training_plan
+from zocodegen.training.simulator import Params, from_checkpoint, to_checkpoint
 
 KINDS = ("scalars", "delta")
 #: zlib level for uploads: the slowest and smallest; a round's payload is a few KB

@@ -13,13 +13,10 @@ from dataclasses import dataclass
 
 from cobs import cobs
 
-VERSION = 1
+from zocodegen.formats.link import CRC_BYTES, HEADER_BYTES, MAX_ENCODED, MAX_PAYLOAD, VERSION
+
 HEADER = struct.Struct("<BBHH")  # type, version, sequence, payload length
-CRC_BYTES = 4
-MAX_PAYLOAD = 4 * 512 + 16
-MAX_BODY = HEADER.size + MAX_PAYLOAD + CRC_BYTES
-#: COBS adds one byte per started run of 254; the decoder refuses longer frames.
-MAX_ENCODED = MAX_BODY + MAX_BODY // 254 + 1
+assert HEADER.size == HEADER_BYTES
 DELIMITER = b"\x00"
 
 

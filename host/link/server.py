@@ -14,7 +14,7 @@ from typing import Protocol
 
 from serial import SerialException
 
-from . import protocol as p
+from zocodegen.formats import link as p
 from .framing import Frame, FrameDecoder, encode_frame
 
 
@@ -156,20 +156,23 @@ class BlockServer:
 class DeviceSession:
     """Commands on one device through a HostLink.
 
-    ``telemetry``, ``scalars`` and ``log`` are called for every TELEMETRY / SCALARS / LOG /
-    ERROR the device sends while a command runs. A HELLO in the middle raises DeviceReset; ``hello`` handles it
+    ``telemetry``, ``scalars``, ``event`` and ``log`` are called for every TELEMETRY /
+    SCALARS / EVENT / LOG and ERROR the device sends while a command runs; without an
+    ``event`` callback an EVENT goes to ``log`` as its line of key=value pairs. A HELLO in the middle raises DeviceReset; ``hello`` handles it
     (start over on a new session).
     """
 
     def __init__(self, link: HostLink, blocks: BlockServer | None = None,
                  telemetry: Callable[[p.Telemetry], None] | None = None,
                  log: Callable[[str], None] | None = None,
-                 scalars: Callable[[p.Scalars], None] | None = None):
+                 scalars: Callable[[p.Scalars], None] | None = None,
+                 event: Callable[[p.Event], None] | None = None):
         self.link = link
         self.blocks = blocks or BlockServer()
         self.on_telemetry = telemetry or (lambda t: None)
         self.on_scalars = scalars or (lambda s: None)
         self.on_log = log or (lambda s: None)
+        self.on_event = event or (lambda e: self.on_log(e.text()))
         self.identity: p.Identity | None = None
         self._next: Frame | None = None
 
@@ -259,6 +262,11 @@ class DeviceSession:
                 self.on_scalars(p.parse_scalars(payload))
             except ValueError as exc:
                 raise LinkError(f"the device sent malformed scalars: {exc}") from None
+        elif kind == p.Request.EVENT:
+            try:
+                self.on_event(p.parse_event(payload))
+            except ValueError as exc:
+                raise LinkError(f"the device sent a malformed event: {exc}") from None
         elif kind == p.Request.LOG:
             self.on_log(payload.decode(errors="replace"))
         elif kind == p.Request.ERROR:

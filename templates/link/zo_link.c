@@ -430,6 +430,26 @@ int zo_link_log(const char *text)
                           &ack);
 }
 
+int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correct,
+                  uint32_t of, uint32_t halvings, uint32_t eta_ppm, uint32_t steps,
+                  int64_t loss_q16)
+{
+    uint8_t p[ZO_LINK_EVENT_BYTES];
+    zo_link_frame ack;
+    memset(p, 0, sizeof p);
+    p[0] = kind;
+    p[1] = decision; /* then 2 zero bytes */
+    put_u32(p + 4, step);
+    put_u32(p + 8, correct);
+    put_u32(p + 12, of);
+    put_u32(p + 16, halvings);
+    put_u32(p + 20, eta_ppm);
+    put_u32(p + 24, steps);
+    put_u32(p + 28, (uint32_t)((uint64_t)loss_q16 & 0xFFFFFFFFu));
+    put_u32(p + 32, (uint32_t)((uint64_t)loss_q16 >> 32));
+    return empty_response(zo_link_request(ZO_LINK_EVENT, p, sizeof p, 0, 0u, &ack), &ack);
+}
+
 int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycles)
 {
     uint8_t p[16];

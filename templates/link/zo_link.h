@@ -37,60 +37,19 @@
 
 #include <stdint.h>
 
-/* ---- frames (docs/link.md "Frames") ---------------------------------------------------- */
+#include "zo_link_messages.h" /* ZO_LINK_<message>, ZO_LINK_CMD_*, sizes */
+#include "zo_status.h"        /* ZO_LINK_OK, ZO_LINK_ERR_*, ZO_BLOCKDEV_ERR_* */
 
-#define ZO_LINK_VERSION 1u
-#define ZO_LINK_HEADER_BYTES 6u /* type u8, version u8, sequence u16, payload length u16 */
-#define ZO_LINK_CRC_BYTES 4u
-#define ZO_LINK_SECTOR_BYTES 512u
-#define ZO_LINK_MAX_SECTORS 4u   /* sectors per READ / WRITE */
-#define ZO_LINK_MAX_CHUNK 2048u  /* bytes per FETCH / PUT */
-#define ZO_LINK_MAX_PAYLOAD 2064u /* 4 sectors + 16 bytes */
-/* 6 + 2064 + 4 = 2074 */
-#define ZO_LINK_MAX_BODY (ZO_LINK_HEADER_BYTES + ZO_LINK_MAX_PAYLOAD + ZO_LINK_CRC_BYTES)
-/* COBS adds one code byte per started run of 254 body bytes. */
-#define ZO_LINK_MAX_ENCODED (ZO_LINK_MAX_BODY + ZO_LINK_MAX_BODY / 254u + 1u) /* 2083 */
-
-/* Requests; the response to request type t has type t | ZO_LINK_RESPONSE. */
-#define ZO_LINK_HELLO 0x01u
-#define ZO_LINK_NEXT 0x02u
-#define ZO_LINK_READ 0x03u
-#define ZO_LINK_WRITE 0x04u
-#define ZO_LINK_TELEMETRY 0x05u
-#define ZO_LINK_LOG 0x06u
-#define ZO_LINK_DONE 0x07u
-#define ZO_LINK_ERROR 0x08u
-#define ZO_LINK_FETCH 0x09u
-#define ZO_LINK_PUT 0x0Au
-#define ZO_LINK_SCALARS 0x0Bu
-#define ZO_LINK_RESPONSE 0x80u
-#define ZO_LINK_RESTART 0xFEu /* the host knows no session for this request: start over */
-#define ZO_LINK_NAK 0xFFu     /* the host could not decode a frame: retransmit */
-
-/* Commands: the first byte of a COMMAND payload (docs/link.md "COMMAND"). */
-#define ZO_LINK_CMD_WAIT 'W'     /* u32 milliseconds; no DONE */
-#define ZO_LINK_CMD_INFER 'I'
-#define ZO_LINK_CMD_OPEN 'O'
-#define ZO_LINK_CMD_SELECT 'B'   /* sparse --block auto: block trials; value = the block */
-#define ZO_LINK_CMD_TRAIN 'T'    /* u32 steps */
-#define ZO_LINK_CMD_SAVE 'S'
-#define ZO_LINK_CMD_LOAD 'L'
-#define ZO_LINK_CMD_ACCURACY 'A' /* u8 split */
-#define ZO_LINK_CMD_RESET 'R'
-#define ZO_LINK_CMD_QUIT 'Q'     /* no DONE */
+/* ---- frames (docs/link.md "Frames"): sizes, message types and commands in ------------ */
+/* zo_link_messages.h, generated from zocodegen/formats/link.py                           */
 
 /* Results of zo_link_decoder_feed(). */
 #define ZO_LINK_NONE 0  /* no frame ended with this byte (an empty frame ends with nothing) */
 #define ZO_LINK_FRAME 1 /* *frame is a valid frame */
 #define ZO_LINK_BAD (-1) /* a frame ended here and was dropped */
 
-/* Results of the request layer, besides 0 and the host's statuses (ZO_BLOCKDEV_ERR_*, -1..-6).
- * They also end up in DONE's status, next to ZO_IMAGE_ERR_* (-1..-13) and ZO_TRAIN_ERR_*
- * (-20..-25), hence the distinct range. */
-#define ZO_LINK_OK 0
-#define ZO_LINK_ERR_RESTART (-40)     /* the host answered RESTART: back to HELLO */
-#define ZO_LINK_ERR_PROTOCOL (-41)    /* a message of the wrong size or content */
-#define ZO_LINK_ERR_UNSUPPORTED (-42) /* a command this firmware does not have */
+/* Results of the request layer: ZO_LINK_OK, the host's statuses (ZO_BLOCKDEV_ERR_*) or a
+ * ZO_LINK_ERR_* code; every code is in zo_status.h, one range per subsystem. */
 
 typedef struct {
     uint8_t type;
@@ -116,17 +75,8 @@ int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
 
 /* ---- requests (docs/link.md "Sequence numbers, timeouts, retries", "Requests") ---------- */
 
-/* HELLO's identity of the firmware (docs/link.md "HELLO"). */
-#define ZO_LINK_HELLO_BYTES 124u
-#define ZO_LINK_TARGET_BYTES 24u
-#define ZO_LINK_FLAG_TRAINING 0x1u
-#define ZO_LINK_FLAG_GNORM_SCALING 0x2u /* g_i = NQ / (NQ + d - 1) */
-#define ZO_LINK_FLAG_COSINE 0x4u
-#define ZO_LINK_FLAG_QUANT_SCALING 0x8u /* 1 / s_c^2 */
-#define ZO_LINK_FLAG_GUARD 0x10u        /* training guard (validation checks, rollback) */
-#define ZO_LINK_FLAG_LR_AUTO 0x20u      /* --lr auto: trials pick eta */
-#define ZO_LINK_NO_BLOCK 0xFFu /* sparse block field of a firmware that does not train sparse */
-
+/* HELLO's identity of the firmware (docs/link.md "HELLO"; sizes and flags in
+ * zo_link_messages.h). */
 typedef struct {
     const uint8_t *model_sha256; /* 32 bytes */
     uint32_t input_bytes;
@@ -191,6 +141,12 @@ int zo_link_scalars(uint32_t step, int32_t layer, const int32_t *values, uint32_
 
 /* LOG -> ACK: a line of text for the host's log (cut at ZO_LINK_MAX_PAYLOAD bytes). */
 int zo_link_log(const char *text);
+
+/* EVENT -> ACK: a decision of the training guard or --lr auto (docs/link.md "Events"):
+ * kind ZO_EVENT_*, decision ZO_DECISION_*, then the fields of formats/link.py's Event. */
+int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correct,
+                  uint32_t of, uint32_t halvings, uint32_t eta_ppm, uint32_t steps,
+                  int64_t loss_q16);
 
 /* DONE -> ACK: the end of command `command`. */
 int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycles);

@@ -9,9 +9,9 @@
  *   blockdev_link.c         (templates/link/) what every generated firmware uses: the host
  *                           tool serves the sectors of the image over the host link
  *                           (docs/link.md); attach ignores the path
- *   blockdev_stdio.c        native test programs (tests/test_image.py): an image file, stdio
- *                           fopen("r+b")
- *   blockdev_semihosting.c  Cortex-M test programs under QEMU (-semihosting-config
+ *   blockdev_stdio.c        (tests/data/) native test programs (tests/test_image.py): stdio
+ *                           fopen("r+b") of an image file
+ *   blockdev_semihosting.c  (tests/data/) Cortex-M test programs under QEMU (-semihosting-config
  *                           enable=on,target=native), or a board whose debugger has
  *                           semihosting enabled: an image file on the host, through Arm
  *                           semihosting
@@ -31,15 +31,10 @@
 
 #include <stdint.h>
 
+#include "zo_status.h" /* ZO_BLOCKDEV_OK, ZO_BLOCKDEV_ERR_* */
+
 #define ZO_SECTOR_BYTES 512u
 
-#define ZO_BLOCKDEV_OK 0
-#define ZO_BLOCKDEV_ERR_NOT_ATTACHED (-1) /* read/write before a successful attach */
-#define ZO_BLOCKDEV_ERR_OPEN (-2)         /* attach: the medium/file cannot be opened */
-#define ZO_BLOCKDEV_ERR_IO (-3)           /* the transfer failed (I/O error, link down) */
-#define ZO_BLOCKDEV_ERR_RANGE (-4)        /* a sector beyond the end of the medium */
-#define ZO_BLOCKDEV_ERR_READ_ONLY (-5)    /* write to a medium attached read-only */
-#define ZO_BLOCKDEV_ERR_ARG (-6)          /* NULL pointer or bad argument */
 
 /* Attach the medium. File backends open the image file at path (read-write if allowed,
  * otherwise read-only; writes then fail with ZO_BLOCKDEV_ERR_READ_ONLY); a second attach

@@ -7,7 +7,6 @@
 
 #include "model.h"
 #include "zo_guard.h"
-#include "zo_log_line.h"
 #include "zo_requant.h"
 #include "zo_train_io.h"
 
@@ -16,7 +15,7 @@ typedef struct {
     int64_t loss;     /* sum of Q16 cross-entropy losses */
 } score;
 
-/* ---- log lines: "key=value" pairs the host parses (docs/link.md "Guard lines") -------- */
+/* ---- events for the host (docs/link.md "Events") ---------------------------------------- */
 
 #if !ZO_TRAIN_INTEGER_ONLY
 static uint32_t eta_ppm(float eta)
@@ -94,19 +93,19 @@ static int restore_best(const zo_train_model *m, zo_train_state *s, zo_image *im
     return rc;
 }
 
-static void check_line(zo_guard_log log, uint32_t step, const score *sc, uint32_t records,
-                       const char *event, uint32_t halvings)
+static void report_check(zo_guard_report report, uint32_t step, const score *sc,
+                         uint32_t records, uint8_t decision, uint32_t halvings)
 {
-    zo_log_line l;
-    zo_line_start(&l);
-    zo_line_u64(&l, "guard check step=", step);
-    zo_line_u64(&l, " correct=", sc->correct);
-    zo_line_u64(&l, " of=", records);
-    zo_line_u64(&l, " loss_q16=", (uint64_t)sc->loss);
-    zo_line_text(&l, " event=");
-    zo_line_text(&l, event);
-    zo_line_u64(&l, " halvings=", halvings);
-    log(l.text);
+    zo_guard_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = ZO_EVENT_GUARD_CHECK;
+    e.decision = decision;
+    e.step = step;
+    e.correct = sc->correct;
+    e.of = records;
+    e.loss_q16 = sc->loss;
+    e.halvings = halvings;
+    report(&e);
 }
 
 /* ---- --lr auto -------------------------------------------------------------------------- */
@@ -115,7 +114,7 @@ static void check_line(zo_guard_log log, uint32_t step, const score *sc, uint32_
 /* Each candidate trains trial_steps steps from the flash parameters at a constant eta on the
  * run's first samples; the lowest validation loss wins (the first, i.e. smallest, on ties). */
 static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                     uint32_t records, zo_guard_log log)
+                     uint32_t records, zo_guard_report report)
 {
     const zo_guard_config *g = m->guard;
     uint32_t best = 0u;
@@ -139,14 +138,15 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         if (rc != ZO_TRAIN_OK) {
             return rc;
         }
-        zo_log_line l;
-        zo_line_start(&l);
-        zo_line_u64(&l, "lr trial eta_ppm=", eta_ppm(g->candidates[k]));
-        zo_line_u64(&l, " steps=", g->trial_steps);
-        zo_line_u64(&l, " correct=", sc.correct);
-        zo_line_u64(&l, " of=", records);
-        zo_line_u64(&l, " loss_q16=", (uint64_t)sc.loss);
-        log(l.text);
+        zo_guard_event e;
+        memset(&e, 0, sizeof e);
+        e.kind = ZO_EVENT_LR_TRIAL;
+        e.eta_ppm = eta_ppm(g->candidates[k]);
+        e.steps = g->trial_steps;
+        e.correct = sc.correct;
+        e.of = records;
+        e.loss_q16 = sc.loss;
+        report(&e);
         if (k == 0u || sc.loss < best_loss) {
             best = k;
             best_loss = sc.loss;
@@ -154,10 +154,11 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
     }
     zo_train_init(m, s); /* back to the flash parameters */
     s->lr = g->candidates[best];
-    zo_log_line l;
-    zo_line_start(&l);
-    zo_line_u64(&l, "lr chosen eta_ppm=", eta_ppm(s->lr));
-    log(l.text);
+    zo_guard_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = ZO_EVENT_LR_CHOSEN;
+    e.eta_ppm = eta_ppm(s->lr);
+    report(&e);
     return ZO_TRAIN_OK;
 }
 #endif
@@ -165,7 +166,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
 /* ---- the guard ----------------------------------------------------------------------------- */
 
 int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                   zo_guard_log log)
+                   zo_guard_report report)
 {
     const zo_guard_config *g = m->guard;
     if (g == NULL) {
@@ -178,7 +179,7 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
     int rc = ZO_TRAIN_OK;
 #if !ZO_TRAIN_INTEGER_ONLY
     if (s->lr == 0.0f) {
-        rc = choose_lr(m, s, img, records, log);
+        rc = choose_lr(m, s, img, records, report);
     }
 #endif
     if (rc == ZO_TRAIN_OK && g->guard && s->best_step == ZO_TRAIN_NO_BEST) {
@@ -189,14 +190,14 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
             s->best_correct = sc.correct;
             s->best_loss = sc.loss;
             rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
-            check_line(log, s->step, &sc, records, "best", s->halvings);
+            report_check(report, s->step, &sc, records, ZO_DECISION_BEST, s->halvings);
         }
     }
     return rc;
 }
 
 int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                        zo_guard_log log)
+                        zo_guard_report report)
 {
     const zo_guard_config *g = m->guard;
     if (g == NULL || !g->guard) {
@@ -210,7 +211,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     const uint32_t records = validation_records(m, img);
     score sc;
     int rc = measure(m, img, records, &sc);
-    const char *event = "none";
+    uint8_t decision = ZO_DECISION_NONE;
     int rolled_back = 0;
     if (rc != ZO_TRAIN_OK) {
         return rc;
@@ -220,18 +221,18 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         s->best_correct = sc.correct;
         s->best_loss = sc.loss;
         rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
-        event = "best";
+        decision = ZO_DECISION_BEST;
     } else if (falls(&sc, s, records)) {
         ++s->halvings;
         ++s->rollbacks;
         rc = restore_best(m, s, img);
-        event = "rollback";
+        decision = ZO_DECISION_ROLLBACK;
         rolled_back = 1;
     }
     if (rc == ZO_TRAIN_OK && last && s->best_step != done && !rolled_back) {
         rc = restore_best(m, s, img);
-        event = "restore";
+        decision = ZO_DECISION_RESTORE;
     }
-    check_line(log, done, &sc, records, event, s->halvings);
+    report_check(report, done, &sc, records, decision, s->halvings);
     return rc;
 }

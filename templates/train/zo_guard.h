@@ -10,19 +10,32 @@
 #define ZO_GUARD_H
 
 #include "zo_image.h"
+#include "zo_link_messages.h" /* ZO_EVENT_*, ZO_DECISION_* */
 #include "zo_train.h"
 
-/* A line for the host's log (docs/link.md "Guard lines"). */
-typedef void (*zo_guard_log)(const char *line);
+/* A decision for the host, the fields of an EVENT message (docs/link.md "Events"). */
+typedef struct {
+    uint8_t kind;       /* ZO_EVENT_GUARD_CHECK, ZO_EVENT_LR_TRIAL, ZO_EVENT_LR_CHOSEN */
+    uint8_t decision;   /* a guard check's ZO_DECISION_* */
+    uint32_t step;      /* a guard check's step */
+    uint32_t correct;   /* validation records classified right ... */
+    uint32_t of;        /* ... of this many */
+    int64_t loss_q16;   /* their summed Q16 cross-entropy */
+    uint32_t halvings;  /* eta halvings so far (guard checks) */
+    uint32_t eta_ppm;   /* --lr auto: the candidate tried or chosen, in millionths */
+    uint32_t steps;     /* --lr auto: steps of the trial */
+} zo_guard_event;
+
+typedef void (*zo_guard_report)(const zo_guard_event *event);
 
 /* Before the first step of a run: the lr trials (--lr auto) and the guard's baseline check.
  * Nothing to do when the run is under way (resumed from a checkpoint). */
 int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                   zo_guard_log log);
+                   zo_guard_report report);
 
 /* After each step: the check when it is due; a new best goes to the best slot, a fall
  * restores it and halves eta, and after the last step the best parameters are the result. */
 int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                        zo_guard_log log);
+                        zo_guard_report report);
 
 #endif /* ZO_GUARD_H */

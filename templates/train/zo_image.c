@@ -4,7 +4,7 @@
 #include "zo_crc32.h"
 #include "zo_image.h"
 
-/* Header field offsets (docs/image.md; host/image.py has the same table). */
+/* Header field offsets (docs/image.md; zocodegen/formats/image.py has the same table). */
 #define ZO_OFF_MAGIC 0u
 #define ZO_OFF_VERSION 8u
 #define ZO_OFF_HEADER_CRC 12u
@@ -324,42 +324,4 @@ int zo_image_verify_split(zo_image *img, int split)
         }
     }
     return crc == img->splits[split].crc32 ? ZO_IMAGE_OK : ZO_IMAGE_ERR_SPLIT_CRC;
-}
-
-const char *zo_image_strerror(int rc)
-{
-    switch (rc) {
-    case ZO_IMAGE_OK:
-        return "ZO_IMAGE_OK";
-    case ZO_IMAGE_ERR_IO:
-        return "ZO_IMAGE_ERR_IO";
-    case ZO_IMAGE_ERR_MAGIC:
-        return "ZO_IMAGE_ERR_MAGIC";
-    case ZO_IMAGE_ERR_VERSION:
-        return "ZO_IMAGE_ERR_VERSION";
-    case ZO_IMAGE_ERR_CRC:
-        return "ZO_IMAGE_ERR_CRC";
-    case ZO_IMAGE_ERR_FORMAT:
-        return "ZO_IMAGE_ERR_FORMAT";
-    case ZO_IMAGE_ERR_SPLIT:
-        return "ZO_IMAGE_ERR_SPLIT";
-    case ZO_IMAGE_ERR_INDEX:
-        return "ZO_IMAGE_ERR_INDEX";
-    case ZO_IMAGE_ERR_ARG:
-        return "ZO_IMAGE_ERR_ARG";
-    case ZO_IMAGE_ERR_INPUT_SIZE:
-        return "ZO_IMAGE_ERR_INPUT_SIZE";
-    case ZO_IMAGE_ERR_LABEL:
-        return "ZO_IMAGE_ERR_LABEL";
-    case ZO_IMAGE_ERR_CLASSES:
-        return "ZO_IMAGE_ERR_CLASSES";
-    case ZO_IMAGE_ERR_SPLIT_CRC:
-        return "ZO_IMAGE_ERR_SPLIT_CRC";
-    case ZO_IMAGE_ERR_NOT_OPEN:
-        return "ZO_IMAGE_ERR_NOT_OPEN";
-    case ZO_IMAGE_ERR_RECORD_CRC:
-        return "ZO_IMAGE_ERR_RECORD_CRC";
-    default:
-        return "ZO_IMAGE_ERR_UNKNOWN";
-    }
 }

@@ -1,7 +1,7 @@
 /*
  * zo_image.h - reader of the zocodegen data image (docs/image.md) over zo_blockdev.h.
  *
- * The image is what `zocodegen pack` writes (host/image.py): sector 0 is a header (magic
+ * The image is what `zocodegen pack` writes (formats/image.py): sector 0 is a header (magic
  * "ZOIMG01\0", version, CRC-32, input shape and dtype, quantization, number of classes,
  * record layout, train/val/test split table, checkpoint area, model hash); every sample is
  * one record of sectors_per_record sectors starting on a sector boundary: the input bytes,
@@ -47,22 +47,6 @@
 /* header flags */
 #define ZO_IMAGE_FLAG_QUANTIZATION 0x1u /* input_scale / input_zero_point are meaningful */
 
-/* Results: ZO_IMAGE_OK or one of these negative codes (zo_image_strerror names them). */
-#define ZO_IMAGE_OK 0
-#define ZO_IMAGE_ERR_IO (-1)         /* the block device failed (see zo_image.blockdev_rc) */
-#define ZO_IMAGE_ERR_MAGIC (-2)      /* sector 0 is not a zocodegen image header */
-#define ZO_IMAGE_ERR_VERSION (-3)    /* another format version: re-run `zocodegen pack` */
-#define ZO_IMAGE_ERR_CRC (-4)        /* header CRC-32 mismatch: corrupted header */
-#define ZO_IMAGE_ERR_FORMAT (-5)     /* header fields contradict each other */
-#define ZO_IMAGE_ERR_SPLIT (-6)      /* split index not 0..2 */
-#define ZO_IMAGE_ERR_INDEX (-7)      /* sample index >= the split's count */
-#define ZO_IMAGE_ERR_ARG (-8)        /* NULL zo_image */
-#define ZO_IMAGE_ERR_INPUT_SIZE (-9) /* record input size differs from the model's input */
-#define ZO_IMAGE_ERR_LABEL (-10)     /* a record's label is outside [0, num_classes) */
-#define ZO_IMAGE_ERR_CLASSES (-11)   /* the image has more classes than the model outputs */
-#define ZO_IMAGE_ERR_SPLIT_CRC (-12) /* a split's records do not match their CRC-32 */
-#define ZO_IMAGE_ERR_NOT_OPEN (-13)  /* zo_image_open has not succeeded on this zo_image */
-#define ZO_IMAGE_ERR_RECORD_CRC (-14) /* a record's bytes do not match its own CRC-32 */
 
 typedef struct {
     uint32_t first_lba; /* first sector of record 0 (0 when the split is absent) */
@@ -128,6 +112,5 @@ int zo_image_expect_classes(const zo_image *img, uint32_t model_classes);
 int zo_image_verify_split(zo_image *img, int split);
 
 /* A short constant name for a ZO_IMAGE_* result, e.g. "ZO_IMAGE_ERR_CRC". */
-const char *zo_image_strerror(int rc);
 
 #endif /* ZO_IMAGE_H */

@@ -12,6 +12,7 @@
 #include "zo_backprop.h"
 #include "zo_kernels.h"
 #include "zo_perturb.h"      /* zo_perturb_stream */
+#include "zo_status.h"       /* ZO_TRAIN_OK, ZO_TRAIN_ERR_* */
 #include "zo_train_config.h" /* ZO_TRAIN_INTEGER_ONLY */
 
 #define ZO_TRAIN_WP 0 /* weight perturbation: perturb theta_i, rerun from layer i */
@@ -23,14 +24,6 @@
 #define ZO_TRAIN_DEPTHWISE 1
 #define ZO_TRAIN_FC 2
 
-#define ZO_TRAIN_OK 0
-#define ZO_TRAIN_ERR_SAMPLE (-20)     /* the sample source failed */
-#define ZO_TRAIN_ERR_LABEL (-21)      /* a label outside 0..classes-1 */
-#define ZO_TRAIN_ERR_CHECKPOINT (-22) /* checkpoint bytes do not belong to this model/run */
-#define ZO_TRAIN_ERR_CRC (-23)        /* checkpoint CRC-32 mismatch */
-#define ZO_TRAIN_ERR_IO (-24)         /* the block device failed */
-#define ZO_TRAIN_ERR_NO_BLOCK (-25)   /* --block auto: no block selected (command B) yet */
-#define ZO_TRAIN_ERR_VAL (-27)        /* guard / --lr auto: too few validation records */
 
 #define ZO_TRAIN_NO_BEST 0xFFFFFFFFu  /* best_step before the guard's first check */
 

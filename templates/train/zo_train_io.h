@@ -8,8 +8,6 @@
 #include "zo_image.h"
 #include "zo_train.h"
 
-#define ZO_TRAIN_ERR_SPACE (-26) /* the image's checkpoint area is too small */
-
 /* zo_sample_reader over the train split of an open image (context: zo_image *). */
 int zo_image_train_sample(void *context, uint32_t index, uint8_t *input, int32_t *label);
 

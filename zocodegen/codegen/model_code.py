@@ -7,7 +7,8 @@ import numpy as np
 
 from ..ir import Graph, Op
 from ..planner import ArenaPlan
-from ..planner.patches import PatchPlan, class_input_output
+from ..planner.patches import class_input_output
+from ..planner.plans import PatchPlan
 from .layers import LAYERS, Call, ConstArray, LayerContext, c_identifier
 from .layers.common import fields
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import UserError
+from ..formats import link, status
 from ..ir import Graph
 from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_message,
                        default_suggestions, kb, place, plan_arena, report_dict, report_text)
@@ -25,7 +26,7 @@ from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import TARGET_NAMES, Target, load_target, target_data
 from ..training.backprop import largest_bp_layers
-from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
+from ..training.config import BLOCKS_AUTO, BP_AUTO, ESTIMATORS, TrainConfig
 from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
@@ -37,8 +38,8 @@ BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
 STACK_BYTES = 8192
 #: Static buffers of templates/link/zo_link.c: the frame decoder's (ZO_LINK_MAX_ENCODED) and
 #: the pending request's body, kept for retransmission (ZO_LINK_MAX_BODY); docs/link.md.
-LINK_RX_BYTES = 2083
-LINK_TX_BYTES = 2074
+LINK_RX_BYTES = link.MAX_ENCODED
+LINK_TX_BYTES = link.MAX_BODY
 #: C types of output 0 that the accuracy command ('A') takes the argmax of.
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
 TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
@@ -384,12 +385,14 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
     for template in _listing(env, "templates/platform/native"):
         render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
+    files["include/zo_status.h"] = status.c_header()
+    files["include/zo_link_messages.h"] = link.c_header()
     for template in _listing(env, "templates/link"):
         base = template.rsplit("/", 1)[1]
         if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
             render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
     if plan.training is not None:
-        _render_training(env, render)
+        _render_training(env, render, plan.training)
     for template in _listing(env, "qemu"):
         base = template.rsplit("/", 1)[1]
         if base != "platform.h":
@@ -408,22 +411,34 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
 
 #: The block device of every firmware: the host serves the image over the host link.
 LINK_BLOCKDEV = "blockdev_link.c"
-#: Block-device backends of templates/train that only the image reader's tests build
-#: (tests/test_image.py); generated projects use LINK_BLOCKDEV.
-TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
-#: HELLO's estimator field: the index in training.config.ESTIMATORS (mezo has no firmware)
-ESTIMATOR_CODES = {"adaptive": 0, "wp": 1, "np": 2, "int8": 4, "split": 5}
+#: Estimators with a firmware engine (mezo runs in the simulator only); HELLO's estimator
+#: field is the index in ESTIMATORS, which formats/link.py reads back.
+ESTIMATOR_CODES = {name: ESTIMATORS.index(name)
+                   for name in ("adaptive", "wp", "np", "int8", "split")}
 
 
-def _render_training(env: jinja2.Environment, render) -> None:
-    """The training engine (templates/train, without the test-only block devices) and the
-    model's training tables."""
+def engine_sources(training: TrainingCode) -> dict[str, bool]:
+    """Which of the training engine's per-estimator files a build compiles
+    (templates/train/zo_train_engine.h lists them); the others are not rendered."""
+    float_engine = not training.integer_only
+    return {"zo_update.c": float_engine, "zo_estimate_wp.c": float_engine,
+            "zo_estimate_np.c": float_engine,
+            "zo_node_gradient.c": float_engine or bool(training.head),
+            "zo_estimate_split.c": bool(training.split),
+            "zo_estimate_int8.c": training.integer_only,
+            "zo_estimate_bp.c": bool(training.head)}
+
+
+def _render_training(env: jinja2.Environment, render, training: TrainingCode) -> None:
+    """The training engine (templates/train: the files this build uses) and the model's
+    training tables."""
     render("templates/project/training.c.j2", "src/training.c")
     render("templates/project/training.h.j2", "include/training.h")
     render("templates/project/zo_train_config.h.j2", "include/zo_train_config.h")
+    used = engine_sources(training)
     for template in _listing(env, "templates/train"):
         base = template.rsplit("/", 1)[1]
-        if base not in TEST_BLOCKDEVS:
+        if used.get(base, True):
             render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..host.image import SECTOR_BYTES, checkpoint_slot_bytes
+from ..formats.image import SECTOR_BYTES, checkpoint_slot_bytes
 from ..ir import Graph
 from ..planner import ArenaPlan, RamItem
 from ..numerics import quantize_multiplier

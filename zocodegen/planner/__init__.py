@@ -10,9 +10,10 @@ Typical use::
 """
 from __future__ import annotations
 
-from .arena import ArenaPlan, Buffer, greedy_by_size, live_peak, plan_arena
+from .arena import greedy_by_size, live_peak, plan_arena
 from .lifetimes import (ALIAS_MODES, IN_PLACE_OP_TYPES, activation_names, alias_groups,
                         allows_in_place, tensor_lifetimes)
+from .plans import ArenaPlan, Buffer
 from .placement import (BudgetError, Memory, PlacedItem, Placement, RamItem, Region,
                         budget_message, default_suggestions, kb, place, planner_regions,
                         target_memories)

@@ -9,66 +9,13 @@ buffers live at one op) shows how far from optimal it can at most be.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from ..ir import Graph
 from .lifetimes import (ALIAS_MODES, CONV_OP_TYPES, activation_names, align_up, alias_groups,
                         tensor_lifetimes)
+from .plans import ArenaPlan, Buffer
 from .scratch import kernel_scratch, scratch_name
-
-if TYPE_CHECKING:
-    from .patches import PatchPlan
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """Bytes shared by tensors whose lifetimes chain (views, in-place results)."""
-
-    tensors: tuple[str, ...]
-    size: int  # bytes reserved, a multiple of the plan's alignment
-    first: int  # op index, inclusive
-    last: int  # op index, inclusive
-    offset: int = -1  # -1 until placed
-
-    @property
-    def name(self) -> str:
-        return self.tensors[0]
-
-    def conflicts(self, other: Buffer) -> bool:
-        return self.first <= other.last and other.first <= self.last
-
-
-@dataclass(frozen=True)
-class ArenaPlan:
-    arena_bytes: int
-    offsets: Mapping[str, int]  # every activation tensor -> byte offset (read-only view)
-    buffers: tuple[Buffer, ...]  # placed, by offset
-    in_place_ops: tuple[str, ...]  # op names whose output shares its input's bytes
-    lower_bound: int  # no plan with this sharing can use fewer bytes
-    greedy_by_size_bytes: int  # textbook greedy-by-size, no sharing
-    sum_of_activations: int  # every activation in its own bytes
-    strategy: str  # which heuristic produced this plan
-    alignment: int
-    keep_alive: frozenset[str] = frozenset()
-    lifetimes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    tensor_bytes: Mapping[str, int] = field(default_factory=dict)  # unpadded sizes
-    # op index -> offset of the kernel's working memory during that op (planner/scratch.py)
-    scratch_offsets: Mapping[int, int] = field(default_factory=dict)
-    # patch-based inference of the first stage (planner/patches.py); its workspace is the
-    # scratch of the stage's first op
-    patches: PatchPlan | None = None
-
-    def buffer_of(self, tensor: str) -> Buffer:
-        for buf in self.buffers:
-            if tensor in buf.tensors:
-                return buf
-        raise KeyError(tensor)
-
-    @property
-    def lower_bound_ratio(self) -> float:
-        return self.arena_bytes / self.lower_bound if self.lower_bound else 1.0
 
 
 def _conflict_lists(buffers: Sequence[Buffer]) -> list[list[int]]:

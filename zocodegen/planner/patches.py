@@ -23,12 +23,13 @@ and the lower bound it reports is the one of the patched schedule.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from ..ir import Graph, Op, Tensor, macs
-from .arena import ArenaPlan, plan_arena
+from .arena import plan_arena
+from .plans import ArenaPlan, Patch, PatchClass, PatchPlan, Span
 
 #: Ops a patch can run: each output pixel depends on a window of input pixels only.
 PATCHABLE_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD",
@@ -41,64 +42,6 @@ MAX_GRID = 6
 #: Of plans whose arenas are within this fraction of the smallest, the one that recomputes
 #: the fewest MACs wins: a few bytes are not worth a much slower inference.
 ARENA_TOLERANCE = 0.02
-
-
-@dataclass(frozen=True)
-class Span:
-    """Half-open interval of rows (or columns) of a tensor."""
-
-    start: int
-    stop: int
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One patch: its class, and where its input and output windows sit in the stage's input
-    and output tensors."""
-
-    class_index: int
-    in_rows: Span
-    in_cols: Span
-    out_rows: Span
-    out_cols: Span
-
-
-@dataclass(frozen=True)
-class PatchClass:
-    """Patches of equal geometry: the patch graph they run and its arena layout."""
-
-    graph: Graph
-    plan: ArenaPlan
-    count: int  # patches of this class
-
-
-@dataclass(frozen=True)
-class PatchPlan:
-    first: int  # op indices of the stage, inclusive
-    last: int
-    grid: tuple[int, int]  # patch rows, patch columns
-    input: str  # the stage's input tensor (whole, in the arena)
-    output: str  # the stage's output tensor (whole, in the arena)
-    classes: tuple[PatchClass, ...]
-    patches: tuple[Patch, ...]  # row by row
-    workspace_bytes: int  # the largest class arena
-    stage_macs: int  # MACs of the stage run whole
-    patched_macs: int  # MACs of all patches
-
-    @property
-    def recomputed_macs(self) -> int:
-        return self.patched_macs - self.stage_macs
-
-    def describe(self) -> str:
-        rows, cols = self.grid
-        extra = self.recomputed_macs
-        share = f" (+{100 * extra / self.stage_macs:.1f} % of the stage)" if self.stage_macs else ""
-        return (f"ops {self.first}..{self.last} in {rows}x{cols} patches, workspace "
-                f"{self.workspace_bytes} B, {extra:,} MACs recomputed{share}")
 
 
 Pads = tuple[tuple[int, int], tuple[int, int]]  # (before, after) of rows, of columns

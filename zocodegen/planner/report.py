@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import Graph
-from .arena import ArenaPlan, Buffer
-from .patches import PatchPlan
+from .plans import ArenaPlan, Buffer, PatchPlan
 from .placement import Placement, kb
 
 LARGEST_SHOWN = 5

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import Graph
-from .arena import ArenaPlan
+from .plans import ArenaPlan
 from .lifetimes import allows_in_place
 from .patches import planning_view
 from .scratch import kernel_scratch

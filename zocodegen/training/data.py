@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DataError, check_finite
 from ..files import check_output, file_sha256
 from ..frontends import load_model
-from ..host.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
+from ..formats.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
                           pack_image, read_image)
 from ..ir import Graph
 from . import checkpoint

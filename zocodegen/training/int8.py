@@ -1,6 +1,6 @@
 """ElasticZO-INT8 (paper Alg. 2, Sec. 4.2-4.3): the integer-only estimator for cores without
 an FPU (``--estimator int8``). Rules and their reasons: docs/training.md "Integer-only
-training"; C twin: templates/train/zo_train.c (ZO_TRAIN_INTEGER_ONLY).
+training"; C twin: templates/train/zo_estimate_int8.c.
 
 Per trainable layer i, step t, query q (layer-wise, like WP: perturbed copies restored
 exactly from a backup):

@@ -65,7 +65,7 @@ class ScalarOwner:
 
 
 def assemble(pieces: Iterable) -> Scalars:
-    """The device's SCALARS pieces (host.link.protocol.Scalars) as whole records."""
+    """The device's SCALARS pieces (formats.link.Scalars) as whole records."""
     parts: dict[tuple[int, int], np.ndarray] = {}
     for piece in pieces:
         key = (piece.step, piece.layer)

@@ -13,7 +13,7 @@ from ..codegen import BuildOptions, resolve_auto
 from ..errors import UserError
 from ..files import file_sha256, write_atomic
 from ..frontends import load_model
-from ..host.metrics import MetricsLog, MetricsRow, plot_curves
+from .metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BP_AUTO, TrainConfig
 from .data import Dataset, load_dataset

@@ -1,5 +1,5 @@
 """The parameter update and the learning-rate schedule in float32, operation by operation
-as the C engine does them (``templates/train/zo_train.c``, built with -ffp-contract=off), so
+as the C engine does them (``templates/train/zo_update.c``, built with -ffp-contract=off), so
 the simulator and every target round identically. Rules: docs/training.md."""
 from __future__ import annotations
 

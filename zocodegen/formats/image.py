@@ -27,8 +27,8 @@ from typing import BinaryIO, Iterator, Mapping
 
 import numpy as np
 
-from zocodegen.errors import DataError, check_finite, UserError
-from zocodegen.files import atomic_writer
+from ..errors import DataError, check_finite
+from ..files import atomic_writer
 
 SECTOR_BYTES = 512
 MAGIC = b"ZOIMG01\0"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .host.blocks import ImageBlocks
-from .host.devices import Firmware
-from .host.link import protocol as p
-from .host.link.server import DeviceSession, HostLink, LinkError
-from .ir import Graph
+from .blocks import ImageBlocks
+from .devices import Firmware
+from zocodegen.formats import link as p
+from .link.server import DeviceSession, HostLink, LinkError
+from zocodegen.ir import Graph
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
-"""Messages of the host link (docs/link.md, "Requests" and "COMMAND"): type codes and the
-payload layouts, packed and unpacked in one place."""
+"""Messages of the host link (docs/link.md, "Frames", "Requests", "COMMAND", "Events"): frame
+sizes, type codes and payload layouts, packed and unpacked in one place. ``c_header`` renders
+the codes and sizes into the ``include/zo_link_messages.h`` of every project, so the
+firmware's zo_link.c and the host's host/link read the same numbers."""
 from __future__ import annotations
 
 import enum
 import struct
 from dataclasses import dataclass
 
-from ...training.config import ESTIMATORS
+from ..training.config import ESTIMATORS
+from . import status
 
 
 class Request(enum.IntEnum):
@@ -22,6 +25,7 @@ class Request(enum.IntEnum):
     FETCH = 0x09
     PUT = 0x0A
     SCALARS = 0x0B
+    EVENT = 0x0C
 
 
 RESPONSE_BIT = 0x80
@@ -44,25 +48,41 @@ class Command(bytes, enum.Enum):
     QUIT = b"Q"
 
 
+#: What follows a command's byte, and which commands end without DONE (docs/link.md).
+COMMAND_ARGUMENTS = {Command.WAIT: "u32 milliseconds; no DONE", Command.TRAIN: "u32 steps",
+                     Command.SELECT: "sparse --block auto: block trials; value = the block",
+                     Command.ACCURACY: "u8 split", Command.QUIT: "no DONE"}
+
+
 class Split(enum.IntEnum):
     TRAIN = 0
     VAL = 1
     TEST = 2
 
 
-# Block-device statuses (zo_blockdev.h) the host answers with.
-STATUS_OK = 0
-STATUS_RANGE = -4
-STATUS_READ_ONLY = -5
-STATUS_ARG = -6
+# Block-device statuses (status.py) the host answers with.
+STATUS_OK = status.code("ZO_BLOCKDEV_OK")
+STATUS_RANGE = status.code("ZO_BLOCKDEV_ERR_RANGE")
+STATUS_READ_ONLY = status.code("ZO_BLOCKDEV_ERR_READ_ONLY")
+STATUS_ARG = status.code("ZO_BLOCKDEV_ERR_ARG")
 
+# Frames (docs/link.md "Frames"): COBS-encoded bodies of header, payload and CRC-32.
+VERSION = 1
+HEADER_BYTES = 6  # type u8, version u8, sequence u16, payload length u16
+CRC_BYTES = 4
 SECTOR = 512
-MAX_SECTORS = 4
-MAX_FETCH = 2048
+MAX_SECTORS = 4  # sectors per READ / WRITE
+MAX_FETCH = 2048  # bytes per FETCH / PUT
+MAX_PAYLOAD = MAX_SECTORS * SECTOR + 16
+MAX_BODY = HEADER_BYTES + MAX_PAYLOAD + CRC_BYTES
+#: COBS adds one byte per started run of 254; decoders refuse longer frames.
+MAX_ENCODED = MAX_BODY + MAX_BODY // 254 + 1
 
 HELLO_MAGIC = b"ZOLK"
-_HELLO = struct.Struct("<4sHH32sIIIfiIIBBBBIIIIfII24s")
+TARGET_BYTES = 24
+_HELLO = struct.Struct(f"<4sHH32sIIIfiIIBBBBIIIIfII{TARGET_BYTES}s")
 _MODES = ("full", "sparse")
+NO_BLOCK = 0xFF  # HELLO's block of a firmware that selects it (or does not train sparse)
 _FLAG_TRAINING, _FLAG_GNORM_SCALING, _FLAG_COSINE, _FLAG_QUANT_SCALING = 1, 2, 4, 8
 _FLAG_GUARD, _FLAG_LR_AUTO = 16, 32
 
@@ -127,7 +147,7 @@ def parse_hello(payload: bytes) -> Identity:
                     bool(flags & _FLAG_COSINE),
                     ESTIMATORS[estimator] if estimator < len(ESTIMATORS) else f"#{estimator}",
                     _MODES[mode] if mode < len(_MODES) else f"#{mode}",
-                    None if block == 0xFF else block, blocks, queries, batch, steps, seed,
+                    None if block == NO_BLOCK else block, blocks, queries, batch, steps, seed,
                     lr, layers, cps, target.rstrip(b"\0").decode(errors="replace"),
                     bool(flags & _FLAG_QUANT_SCALING), bool(flags & _FLAG_GUARD),
                     bool(flags & _FLAG_LR_AUTO))
@@ -143,7 +163,7 @@ def pack_hello(identity: Identity) -> bytes:
                        identity.classes, identity.input_scale, identity.input_zero_point,
                        identity.checkpoint_bytes, flags, ESTIMATORS.index(identity.estimator),
                        _MODES.index(identity.mode),
-                       0xFF if identity.block is None else identity.block, identity.blocks,
+                       NO_BLOCK if identity.block is None else identity.block, identity.blocks,
                        identity.queries, identity.batch, identity.steps, identity.seed,
                        identity.lr, identity.trainable_layers, identity.cycles_per_second,
                        identity.target.encode())
@@ -205,6 +225,66 @@ def parse_done(payload: bytes) -> Done:
     return Done(bytes([command]), status, value, cycles)
 
 
+class EventKind(enum.IntEnum):
+    """What an EVENT reports: the training guard's check or an --lr auto trial / choice."""
+    GUARD_CHECK = 1
+    LR_TRIAL = 2
+    LR_CHOSEN = 3
+
+
+class Decision(enum.IntEnum):
+    """A guard check's outcome (docs/training.md "Training guard")."""
+    NONE = 0
+    BEST = 1  # a new best: saved to the best slot
+    ROLLBACK = 2  # validation fell: the best parameters back, eta halved
+    RESTORE = 3  # the last step: the best parameters are the result
+
+
+@dataclass(frozen=True)
+class Event:
+    """EVENT: a decision of the guard or of --lr auto, with the validation score behind it
+    (``correct`` of ``of`` records, ``loss_q16`` summed over them)."""
+    kind: EventKind
+    decision: Decision
+    step: int
+    correct: int
+    of: int
+    loss_q16: int
+    halvings: int = 0
+    eta_ppm: int = 0  # --lr auto: the candidate (trial) or the winner (chosen)
+    steps: int = 0  # --lr auto: steps of the trial
+
+    def text(self) -> str:
+        """The event as a log line of key=value pairs."""
+        if self.kind == EventKind.GUARD_CHECK:
+            return (f"guard check step={self.step} correct={self.correct} of={self.of} "
+                    f"loss_q16={self.loss_q16} event={self.decision.name.lower()} "
+                    f"halvings={self.halvings}")
+        if self.kind == EventKind.LR_TRIAL:
+            return (f"lr trial eta_ppm={self.eta_ppm} steps={self.steps} "
+                    f"correct={self.correct} of={self.of} loss_q16={self.loss_q16}")
+        return f"lr chosen eta_ppm={self.eta_ppm}"
+
+
+# kind, decision, 2 reserved, step, correct, of, halvings, eta_ppm, steps, loss_q16
+_EVENT = struct.Struct("<BB2xIIIIIIq")
+
+
+def parse_event(payload: bytes) -> Event:
+    if len(payload) != _EVENT.size:
+        raise ValueError(f"EVENT payload of {len(payload)} bytes, expected {_EVENT.size}")
+    kind, decision, step, correct, of, halvings, eta_ppm, steps, loss = \
+        _EVENT.unpack(payload)
+    return Event(EventKind(kind), Decision(decision), step, correct, of, loss, halvings,
+                 eta_ppm, steps)
+
+
+def pack_event(event: Event) -> bytes:
+    """An EVENT payload (for tests and simulated devices)."""
+    return _EVENT.pack(event.kind, event.decision, event.step, event.correct, event.of,
+                       event.halvings, event.eta_ppm, event.steps, event.loss_q16)
+
+
 _BLOCK = struct.Struct("<IH")  # READ / WRITE: lba, count
 _RANGE = struct.Struct("<IH")  # FETCH: offset, length
 _STATUS = struct.Struct("<i")
@@ -249,3 +329,42 @@ def train(steps: int) -> bytes:
 
 def accuracy(split: Split) -> bytes:
     return command(Command.ACCURACY, bytes([split]))
+
+
+def c_header() -> str:
+    """include/zo_link_messages.h: the codes and sizes above as C macros."""
+    u = "u"
+    lines = ["/* zo_link_messages.h - the host link's frame sizes, message types, commands and",
+             " * events (docs/link.md). Generated from zocodegen/formats/link.py, which the host",
+             " * reads too. Do not edit: change it there. */",
+             "#ifndef ZO_LINK_MESSAGES_H", "#define ZO_LINK_MESSAGES_H", "",
+             "/* frames */"]
+    sizes = {"VERSION": VERSION, "HEADER_BYTES": HEADER_BYTES, "CRC_BYTES": CRC_BYTES,
+             "SECTOR_BYTES": SECTOR, "MAX_SECTORS": MAX_SECTORS, "MAX_CHUNK": MAX_FETCH,
+             "MAX_PAYLOAD": MAX_PAYLOAD, "MAX_BODY": MAX_BODY, "MAX_ENCODED": MAX_ENCODED}
+    lines += [f"#define ZO_LINK_{name} {value}{u}" for name, value in sizes.items()]
+    lines += ["", "/* requests; the response to request type t has type t | ZO_LINK_RESPONSE */"]
+    lines += [f"#define ZO_LINK_{r.name} 0x{r.value:02X}{u}" for r in Request]
+    lines += [f"#define ZO_LINK_RESPONSE 0x{RESPONSE_BIT:02X}{u}",
+              f"#define ZO_LINK_RESTART 0x{RESTART:02X}{u} /* the host knows no session: start"
+              " over */",
+              f"#define ZO_LINK_NAK 0x{NAK:02X}{u} /* the host could not decode a frame: "
+              "retransmit */", "", "/* commands: the first byte of a COMMAND payload */"]
+    lines += [f"#define ZO_LINK_CMD_{c.name} '{c.value.decode()}'"
+              + (f" /* {COMMAND_ARGUMENTS[c]} */" if c in COMMAND_ARGUMENTS else "")
+              for c in Command]
+    lines += ["", "/* HELLO (docs/link.md \"HELLO\") */",
+              f"#define ZO_LINK_HELLO_BYTES {_HELLO.size}{u}",
+              f"#define ZO_LINK_TARGET_BYTES {TARGET_BYTES}{u}",
+              f"#define ZO_LINK_NO_BLOCK 0x{NO_BLOCK:02X}{u}"]
+    flags = {"TRAINING": _FLAG_TRAINING, "GNORM_SCALING": _FLAG_GNORM_SCALING,
+             "COSINE": _FLAG_COSINE, "QUANT_SCALING": _FLAG_QUANT_SCALING,
+             "GUARD": _FLAG_GUARD, "LR_AUTO": _FLAG_LR_AUTO}
+    lines += [f"#define ZO_LINK_FLAG_{name} 0x{value:X}{u}" for name, value in flags.items()]
+    lines += ["", "/* EVENT: kind, decision, 2 reserved, u32 step, correct, of, halvings, "
+              "eta_ppm, steps,", " * i64 loss_q16 */", f"#define ZO_LINK_EVENT_BYTES "
+              f"{_EVENT.size}{u}"]
+    lines += [f"#define ZO_EVENT_{k.name} {k.value}{u}" for k in EventKind]
+    lines += [f"#define ZO_DECISION_{d.name} {d.value}{u}" for d in Decision]
+    lines += ["", "#endif /* ZO_LINK_MESSAGES_H */", ""]
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+/*
+ * --bp-layers: ElasticZO's hybrid, the last layers by back-propagation through the head
+ * (zo_backprop.c), exact Q24 node gradients and NP's updates.
+ */
+#include "zo_train_engine.h"
+
+/* --bp-layers: layers[first..layer_count) by back-propagation through the head, from each
+ * sample's saved activations at the first of them (step t's network: the ZO layers'
+ * updates before did not touch them). The node gradients are exact and Q24; the updates
+ * are NP's, in forward order, after every sample's backward pass. */
+void zo_estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32_t first)
+{
+    const zo_bp_head *h = m->head;
+    uint8_t *arena = model_arena();
+    const uint8_t *region = (const uint8_t *)m->gradient;
+    int32_t *acc = m->gradient + h->accumulator_offset;
+#if ZO_TRAIN_INTEGER_ONLY
+    const int direct = 0; /* the rounding needs the whole gradient (its largest value) */
+#else
+    const float eta = zo_train_learning_rate(m, s, s->step);
+    const int direct = m->batch == 1; /* N = 1: the outer product twice, no accumulator */
+#endif
+    memset(acc, 0, h->accumulator_words * sizeof acc[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        const zo_train_layer *F = &m->layers[first];
+        zo_restore_spans(F->restart, F->restart_count, arena, saved_slot(m, F, n));
+        {
+            ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+            zo_bp_forward(m);
+            ZO_PROFILE_END();
+        }
+        {
+            ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+            zo_bp_backward(m, m->labels[n]);
+            ZO_PROFILE_END();
+        }
+        uint32_t offset = 0;
+        for (uint32_t k = 0; k < h->op_count; ++k) {
+            const zo_bp_op *op = &h->ops[k];
+            if (op->layer < 0) {
+                continue;
+            }
+            const zo_train_layer *L = &m->layers[op->layer];
+            const int32_t *gz = m->gradient + op->out_error;
+            const int8_t *a = (const int8_t *)(region + op->in_copy[0]);
+            if (direct) {
+#if !ZO_TRAIN_INTEGER_ONLY
+                zo_update_from_node_gradient(m, L, gz, a, ZO_BP_GRADIENT_SHIFT,
+                                             (eta * L->gscale) * m->inv_nq);
+#endif
+            } else {
+                zo_accumulate_node_gradient(L, gz, a, ZO_BP_GRADIENT_SHIFT, acc + offset);
+                offset += L->weight_count + L->bias_count;
+            }
+        }
+    }
+    uint32_t offset = 0;
+    for (uint32_t i = first; !direct && i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+#if ZO_TRAIN_INTEGER_ONLY /* weights only, b_bp bits (Alg. 2 line 11) */
+        zo_round_update(L, acc + offset, m->b_bp, s->halvings,
+                        zo_step_seed(s->seed, s->step, L->seed_index));
+#else
+        zo_update_from_accumulator(m, L, acc + offset, (eta * L->gscale) * m->inv_nq);
+#endif
+        offset += L->weight_count + L->bias_count;
+    }
+}

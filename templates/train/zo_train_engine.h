@@ -1,0 +1,167 @@
+/*
+ * zo_train_engine.h - what the files of the training engine share; the firmware around it
+ * includes zo_train.h alone. One file per part (docs/training.md "The engine's files"):
+ *
+ *   zo_train.c           the step: samples, clean forwards, the layer loop, telemetry
+ *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8)
+ *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
+ *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
+ *   zo_estimate_np.c     node perturbation: queries on the pre-activation
+ *   zo_estimate_split.c  --estimator split (FedSPZO)
+ *   zo_estimate_int8.c   --estimator int8 (ElasticZO-INT8), integer only
+ *   zo_estimate_bp.c     --bp-layers (ElasticZO): the last layers by back-propagation
+ *   zo_checkpoint.c      checkpoint encoding (zocodegen/training/checkpoint.py)
+ *
+ * The generator renders only the files a build uses (codegen/training_code.py
+ * ENGINE_SOURCES). Build with -ffp-contract=off: the update is float32 in a fixed order.
+ */
+#ifndef ZO_TRAIN_ENGINE_H
+#define ZO_TRAIN_ENGINE_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "model.h"
+#include "platform.h"
+#include "zo_crc32.h"
+#include "zo_perturb.h"
+#include "zo_prng.h"
+#include "zo_requant.h"
+#include "zo_train.h"
+
+#define ZO_INT32_MAX_I64 ((int64_t)2147483647)
+#define ZO_INT32_MIN_I64 (-(int64_t)2147483647 - 1)
+#define ZO_UPDATE_LIMIT 1073741824.0f /* 2^30: |rounded update| is clamped here */
+/* NP and BP turn a node gradient into parameter gradients (an INT8 build without BP
+ * layers has neither) */
+#define ZO_TRAIN_NODE_GRADIENTS (ZO_TRAIN_BACKPROP || !ZO_TRAIN_INTEGER_ONLY)
+/* forwards per query: theta + z, and theta - z when --two-sided */
+#define ZO_SIDES (ZO_TRAIN_TWO_SIDED ? 2u : 1u)
+
+/* ---- profiling (-DZO_PROFILE_TRAIN; zo_train.c) ------------------------------------------ */
+#ifdef ZO_PROFILE_TRAIN
+extern int zo_train_profile_running;
+int zo_train_profile_switch(int category);
+#define ZO_PROFILE_BEGIN(category) \
+    const int zo_train_profile_previous = zo_train_profile_switch(category)
+#define ZO_PROFILE_END() ((void)zo_train_profile_switch(zo_train_profile_previous))
+/* the step leaves these cycles out (sample reads, telemetry): so does the running category */
+#define ZO_PROFILE_EXCLUDE(cycles) \
+    (zo_train_profile_cycles[zo_train_profile_running] -= (cycles))
+#else
+#define ZO_PROFILE_BEGIN(category) ((void)0)
+#define ZO_PROFILE_END() ((void)0)
+#define ZO_PROFILE_EXCLUDE(cycles) ((void)(cycles))
+#endif
+
+/* ---- small helpers ----------------------------------------------------------------------- */
+
+static inline int8_t sat_s8(int32_t x)
+{
+    return (int8_t)(x > 127 ? 127 : (x < -128 ? -128 : x));
+}
+
+static inline int32_t sat_s32(int64_t x)
+{
+    return (int32_t)(x > ZO_INT32_MAX_I64 ? ZO_INT32_MAX_I64
+                                          : (x < ZO_INT32_MIN_I64 ? ZO_INT32_MIN_I64 : x));
+}
+
+/* Where layer L's estimate keeps its gradient region (zo_train_layer.gradient). */
+static inline int32_t *layer_gradient(const zo_train_model *m, const zo_train_layer *L)
+{
+    return L->gradient ? L->gradient : m->gradient;
+}
+
+/* Sample n's slot of the saved activations layer L's queries restart from. */
+static inline uint8_t *saved_slot(const zo_train_model *m, const zo_train_layer *L, uint32_t n)
+{
+    return L->saved ? L->saved + (size_t)n * L->saved_stride
+                    : m->saved + (size_t)n * m->saved_stride;
+}
+
+static inline int32_t clamp_difference(int32_t d, int32_t limit)
+{
+    return d > limit ? limit : (d < -limit ? -limit : d);
+}
+
+/* Delta l = l_q - l, clamped so that N Q of them sum exactly in int32 (docs/training.md). */
+static inline int32_t loss_difference(const zo_train_model *m, int32_t loss, int32_t clean)
+{
+    return clamp_difference(loss - clean, m->diff_limit); /* both in [0, 2^21) */
+}
+
+static inline void run_layers(int32_t first, int32_t last)
+{
+    if (first <= last) {
+        ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+        model_run_range(first, last);
+        ZO_PROFILE_END();
+    }
+}
+
+/* ---- zo_train.c -------------------------------------------------------------------------- */
+void zo_advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n);
+int32_t zo_logits_loss(const zo_train_model *m, const int8_t *logits, int32_t label);
+int32_t zo_loss_q16(const zo_train_model *m, int32_t label);
+void zo_refold(const zo_train_layer *L);
+void zo_restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *arena,
+                      const uint8_t *slot);
+void zo_save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
+                   uint8_t *slot);
+
+/* ---- zo_update.c ------------------------------------------------------------------------- */
+float zo_channel_step(const zo_train_layer *L, float coef, uint32_t c, int32_t g,
+                      float largest);
+float zo_clipped_coefficient(const zo_train_model *m, float coef, float largest);
+float zo_raw_delta(float coef, float inv_s2, int32_t g);
+void zo_update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t g);
+void zo_update_channel_weight(const zo_train_layer *L, float coef, uint32_t j, uint32_t c,
+                              int32_t g);
+float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
+                        float coef);
+
+/* ---- zo_node_gradient.c ------------------------------------------------------------------ */
+void zo_accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
+                                 const int8_t *a, int shift, int32_t *acc);
+void zo_update_from_accumulator(const zo_train_model *m, const zo_train_layer *L,
+                                const int32_t *acc, float coef);
+void zo_update_from_node_gradient(const zo_train_model *m, const zo_train_layer *L,
+                                  const int32_t *gz, const int8_t *a, int shift,
+                                  float coef);
+
+/* ---- zo_estimate_wp.c -------------------------------------------------------------------- */
+void zo_finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta);
+int32_t zo_forward_difference(const zo_train_model *m, uint32_t f, int32_t loss,
+                              int32_t clean, int32_t *plus, int *done);
+int32_t zo_forward_sign(uint32_t f);
+void zo_perturb_weights(const zo_train_layer *L, const int8_t *backup,
+                        zo_perturb_stream *p, int32_t sign);
+void zo_replay_gradient(const zo_train_layer *L, uint32_t seed, const int32_t *sums,
+                        uint32_t count, int32_t *g);
+void zo_restore_batch(const zo_train_batch_span *spans, uint32_t count,
+                      const uint8_t *saved);
+void zo_run_batch(int32_t first, int32_t last);
+void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
+                         const zo_fc_params *fc, const int8_t *input, int8_t *output);
+int32_t zo_slot_loss(const zo_train_model *m, uint32_t b, int32_t label);
+void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed);
+
+/* ---- zo_estimate_np.c -------------------------------------------------------------------- */
+void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                    float coef);
+
+/* ---- zo_estimate_split.c ----------------------------------------------------------------- */
+void zo_estimate_split(const zo_train_model *m, const zo_train_state *s, uint32_t t,
+                       float eta);
+
+/* ---- zo_estimate_int8.c ------------------------------------------------------------------ */
+void zo_estimate_int8(const zo_train_model *m, const zo_train_state *s,
+                      const zo_train_layer *L, uint32_t seed);
+void zo_round_update(const zo_train_layer *L, const int32_t *g, int32_t bits,
+                     uint32_t halvings, uint32_t seed);
+
+/* ---- zo_estimate_bp.c -------------------------------------------------------------------- */
+void zo_estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32_t first);
+
+#endif /* ZO_TRAIN_ENGINE_H */

@@ -1,0 +1,57 @@
+"""The estimator registry (zocodegen/training/estimators/): every row is consistent with the
+engine's C files, and every estimator with firmware passes the chain simulator == native by
+being registered (docs/training.md "Adding an estimator")."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_training import _check_against_simulator
+from zocodegen.build import generate
+from zocodegen.codegen import BuildOptions
+from zocodegen.errors import UserError
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.estimators import (BY_WIRE_CODE, ENGINE_SOURCES, NAMES, REGISTRY,
+                                           engine_sources)
+from zocodegen.training.estimators.base import CORE_SOURCES
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "templates" / "train"
+FIRMWARE = [pytest.param(e.name, id=e.name) for e in REGISTRY.values() if e.firmware]
+pytestmark = pytest.mark.usefixtures("module_build_cache")
+
+
+def test_rows_are_consistent_with_the_engine_files():
+    assert len(BY_WIRE_CODE) == len(NAMES), "wire codes repeat"
+    assert list(NAMES) == sorted(NAMES, key=lambda n: REGISTRY[n].wire_code)
+    on_disk = {p.name for p in TRAIN.glob("zo_*.c")}
+    assert ENGINE_SOURCES | set(CORE_SOURCES) <= on_disk
+    # every per-estimator file of the engine belongs to some row (or --bp-layers)
+    assert {n for n in on_disk if n.startswith("zo_estimate_")} <= ENGINE_SOURCES
+    listed = set(re.findall(r"\*\s+(zo_\w+\.c)\s", (TRAIN / "zo_train_engine.h").read_text()))
+    assert ENGINE_SOURCES | set(CORE_SOURCES) <= listed, "zo_train_engine.h's file list"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_build_renders_exactly_its_estimators_files(name, tmp_path):
+    config = TrainConfig(steps=4, queries=2, estimator=name)
+    model = REPO / "tests" / "fixtures" / "digits_cnn.tflite"
+    if not REGISTRY[name].firmware:
+        with pytest.raises(UserError, match="no firmware"):
+            generate(model, BuildOptions(target="native", train=config), tmp_path)
+        return
+    generate(model, BuildOptions(target="native", train=config), tmp_path)
+    rendered = {p.name for p in (tmp_path / "src" / "train").glob("*.c")} & (
+        ENGINE_SOURCES | set(CORE_SOURCES))
+    assert rendered == engine_sources(name, backprop=False)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+@pytest.mark.parametrize("name", FIRMWARE)
+def test_every_registered_estimator_equals_the_simulator_natively(name, tmp_path):
+    """Three steps on the digits CNN: the native firmware's checkpoint is the simulator's."""
+    config = TrainConfig(steps=10, queries=3, lr=0.003, estimator=name)
+    _check_against_simulator("fixture:digits_cnn.tflite", "native", 3, tmp_path, config)

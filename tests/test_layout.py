@@ -1,0 +1,126 @@
+"""Who may import whom (docs/layout.md): the core never imports the host tools, every import
+resolves the way it is written in the source tree, and no module imports itself round a
+circle. Read from the source with ``ast``, so nothing is imported to check it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: Source folders and the package names they are installed as (pyproject.toml).
+FOLDERS = {"zocodegen": "zocodegen", "host": "zocodegen.host", "qemu": "zocodegen.qemu",
+           "targets": "zocodegen.targets", "templates": "zocodegen.templates"}
+#: The command line and the Python API façade: above the host tools, so they may use them.
+FACADE = {"zocodegen.cli", "zocodegen.cli_options", "zocodegen.__main__"}
+HOST = "zocodegen.host"
+
+
+def _modules() -> dict[str, tuple[Path, str]]:
+    """Installed module name -> (file, top-level source folder)."""
+    out = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = [p for p in path.relative_to(REPO / folder).with_suffix("").parts
+                     if p != "__init__"]
+            out[".".join([package, *parts])] = (path, folder)
+    return out
+
+
+MODULES = _modules()
+
+
+def _package_of(name: str) -> list[str]:
+    path = MODULES[name][0]
+    parts = name.split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _imports(name: str) -> list[tuple[int, str, int]]:
+    """(line, imported module, relative level) of every import in a module, the ones inside
+    functions and TYPE_CHECKING blocks too."""
+    tree = ast.parse(MODULES[name][0].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(name)[:len(_package_of(name)) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+            targets = subs if len(subs) == len(node.names) else [target, *subs]
+            found += [(node.lineno, t, node.level) for t in targets]
+    return found
+
+
+def _edges() -> dict[str, set[str]]:
+    return {name: {t for _, t, _ in _imports(name) if t in MODULES and t != name}
+            for name in MODULES}
+
+
+def _is_core(name: str) -> bool:
+    return (name.startswith("zocodegen.") and name not in FACADE
+            and not name.startswith((HOST, "zocodegen.qemu", "zocodegen.targets",
+                                     "zocodegen.templates")))
+
+
+def test_the_core_never_imports_the_host_tools():
+    wrong = [f"{MODULES[name][0].relative_to(REPO)}:{line} imports {target}"
+             for name in MODULES if _is_core(name)
+             for line, target, _ in _imports(name)
+             if target == HOST or target.startswith(HOST + ".")]
+    assert not wrong, "the core imports host/ (move what both need into the core):\n" + \
+        "\n".join(wrong)
+
+
+def test_relative_imports_stay_inside_their_folder():
+    """host/x.py's ``from ..errors`` works only once installed as zocodegen.host: outside its
+    own folder a module names the core absolutely (``from zocodegen.errors``)."""
+    wrong = []
+    for name, (path, folder) in MODULES.items():
+        depth = len(_package_of(name)) - len(FOLDERS[folder].split("."))
+        for line, target, level in _imports(name):
+            if level and level - 1 > depth:
+                wrong.append(f"{path.relative_to(REPO)}:{line} climbs out of {folder}/ "
+                             f"to {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    edges = _edges()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_checks_see_a_violation():
+    """The rules above read real imports: the façade does import the host."""
+    assert any(t.startswith(HOST) for _, t, _ in _imports("zocodegen.cli"))
+    assert "zocodegen.errors" in _edges()["zocodegen.cli"]

@@ -1,0 +1,46 @@
+"""What every estimator declares (one module per estimator in this package)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import UserError
+
+#: Engine files every firmware compiles (templates/train; zo_train_engine.h lists them all).
+CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c")
+#: The float engine every WP / NP estimator runs on.
+FLOAT_SOURCES = ("zo_update.c", "zo_node_gradient.c", "zo_estimate_wp.c", "zo_estimate_np.c")
+#: --bp-layers, with any estimator: the last layers by back-propagation (ElasticZO).
+BP_SOURCES = ("zo_node_gradient.c", "zo_estimate_bp.c")
+
+
+def wp_or_np(parameters: int, pre_activations: int) -> str:
+    """DESIGN.md section 4's rule: perturb whichever of the two spaces is smaller."""
+    return "WP" if parameters < pre_activations else "NP"
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One zeroth-order estimator: its names, how it perturbs, what it costs, and which C
+    files of templates/train implement it (empty: a simulator baseline with no firmware)."""
+
+    name: str  # --estimator NAME
+    wire_code: int  # HELLO's estimator field (docs/link.md): never reuse a retired code
+    summary: str  # one line for --help and docs
+    sources: tuple[str, ...]  # engine files beyond CORE_SOURCES; () = no firmware
+    # (weights + biases, pre-activations) of a trained layer -> "WP", "NP" or "INT8"
+    layer_mode: Callable[[int, int], str]
+    two_point: bool = False  # every query is two forwards, theta + z and theta - z
+    halves_difference: bool = False  # the estimate is (l+ - l-) / 2 (SPSA), not l+ - l
+    whole_model: bool = False  # one perturbation of every trained layer per query (MeZO)
+    query_batching: bool = True  # --query-batch B evaluates B query forwards together
+    has_learning_rate: bool = True  # False: the step is a number of bits (--lr auto is off)
+    check: Callable[[Any], None] = lambda config: None  # refusals of its own options
+
+    @property
+    def firmware(self) -> bool:
+        return bool(self.sources)
+
+    def refuse(self, message: str) -> UserError:
+        return UserError(f"--estimator {self.name} {message}")
