@@ -126,7 +126,7 @@ def build(path: Path, cflags: str = "") -> tuple[Path, str]:
 def measure(path: Path, samples: int, portable: bool, profile: bool) -> dict:
     import numpy as np
     from conftest import random_inputs
-    from zocodegen.engines import FirmwareSession, run_samples
+    from zocodegen.host.engines import FirmwareSession, run_samples
     from zocodegen.frontends import load_model
     from zocodegen.planner import plan_arena
     try:

@@ -105,7 +105,7 @@ def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
     """One inference of ``model`` on ``board``: the median instructions over ``images``
     (int8, the model's input) under QEMU -icount, at the board's clock."""
     from zocodegen.build import cached_build
-    from zocodegen.engines import run_samples
+    from zocodegen.host.engines import run_samples
     from zocodegen.frontends import load_model
     graph = load_model(model)
     elf = cached_build(model, "qemu", emulate=board)

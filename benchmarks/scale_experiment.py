@@ -180,7 +180,7 @@ def _with_log(result: dict, directory: Path) -> dict:
 
 def curve(metrics: Path) -> list[tuple[int, float]]:
     """(step, test accuracy) of every row that measured it."""
-    from zocodegen.host.metrics import read_metrics
+    from zocodegen.training.metrics import read_metrics
     return [(r.step, r.accuracy) for r in read_metrics(metrics) if r.accuracy is not None]
 
 

@@ -107,7 +107,7 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
     from zocodegen.build import cached_build
     from zocodegen.frontends import load_model
     from zocodegen.host.devices import Firmware
-    from zocodegen.host.image import pack_image
+    from zocodegen.formats.image import pack_image
     from zocodegen.host.trainer import LaunchedDevice, Trainer
     from zocodegen.training.config import TrainConfig
     graph = load_model(model)

@@ -47,9 +47,9 @@ def profile_step(model: Path, tmp: Path, options: dict | None = None,
     ``options``: more TrainConfig fields (e.g. perturbation="pool:4095")."""
     import numpy as np
     from zocodegen.build import cached_build
-    from zocodegen.engines import FirmwareSession
+    from zocodegen.host.engines import FirmwareSession
     from zocodegen.frontends import load_model
-    from zocodegen.host.image import pack_image
+    from zocodegen.formats.image import pack_image
     from zocodegen.training.config import TrainConfig
     from zocodegen.training.plan import training_plan
     graph = load_model(model)
