@@ -53,5 +53,5 @@ def test_a_build_renders_exactly_its_estimators_files(name, tmp_path):
 @pytest.mark.parametrize("name", FIRMWARE)
 def test_every_registered_estimator_equals_the_simulator_natively(name, tmp_path):
     """Three steps on the digits CNN: the native firmware's checkpoint is the simulator's."""
-    config = TrainConfig(steps=10, queries=3, lr=0.003, estimator=name)
+    config = TrainConfig(steps=10, queries=4, lr=0.1, estimator=name)
     _check_against_simulator("fixture:digits_cnn.tflite", "native", 3, tmp_path, config)

@@ -124,3 +124,27 @@ def test_the_checks_see_a_violation():
     """The rules above read real imports: the façade does import the host."""
     assert any(t.startswith(HOST) for _, t, _ in _imports("zocodegen.cli"))
     assert "zocodegen.errors" in _edges()["zocodegen.cli"]
+
+
+def test_board_names_come_from_the_targets_folder():
+    """Boards are discovered (targets/*/target.json): no Python module outside targets/
+    spells a board's name in code (docstrings and comments may)."""
+    boards = [p.parent.name for p in sorted((REPO / "targets").glob("*/target.json"))]
+    assert len(boards) >= 2
+    from zocodegen.target import TARGET_NAMES
+    assert list(TARGET_NAMES) == boards
+    spelled = []
+    for name, (path, folder) in MODULES.items():
+        if folder == "targets":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                      and n.body and isinstance(n.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings
+                    and any(board in node.value for board in boards)):
+                spelled.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value[:60]!r}")
+    assert not spelled, "board names written by hand:\n" + "\n".join(spelled)
+

@@ -14,6 +14,7 @@ from .errors import UserError
 from .files import cache_root
 from .frontends import load_model
 from .ir import Graph
+from .target import DEFAULT_TARGET
 from .training.config import TrainConfig
 
 APT_HINT = ("apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm "
@@ -59,7 +60,7 @@ def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "
     return project / ARTEFACTS[key]
 
 
-def cached_build(model_path: Path, engine: str, emulate: str = "stm32f746",
+def cached_build(model_path: Path, engine: str, emulate: str = DEFAULT_TARGET,
                  sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
                  graph: Graph | None = None, train: TrainConfig | None = None,
                  patches: str = "auto", input_quantize: str = "device",

@@ -34,6 +34,7 @@ from .target import TARGET_NAMES, load_target
 from .training import checkpoint
 from .training.config import BLOCKS_AUTO, BP_AUTO
 from .training.data import pack
+from .training.estimators import REGISTRY
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .training.export import export_checkpoint
 from .training.replay import replay_build
@@ -166,9 +167,9 @@ def cmd_build(args: argparse.Namespace) -> None:
         if args.epochs is not None:
             raise UserError("build needs --steps T: the firmware is generated before it sees "
                             "the data, so it cannot count epochs")
-        if args.estimator == "mezo":
-            raise UserError("--estimator mezo is a simulator baseline; the device runs "
-                            "adaptive, wp or np")
+        if not REGISTRY[args.estimator].firmware:
+            raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
+                            f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
         train = train_config(args, args.train)
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,

@@ -13,10 +13,11 @@ from .errors import UserError
 from .codegen import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
-from .target import TARGET_NAMES
+from .target import DEFAULT_TARGET, TARGET_NAMES
 from .training.config import (ESTIMATORS, TrainConfig, parse_blocks, parse_bp_layers,
                               parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
+from .training.estimators import REGISTRY
 
 ENGINES = ("reference", "native", "qemu")
 
@@ -90,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reference: the bit-exact numpy golden model; native: the generated C "
                         "built with the host compiler; qemu: the generated C on an emulated "
                         "Cortex-M7 (builds are cached by content hash)")
-    p.add_argument("--target", choices=TARGET_NAMES, default="stm32f746",
+    p.add_argument("--target", choices=TARGET_NAMES, default=DEFAULT_TARGET,
                    help="the board whose memory budget native/qemu builds stand for "
-                        "(default stm32f746)")
+                        f"(default {DEFAULT_TARGET})")
     _add_memory_options(p)
     p.set_defaults(handler="infer")
 
@@ -103,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="native (host gcc), qemu (mps2-an500), or a board")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="project directory (default: <model name>_<target>)")
-    p.add_argument("--emulate", choices=TARGET_NAMES, default="stm32f746",
+    p.add_argument("--emulate", choices=TARGET_NAMES, default=DEFAULT_TARGET,
                    help="for native/qemu: the board whose SRAM budget applies (default "
-                        "stm32f746)")
+                        f"{DEFAULT_TARGET})")
     p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
                    help="also generate the on-device zeroth-order training engine")
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="auto",
@@ -197,10 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the device's checkpoint: replay as many steps and compare bytes")
     p.set_defaults(handler="replay")
 
-    p = sub.add_parser("flash", help="upload a stm32f746/stm32h7b3 project to its board "
+    p = sub.add_parser("flash", help=f"upload a {'/'.join(TARGET_NAMES)} project to its board "
                                      "through the ST-LINK (PlatformIO's pio run -t upload)")
     p.add_argument("project", type=Path, metavar="DIR",
-                   help="the project directory `build --target stm32f746|stm32h7b3` wrote")
+                   help=f"the project directory `build --target {'|'.join(TARGET_NAMES)}` wrote")
     p.add_argument("--port", "--upload-port", dest="port", metavar="PORT",
                    help="PlatformIO's --upload-port (default: PlatformIO finds the probe)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -403,7 +404,7 @@ def train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
             raise UserError(f"{option} chooses among sparse mode's blocks; add "
                             f"{'--mode' if hasattr(args, 'mode') else '--train'} sparse or "
                             f"drop {option}")
-    lr_auto = args.lr == "auto" and args.estimator != "int8"  # int8: no eta, --b-zo bits
+    lr_auto = args.lr == "auto" and REGISTRY[args.estimator].has_learning_rate
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
     lr = 0.01 if lr is None else lr

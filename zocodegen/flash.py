@@ -22,7 +22,7 @@ from .target import TARGET_NAMES, target_data
 
 UDEV_RULES = ("PlatformIO's udev rules (99-platformio-udev.rules, "
               "https://docs.platformio.org/en/latest/core/installation/udev-rules.html)")
-BUILD_HINT = "zocodegen build MODEL --target stm32f746|stm32h7b3 -o DIR"
+BUILD_HINT = f"zocodegen build MODEL --target {'|'.join(TARGET_NAMES)} -o DIR"
 
 # pio's output when it could not download what a first build needs: installing a package
 # (the platform, a toolchain, the uploader), then a network error or an empty registry answer
@@ -93,10 +93,12 @@ def explain(output: str, returncode: int) -> str | None:
 
 
 def unknown_board(board: str, boards_dir: str) -> str:
-    return (f"PlatformIO does not know the board '{board}': a stm32h7b3 project describes it in "
-            f"{boards_dir}{board}.json, which is missing or invalid; build the project again "
-            "(zocodegen build MODEL --target stm32h7b3 -o DIR); any other board needs a "
-            "PlatformIO board id (`pio boards ststm32`)")
+    # the boards PlatformIO has no id for: their projects carry a board JSON (target.json)
+    own = [t for t in TARGET_NAMES if target_data(t)["platformio_board"] is None]
+    return (f"PlatformIO does not know the board '{board}': a {' or '.join(own)} project "
+            f"describes it in {boards_dir}{board}.json, which is missing or invalid; build the "
+            f"project again (zocodegen build MODEL --target {own[0]} -o DIR); any other board "
+            "needs a PlatformIO board id (`pio boards ststm32`)")
 
 
 def _line_of(text: str, match: re.Match) -> str:

@@ -1,4 +1,6 @@
-"""Target descriptions (``targets/<name>/target.json``, installed as package data)."""
+"""Target descriptions (``targets/<name>/target.json``, installed as package data). The
+boards are the folders of targets/ that hold a target.json: adding one is a new folder, and
+every list of boards (command-line choices, messages, suggestions) is read from here."""
 from __future__ import annotations
 
 import json
@@ -7,7 +9,14 @@ from importlib import resources
 
 from .errors import UserError
 
-TARGET_NAMES = ("stm32f746", "stm32h7b3")
+
+def _discover() -> tuple[str, ...]:
+    root = resources.files("zocodegen.targets")
+    return tuple(sorted(entry.name for entry in root.iterdir()
+                        if entry.is_dir() and entry.joinpath("target.json").is_file()))
+
+
+TARGET_NAMES = _discover()
 
 
 @dataclass(frozen=True)
@@ -33,3 +42,25 @@ def load_target(name: str) -> Target:
     return Target(name=data["name"], board=data["board"], clock_hz=data["clock_hz"],
                   sram_budget_bytes=data["sram_budget_bytes"],
                   flash_bytes=data["flash"]["bytes"])
+
+
+def _budget(name: str) -> int:
+    return target_data(name)["sram_budget_bytes"]
+
+
+#: The board with the smallest SRAM budget: what native and QEMU builds stand for unless told
+#: otherwise, so a model that passes there fits every board.
+DEFAULT_TARGET = min(TARGET_NAMES, key=_budget)
+
+
+def roomier_targets(name: str | None) -> list[str]:
+    """The boards with a larger SRAM budget than ``name``'s (all of them for None)."""
+    floor = _budget(name) if name in TARGET_NAMES else -1
+    return [t for t in sorted(TARGET_NAMES, key=_budget) if _budget(t) > floor]
+
+
+def budget_text(name: str) -> str:
+    """'1024 KB AXI SRAM': a board's SRAM budget and the memories the planner fills."""
+    data = target_data(name)
+    names = " + ".join(m["name"].replace("_", " ") for m in data["memories"] if m["planner"])
+    return f"{data['sram_budget_bytes'] // 1024} KB {names}"

@@ -24,9 +24,11 @@ from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_messag
 from ..planner.lifetimes import align_up
 from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
-from ..target import TARGET_NAMES, Target, load_target, target_data
+from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, load_target, roomier_targets,
+                      target_data)
 from ..training.backprop import largest_bp_layers
-from ..training.config import BLOCKS_AUTO, BP_AUTO, ESTIMATORS, TrainConfig
+from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
+from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
 from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
@@ -44,7 +46,7 @@ LINK_TX_BYTES = link.MAX_BODY
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
 TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
                         "lower --batch (saved activations grow with N)",
-                        "a board with more SRAM (--target stm32h7b3)"]
+                        f"a board with more SRAM (--target {roomier_targets(None)[-1]})"]
 VALUES_PER_LINE = 16
 MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 PATCH_MODES = ("auto", "on", "off")
@@ -54,7 +56,7 @@ INPUT_QUANTIZE_MODES = ("device", "host")
 @dataclass(frozen=True)
 class BuildOptions:
     target: str  # one of BUILD_TARGETS
-    emulate: str = "stm32f746"  # the board whose budget native and QEMU builds stand for
+    emulate: str = DEFAULT_TARGET  # the board whose budget native and QEMU builds stand for
     train: TrainConfig | None = None  # None: inference only
     # patch-based inference (planner/patches.py): auto uses it when the build would not fit
     # the board without it; on whenever it lowers the arena; off never
@@ -369,7 +371,8 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         firmware=options.target in TARGET_NAMES,
         firmware_note=(f"{options.target} ELF + bin   build/{options.target}/firmware.elf"
                        if options.target in TARGET_NAMES else
-                       "(not for this target: regenerate with --target stm32f746|stm32h7b3)"),
+                       "(not for this target: regenerate with --target "
+                       f"{'|'.join(TARGET_NAMES)})"),
     )
     files: dict[str, str] = {}
 
@@ -392,7 +395,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
             render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
     if plan.training is not None:
-        _render_training(env, render, plan.training)
+        _render_training(env, render, options.train.estimator, plan.training)
     for template in _listing(env, "qemu"):
         base = template.rsplit("/", 1)[1]
         if base != "platform.h":
@@ -411,34 +414,19 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
 
 #: The block device of every firmware: the host serves the image over the host link.
 LINK_BLOCKDEV = "blockdev_link.c"
-#: Estimators with a firmware engine (mezo runs in the simulator only); HELLO's estimator
-#: field is the index in ESTIMATORS, which formats/link.py reads back.
-ESTIMATOR_CODES = {name: ESTIMATORS.index(name)
-                   for name in ("adaptive", "wp", "np", "int8", "split")}
 
 
-def engine_sources(training: TrainingCode) -> dict[str, bool]:
-    """Which of the training engine's per-estimator files a build compiles
-    (templates/train/zo_train_engine.h lists them); the others are not rendered."""
-    float_engine = not training.integer_only
-    return {"zo_update.c": float_engine, "zo_estimate_wp.c": float_engine,
-            "zo_estimate_np.c": float_engine,
-            "zo_node_gradient.c": float_engine or bool(training.head),
-            "zo_estimate_split.c": bool(training.split),
-            "zo_estimate_int8.c": training.integer_only,
-            "zo_estimate_bp.c": bool(training.head)}
-
-
-def _render_training(env: jinja2.Environment, render, training: TrainingCode) -> None:
+def _render_training(env: jinja2.Environment, render, estimator: str,
+                     training: TrainingCode) -> None:
     """The training engine (templates/train: the files this build uses) and the model's
     training tables."""
     render("templates/project/training.c.j2", "src/training.c")
     render("templates/project/training.h.j2", "include/training.h")
     render("templates/project/zo_train_config.h.j2", "include/zo_train_config.h")
-    used = engine_sources(training)
+    used = engine_sources(estimator, backprop=bool(training.head))
     for template in _listing(env, "templates/train"):
         base = template.rsplit("/", 1)[1]
-        if used.get(base, True):
+        if base in used or base not in ENGINE_SOURCES:
             render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
 
 
@@ -473,12 +461,12 @@ def _identity(graph: Graph, plan: ProjectPlan, model_name: str, options: BuildOp
         log=_c_string(log))
     if options.train is not None:
         cfg = options.train
-        if cfg.estimator not in ESTIMATOR_CODES:
+        if not REGISTRY[cfg.estimator].firmware:
             raise UserError(f"--estimator {cfg.estimator} has no firmware (simulator only)")
         if identity["score_ctype"] is None:
             raise UserError(f"output 0 is {np.dtype(y.dtype).name}: the firmware's accuracy "
                             f"command needs int8, uint8 or float32 scores")
-        identity.update(estimator=ESTIMATOR_CODES[cfg.estimator], gnorm_scaling=int(cfg.gnorm_scaling),
+        identity.update(estimator=REGISTRY[cfg.estimator].wire_code, gnorm_scaling=int(cfg.gnorm_scaling),
                         quant_scaling=int(cfg.quant_scaling), guard=int(cfg.guard),
                         lr_auto=int(cfg.lr_auto),
                         sparse=int(cfg.mode == "sparse"),

@@ -8,7 +8,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from ..training.config import ESTIMATORS
+from ..training.estimators import BY_WIRE_CODE, REGISTRY
 from . import status
 
 
@@ -145,7 +145,8 @@ def parse_hello(payload: bytes) -> Identity:
     return Identity(version, max_payload, sha, in_bytes, out_bytes, classes, scale, zp, ckpt,
                     bool(flags & _FLAG_TRAINING), bool(flags & _FLAG_GNORM_SCALING),
                     bool(flags & _FLAG_COSINE),
-                    ESTIMATORS[estimator] if estimator < len(ESTIMATORS) else f"#{estimator}",
+                    BY_WIRE_CODE[estimator].name if estimator in BY_WIRE_CODE
+                    else f"#{estimator}",
                     _MODES[mode] if mode < len(_MODES) else f"#{mode}",
                     None if block == NO_BLOCK else block, blocks, queries, batch, steps, seed,
                     lr, layers, cps, target.rstrip(b"\0").decode(errors="replace"),
@@ -161,7 +162,7 @@ def pack_hello(identity: Identity) -> bytes:
     return _HELLO.pack(HELLO_MAGIC, identity.version, identity.max_payload,
                        identity.model_sha256, identity.input_bytes, identity.output_bytes,
                        identity.classes, identity.input_scale, identity.input_zero_point,
-                       identity.checkpoint_bytes, flags, ESTIMATORS.index(identity.estimator),
+                       identity.checkpoint_bytes, flags, REGISTRY[identity.estimator].wire_code,
                        _MODES.index(identity.mode),
                        NO_BLOCK if identity.block is None else identity.block, identity.blocks,
                        identity.queries, identity.batch, identity.steps, identity.seed,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..target import target_data
+from ..target import budget_text, roomier_targets, target_data
 from .lifetimes import align_up
 
 # Cortex-M stacks and 64-bit accesses want 8-byte alignment (AAPCS).
@@ -106,9 +106,8 @@ def kb(nbytes: int) -> str:
 
 
 def default_suggestions(target_name: str | None) -> list[str]:
-    out = []
-    if target_name != "stm32h7b3":
-        out.append("a target with more SRAM (stm32h7b3: 1024 KB AXI SRAM)")
+    out = [f"a target with more SRAM ({name}: {budget_text(name)})"
+           for name in roomier_targets(target_name)[-1:]]
     out.append("a smaller input resolution or fewer channels")
     return out
 

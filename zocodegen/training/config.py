@@ -5,15 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import UserError
+from .estimators import NAMES as ESTIMATORS
+from .estimators import REGISTRY
+from .limits import MAX_SAMPLES_TIMES_QUERIES
 from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
-ESTIMATORS = ("adaptive", "wp", "np", "mezo", "int8", "split")
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
-#: Loss differences are clamped to +-(2^31 - 1) // (N Q) so that the int32 gradient sums
-#: cannot overflow (docs/training.md); above this N*Q the clamp (0.5 nats) would start to cut
-#: ordinary differences.
-MAX_SAMPLES_TIMES_QUERIES = 1 << 16
 # The largest eta a run may ask for: the update multiplies it into float32 step sizes, and
 # 1e40 or inf would overflow them (issue 31); the paper's eta is 1e-2.
 MAX_LR = 100.0
@@ -94,18 +92,9 @@ class TrainConfig:
             raise UserError(f"--p-zero must be in [0, 1) or schedule (got {self.p_zero})")
         if not (1 <= self.b_zo <= 8 and 1 <= self.b_bp <= 8):
             raise UserError("--b-zo and --b-bp must be in 1..8 bits")
-        if self.estimator == "int8" and self.lr_auto:
-            raise UserError("--estimator int8 has no learning rate to pick: its step is "
-                            "--b-zo / --b-bp bits; drop --lr auto")
         parse_source(self.perturbation)
         if self.distribution not in DISTRIBUTIONS:
             raise UserError(f"--distribution must be one of {', '.join(DISTRIBUTIONS)}")
-        if self.estimator == "int8" and (self.perturbation != "xorshift"
-                                         or self.distribution != "rademacher"
-                                         or self.two_sided):
-            raise UserError("--estimator int8 draws its own sparse uniform perturbations, "
-                            "two-sided (ElasticZO Alg. 2): drop --perturbation, "
-                            "--distribution and --two-sided")
         forwards = self.queries * (2 if self.two_sided else 1)
         if self.query_batch < 1:
             raise UserError(f"--query-batch must be at least 1 (got {self.query_batch})")
@@ -115,31 +104,14 @@ class TrainConfig:
                             f"per layer and sample (Q{' x 2 two-sided' if self.two_sided else ''}"
                             f" = {forwards}): try --query-batch "
                             + " or ".join(str(b) for b in fits[-3:]))
-        if self.query_batch > 1 and self.estimator in ("int8", "mezo"):
+        REGISTRY[self.estimator].check(self)  # its own options (estimators/)
+        if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
                             f"{self.estimator} evaluates one forward at a time")
         if self.record_scalars and (self.guard or self.lr_auto):
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
                             "data; add --no-guard and a fixed --lr")
-        if self.estimator == "split":
-            if self.two_sided or self.query_batch > 1:
-                raise UserError("--estimator split is two-sided already and evaluates one "
-                                "forward at a time: drop --two-sided and --query-batch")
-            if self.bp_layers or self.mode == "sparse":
-                raise UserError("--estimator split trains its two blocks by zeroth-order "
-                                "over the whole run: use --train full and --bp-layers 0 "
-                                "(--layers picks the layers)")
-            if not 1 <= self.inner_queries <= 64:
-                raise UserError(f"--inner-queries must be in 1..64 (got "
-                                f"{self.inner_queries})")
-            if 2 * self.queries * self.inner_queries * self.batch > MAX_SAMPLES_TIMES_QUERIES:
-                raise UserError(f"--estimator split: 2 x --queries x --inner-queries x "
-                                f"--batch = {2 * self.queries * self.inner_queries * self.batch}"
-                                f" exceeds {MAX_SAMPLES_TIMES_QUERIES}; lower one of them")
-        if self.estimator == "mezo" and self.two_sided:
-            raise UserError("--estimator mezo is two-sided already (theta + z, theta - z): "
-                            "drop --two-sided")
         if not 0 <= self.max_step <= 127:  # also refuses nan and inf
             raise UserError(f"--max-step must be 0 (off) or a number of LSB up to 127 (got "
                             f"{self.max_step:g})")

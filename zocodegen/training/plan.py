@@ -13,6 +13,7 @@ from ..ir import TRAINABLE_OP_TYPES, Graph, Op
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
 from .backprop import Head, head, largest_bp_layers, linear_multipliers
 from .config import TrainConfig
+from .estimators import REGISTRY
 from .perturbation import Perturbation
 
 
@@ -123,7 +124,7 @@ class TrainingPlan:
     def forwards_per_step(self) -> int:
         """Query forwards (partial or full) per step: the budget methods are compared at."""
         n = self.config.batch
-        if self.config.estimator == "mezo":
+        if REGISTRY[self.config.estimator].whole_model:
             return 2 * self.queries_per_step * n
         if self.split:  # 2 P_1 block-1 forwards, each followed by 2 P_s block-2 ones
             return 2 * self.config.queries * (1 + 2 * self.config.inner_queries) * n
@@ -133,7 +134,7 @@ class TrainingPlan:
     def sides(self) -> int:
         """Forwards per query: 2 for the two-point estimates (theta + z and theta - z)."""
         cfg = self.config
-        return 2 if cfg.two_sided or cfg.estimator in ("int8", "mezo", "split") else 1
+        return 2 if cfg.two_sided or REGISTRY[cfg.estimator].two_point else 1
 
     @property
     def perturbation(self) -> Perturbation:
@@ -391,8 +392,9 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
     n = config.batch
     # MeZO (two-point SPSA): Q L / 2 queries of two full forwards each = the Q L forwards a
     # layer-wise step spends
-    q = max(1, config.queries * len(chosen) // 2) if config.estimator == "mezo" else config.queries
-    sides = 2 if config.two_sided or config.estimator in ("mezo", "split") else 1
+    estimator = REGISTRY[config.estimator]
+    q = max(1, config.queries * len(chosen) // 2) if estimator.whole_model else config.queries
+    sides = 2 if config.two_sided or estimator.halves_difference else 1
     rule = config.perturbation_rule
     split = _split_position(config, chosen)
     total_d = 0
@@ -405,23 +407,13 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         bias_count = graph.tensor(bias).size if bias else 0
         channels, inner = _channels(graph, op)
         d_a = graph.tensor(op.outputs[0]).size
-        if i in bp:
-            mode = "BP"
-        elif config.estimator == "int8":
-            mode = "INT8"
-        elif config.estimator in ("wp", "mezo", "split"):
-            mode = "WP"
-        elif config.estimator == "np":
-            mode = "NP"
-        else:
-            mode = "WP" if weights.size + bias_count < d_a else "NP"
+        mode = "BP" if i in bp else estimator.layer_mode(weights.size + bias_count, d_a)
         total_d += weights.size if mode != "BP" else 0
         drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
     layers = []
     for position, (i, k, op, bias, w_count, b_count, d_a, channels, inner, mode) in enumerate(
             drafts):
-        d = total_d if config.estimator == "mezo" else (w_count if mode in ("WP", "INT8")
-                                                         else d_a)
+        d = total_d if estimator.whole_model else (w_count if mode in ("WP", "INT8") else d_a)
         q_layer = q
         if split:  # model-wise within each block: d of the block, P_1 or P_2 perturbations
             block = drafts[:split] if position < split else drafts[split:]

@@ -10,6 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..codegen import BuildOptions, resolve_auto
+from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import file_sha256, write_atomic
 from ..frontends import load_model
@@ -183,12 +184,12 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = steps_for(config, epochs, len(data.x))
     if config.bp_layers == BP_AUTO or config.blocks == BLOCKS_AUTO:  # as the F746 build picks
-        chosen = resolve_auto(graph, BuildOptions("native", "stm32f746", config)).train
+        chosen = resolve_auto(graph, BuildOptions("native", DEFAULT_TARGET, config)).train
         if config.bp_layers == BP_AUTO:
             print(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
-                  "back-propagation (as `build --target stm32f746` picks)")
+                  f"back-propagation (as `build --target {DEFAULT_TARGET}` picks)")
         if config.blocks == BLOCKS_AUTO and config.mode == "sparse":
-            print(f"--blocks auto: {chosen.blocks} block(s) (as `build --target stm32f746` "
+            print(f"--blocks auto: {chosen.blocks} block(s) (as `build --target {DEFAULT_TARGET}` "
                   "picks)")
         config = chosen
     plans = training_plans(graph, config)

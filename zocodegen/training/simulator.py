@@ -22,6 +22,7 @@ from ..reference.conv import tap_windows
 from ..reference.common import output_range
 from ..reference.softmax import cross_entropy_q26
 from .checkpoint import Checkpoint, LayerParams
+from .estimators import REGISTRY
 from . import int8, wavefront
 from .backprop import node_gradients, parameter_gradient
 from .guard import GuardSchedule, GuardState, Score, lr_scale
@@ -377,7 +378,7 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     env.update(params)
     env = forward(graph, env, 0, plan.logits_op)
     clean = losses_q16(plan, env[plan.logits], labels)
-    if cfg.estimator == "mezo":
+    if REGISTRY[cfg.estimator].whole_model:
         _mezo_step(graph, plan, params, xs, labels, t, eta_t)
     elif plan.split:
         _split_step(graph, plan, params, env, labels, t, eta_t, record)
