@@ -148,3 +148,11 @@ def test_board_names_come_from_the_targets_folder():
                 spelled.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value[:60]!r}")
     assert not spelled, "board names written by hand:\n" + "\n".join(spelled)
 
+
+def test_c_files_under_templates_are_plain_c():
+    """Only *.j2 files are templates (tables, sizes, #defines); every .c / .h beside them is
+    compiled as it stands, so a compiler and a reader see the logic (docs/layout.md)."""
+    templated = [str(p.relative_to(REPO)) for p in sorted((REPO / "templates").rglob("*"))
+                 if p.suffix in (".c", ".h") and ("{%" in p.read_text() or "{{" in p.read_text())]
+    assert not templated, f"Jinja markup in plain C files: {templated}"
+    assert not (REPO / "templates" / "project" / "main.c.j2").exists()

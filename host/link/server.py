@@ -158,8 +158,8 @@ class DeviceSession:
 
     ``telemetry``, ``scalars``, ``event`` and ``log`` are called for every TELEMETRY /
     SCALARS / EVENT / LOG and ERROR the device sends while a command runs; without an
-    ``event`` callback an EVENT goes to ``log`` as its line of key=value pairs. A HELLO in the middle raises DeviceReset; ``hello`` handles it
-    (start over on a new session).
+    ``event`` callback an EVENT goes to ``log`` as its line of key=value pairs. A HELLO in
+    the middle raises DeviceReset; ``hello`` handles it (start over on a new session).
     """
 
     def __init__(self, link: HostLink, blocks: BlockServer | None = None,

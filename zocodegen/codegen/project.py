@@ -379,9 +379,10 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     def render(template: str, dest: str) -> None:
         files[dest] = env.get_template(template).render(context)
 
-    for name in ("model.c", "model.h", "weights.c", "weights.h", "main.c", "Makefile"):
+    for name in ("model.c", "model.h", "weights.c", "weights.h", "firmware.h", "Makefile"):
         folder = "" if name == "Makefile" else ("include/" if name.endswith(".h") else "src/")
         render(f"templates/project/{name}.j2", folder + name)
+    render("templates/project/main.c", "src/main.c")  # plain C: firmware.h carries the data
     render("templates/project/platform.h", "include/platform.h")
     for template in _listing(env, "templates/kernels"):
         base = template.rsplit("/", 1)[1]
