@@ -4,6 +4,7 @@
  * the update from them (float builds) or their accumulation over N samples.
  */
 #include "zo_train_engine.h"
+#include "zo_update_rules.h"
 
 #define ZO_GRADIENT_GROUP 4u /* weights whose outer products share one walk (gradient_sums) */
 
@@ -218,7 +219,7 @@ static float step_bound(const zo_train_layer *L, const int32_t *gz, int shift, f
         }
         const int64_t g = (sum * x_max >> shift) + (shift ? 1 : 0); /* parameter_gradient rounds */
         /* |sat_s32(g_j)| <= 2^31 = (float)sat_s32(g) once g saturates */
-        const float step = zo_raw_delta(coef, L->weight_inv_s2[c], sat_s32(g));
+        const float step = raw_delta(coef, L->weight_inv_s2[c], sat_s32(g));
         largest = step > largest ? step : largest;
     }
     return largest;
@@ -244,12 +245,12 @@ void zo_update_from_node_gradient(const zo_train_model *m, const zo_train_layer 
             for (uint32_t k = 0; k < count; ++k) {
                 const int32_t gk = parameter_gradient(g[k], shift);
                 if (gk != 0) { /* a zero gradient's step is 0 */
-                    largest = zo_channel_step(L, coef, walk_channel(L, &w, k), gk, largest);
+                    largest = channel_step(L, coef, walk_channel(L, &w, k), gk, largest);
                 }
             }
             weight_walk_next(L, &w, count);
         }
-        coef = zo_clipped_coefficient(m, coef, largest);
+        coef = clipped_coefficient(m, coef, largest);
     }
     for (weight_walk_start(L, &w); w.j < L->weight_count;) {
         int64_t g[ZO_GRADIENT_GROUP];
@@ -257,13 +258,13 @@ void zo_update_from_node_gradient(const zo_train_model *m, const zo_train_layer 
         for (uint32_t k = 0; k < count; ++k) {
             const int32_t gk = parameter_gradient(g[k], shift);
             if (gk != 0) { /* a zero gradient moves nothing */
-                zo_update_channel_weight(L, coef, w.j + k, walk_channel(L, &w, k), gk);
+                update_channel_weight(L, coef, w.j + k, walk_channel(L, &w, k), gk);
             }
         }
         weight_walk_next(L, &w, count);
     }
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
-        zo_update_bias(L, coef, c, parameter_gradient(bias_gradient(L, gz, c), shift));
+        update_bias(L, coef, c, parameter_gradient(bias_gradient(L, gz, c), shift));
     }
     ZO_PROFILE_END();
     zo_refold(L);
@@ -276,7 +277,7 @@ void zo_update_from_accumulator(const zo_train_model *m, const zo_train_layer *L
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     coef = zo_update_weights(m, L, acc, coef);
     for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
-        zo_update_bias(L, coef, c, acc[L->weight_count + c]);
+        update_bias(L, coef, c, acc[L->weight_count + c]);
     }
     ZO_PROFILE_END();
     zo_refold(L);

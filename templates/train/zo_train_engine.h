@@ -3,7 +3,8 @@
  * includes zo_train.h alone. One file per part (docs/training.md "The engine's files"):
  *
  *   zo_train.c           the step: samples, clean forwards, the layer loop, telemetry
- *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8)
+ *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8);
+ *                        zo_update_rules.h its per-weight arithmetic, inline
  *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
  *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
  *   zo_estimate_np.c     node perturbation: queries on the pre-activation
@@ -111,13 +112,6 @@ void zo_save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *ar
                    uint8_t *slot);
 
 /* ---- zo_update.c ------------------------------------------------------------------------- */
-float zo_channel_step(const zo_train_layer *L, float coef, uint32_t c, int32_t g,
-                      float largest);
-float zo_clipped_coefficient(const zo_train_model *m, float coef, float largest);
-float zo_raw_delta(float coef, float inv_s2, int32_t g);
-void zo_update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t g);
-void zo_update_channel_weight(const zo_train_layer *L, float coef, uint32_t j, uint32_t c,
-                              int32_t g);
 float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
                         float coef);
 

@@ -4,6 +4,7 @@
  * aware scaling; docs/training.md "Update"). Float builds only.
  */
 #include "zo_train_engine.h"
+#include "zo_update_rules.h"
 
 /* sin(y), |y| <= pi/2: Taylor to y^11 by Horner in y^2, float32 at every step. The
  * coefficients are the float32 values of -1/6, 1/120, -1/5040, 1/362880, -1/39916800. */
@@ -35,80 +36,6 @@ float zo_train_learning_rate(const zo_train_model *m, const zo_train_state *s, u
 
 /* ---- update ------------------------------------------------------------------------------ */
 
-/* Half away from zero, exactly: truncate, then compare the exact fractional part with 1/2. */
-static int32_t round_half_away(float x)
-{
-    if (x >= ZO_UPDATE_LIMIT) {
-        return (int32_t)ZO_UPDATE_LIMIT;
-    }
-    if (x <= -ZO_UPDATE_LIMIT) {
-        return -(int32_t)ZO_UPDATE_LIMIT;
-    }
-    int32_t r = (int32_t)x;
-    const float frac = x - (float)r;
-    if (frac >= 0.5f) {
-        ++r;
-    } else if (frac <= -0.5f) {
-        --r;
-    }
-    return r;
-}
-
-/* coef * inv_s2[c] * (float)g * 2^-16 before rounding, g already saturated to int32 */
-float zo_raw_delta(float coef, float inv_s2, int32_t g)
-{
-    const float coef_c = coef * inv_s2;
-    return (coef_c * (float)g) * 0x1p-16f;
-}
-
-static int32_t update_delta(float coef, float inv_s2, int32_t g)
-{
-    return round_half_away(zo_raw_delta(coef, inv_s2, g));
-}
-
-/* Update clipping (docs/training.md): the largest |weight step| of the layer, in LSB. */
-float zo_channel_step(const zo_train_layer *L, float coef, uint32_t c, int32_t g,
-                      float largest)
-{
-    const float d = zo_raw_delta(coef, L->weight_inv_s2[c], g);
-    const float a = d < 0.0f ? -d : d;
-    return a > largest ? a : largest;
-}
-
-static float weight_step(const zo_train_layer *L, float coef, uint32_t j, int32_t g, float largest)
-{
-    return zo_channel_step(L, coef, (j / L->channel_inner) % L->channels, g, largest);
-}
-
-/* When the largest weight step exceeds max_step LSB, the whole update of the layer (weights
- * and biases) is scaled down to it, keeping its direction; max_step 0 turns this off. */
-float zo_clipped_coefficient(const zo_train_model *m, float coef, float largest)
-{
-    if (m->max_step > 0.0f && largest > m->max_step) {
-        return coef * (m->max_step / largest);
-    }
-    return coef;
-}
-
-/* weight j, of output channel c */
-void zo_update_channel_weight(const zo_train_layer *L, float coef, uint32_t j, uint32_t c,
-                              int32_t g)
-{
-    const int32_t r = update_delta(coef, L->weight_inv_s2[c], g);
-    L->weights[j] = sat_s8((int32_t)L->weights[j] - r); /* |r| <= 2^30: no overflow */
-}
-
-static void update_weight(const zo_train_layer *L, float coef, uint32_t j, int32_t g)
-{
-    zo_update_channel_weight(L, coef, j, (j / L->channel_inner) % L->channels, g);
-}
-
-void zo_update_bias(const zo_train_layer *L, float coef, uint32_t c, int32_t g)
-{
-    const int32_t r = update_delta(coef, L->bias_inv_s2[c], g);
-    L->bias[c] = sat_s32((int64_t)L->bias[c] - r);
-}
-
 /* The weights' update from their whole int32 gradient g: clipped as a whole (update
  * clipping), then applied. Returns the coefficient used, which the biases share. */
 float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
@@ -120,7 +47,7 @@ float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const 
             largest = weight_step(L, coef, j, g[j], largest);
         }
     }
-    coef = zo_clipped_coefficient(m, coef, largest);
+    coef = clipped_coefficient(m, coef, largest);
     for (uint32_t j = 0; j < L->weight_count; ++j) {
         if (g[j] != 0) { /* a zero gradient moves nothing */
             update_weight(L, coef, j, g[j]);
