@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from zocodegen.frontends import load_model  # noqa: E402
-from zocodegen.ir import macs as op_macs  # noqa: E402
+from zocodegen.ops.table import macs as op_macs  # noqa: E402
 from zocodegen.training.config import TrainConfig  # noqa: E402
 from zocodegen.training.guard import guard_schedule  # noqa: E402
 from zocodegen.training.plan import training_plan  # noqa: E402

@@ -127,12 +127,16 @@ def measure(path: Path, samples: int, portable: bool, profile: bool) -> dict:
     import numpy as np
     from conftest import random_inputs
     from zocodegen.host.engines import FirmwareSession, run_samples
+
     from zocodegen.frontends import load_model
     from zocodegen.planner import plan_arena
     try:
-        from zocodegen.ir import macs as op_macs
-    except ImportError:  # a baseline from before c2d77a5 (issue 15's 3694617) has it here
-        from zocodegen.summary import macs as op_macs
+        from zocodegen.ops.table import macs as op_macs
+    except ImportError:  # a baseline from before the op table (issue 33) has it in ir.py,
+        try:             # one from before c2d77a5 (issue 15's 3694617) in summary.py
+            from zocodegen.ir import macs as op_macs
+        except ImportError:
+            from zocodegen.summary import macs as op_macs
 
     graph = load_model(path)
     layers = [dict(op=op.type, family=family(graph, op), macs=op_macs(graph, op),

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from zocodegen.codegen.host_inputs import host_quantizable, quantize_inputs_on_host  # noqa: E402,E501
 from zocodegen.frontends import load_model  # noqa: E402
-from zocodegen.ir import macs  # noqa: E402
+from zocodegen.ops.table import macs  # noqa: E402
 from zocodegen.planner import plan_arena  # noqa: E402
 from zocodegen.planner.patches import best_patched_arena  # noqa: E402
 

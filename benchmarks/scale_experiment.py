@@ -92,7 +92,7 @@ def bp_fits_method(model: Path) -> Method:
     """Back-propagation of only the last C layers, the rest frozen, C the largest whose F746
     build fits 256 KB (the MCUTrain / tiny-training baseline), found by bisection on the
     build's own memory plan (more BP layers never need less memory)."""
-    from zocodegen.codegen import BuildOptions
+    from zocodegen.codegen.project import BuildOptions
     from zocodegen.codegen.project import plan_project
     from zocodegen.errors import UserError
     from zocodegen.frontends import load_model

@@ -54,7 +54,7 @@ def _models(names: list[str], shared: bool) -> list[Path]:
 
 def _render(model: Path, target: str, train) -> dict[str, str]:
     from zocodegen.build import _render as render
-    from zocodegen.codegen import BuildOptions
+    from zocodegen.codegen.project import BuildOptions
     from zocodegen.errors import UserError
     emulate = "stm32f746" if target in ("native", "qemu") else target
     try:
@@ -62,7 +62,8 @@ def _render(model: Path, target: str, train) -> dict[str, str]:
             _, files = render(model, BuildOptions(target=target, emulate=emulate, train=train),
                               None)
     except UserError as exc:
-        return {"<refused>": hashlib.sha256(str(exc).encode()).hexdigest()}
+        message = str(exc).replace(str(REPO), "<repo>")  # the same wherever it is cloned
+        return {"<refused>": hashlib.sha256(message.encode()).hexdigest()}
     return {rel: hashlib.sha256(text.encode()).hexdigest() for rel, text in files.items()}
 
 

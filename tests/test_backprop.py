@@ -19,7 +19,7 @@ from test_training import (NEEDS_ARM, _data, _firmware_checkpoint, _image, _reso
 from test_training_math import random_logits
 from zocodegen.build import cached_build, generate
 from zocodegen.cli import main
-from zocodegen.codegen import BuildOptions
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
 from zocodegen.formats.image import pack_image

@@ -13,7 +13,7 @@ from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, SHARED_TFLITE, random_inputs
 from zocodegen.build import cached_build
 from zocodegen.host.engines import run_samples
 from zocodegen.frontends import load_model
-from zocodegen.reference import run
+from zocodegen.reference.executor import run
 
 SAMPLES = 20
 MODELS = ([pytest.param(("shared", n), id=n) for n in SHARED_TFLITE]

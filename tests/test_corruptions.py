@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES
 from zocodegen.frontends import load_model
-from zocodegen.reference import run
+from zocodegen.reference.executor import run
 
 pytest.importorskip("sklearn", reason="the digits data comes from scikit-learn's bundled copy "
                                       "(pip install scikit-learn)")

@@ -13,8 +13,9 @@ import pytest
 
 from conftest import FIXTURES, reference_interpreter
 from zocodegen.frontends import load_model
-from zocodegen.ir import OP_TYPES, TRAINABLE_OP_TYPES, Quantization
-from zocodegen.reference import run
+from zocodegen.ir import Quantization
+from zocodegen.ops.table import OP_TYPES, TRAINABLE_OP_TYPES
+from zocodegen.reference.executor import run
 from zocodegen.reference.quantize import quantize_float
 
 pytest.importorskip("sklearn", reason="the digits data comes from scikit-learn's bundled copy "

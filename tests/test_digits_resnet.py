@@ -15,8 +15,8 @@ import pytest
 
 from conftest import FIXTURES, reference_interpreter
 from zocodegen.frontends import load_model
-from zocodegen.ir import OP_TYPES, TRAINABLE_OP_TYPES
-from zocodegen.reference import run
+from zocodegen.ops.table import OP_TYPES, TRAINABLE_OP_TYPES
+from zocodegen.reference.executor import run
 
 pytest.importorskip("sklearn", reason="the digits data comes from scikit-learn's bundled copy "
                                       "(pip install scikit-learn)")

@@ -11,7 +11,7 @@ import pytest
 
 from test_training import _check_against_simulator
 from zocodegen.build import generate
-from zocodegen.codegen import BuildOptions
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.errors import UserError
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.estimators import (BY_WIRE_CODE, ENGINE_SOURCES, NAMES, REGISTRY,

@@ -23,8 +23,9 @@ from conftest import FIXTURES, random_inputs, reference_interpreter, resolve
 from zocodegen.errors import UserError
 from zocodegen.export import export_model
 from zocodegen.frontends import load_model
-from zocodegen.ir import TRAINABLE_OP_TYPES, Graph
-from zocodegen.reference import run
+from zocodegen.ir import Graph
+from zocodegen.ops.table import TRAINABLE_OP_TYPES
+from zocodegen.reference.executor import run
 
 
 # --------------------------------------------------------------------------------------------

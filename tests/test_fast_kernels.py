@@ -36,7 +36,7 @@ from zocodegen.frontends import load_model
 from zocodegen.planner import plan_arena, plan_problems
 from zocodegen.planner.scratch import kernel_scratch
 from zocodegen.qemu import runner
-from zocodegen.reference import run
+from zocodegen.reference.executor import run
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

@@ -26,9 +26,9 @@ from zocodegen.cli import main
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph, Op, Quantization, Tensor
 from zocodegen.numerics import activation_range, quantize_multiplier
+from zocodegen.ops.table import OPS
 from zocodegen.reference import fast, native
 from zocodegen.reference.conv import RequantParams, pre_activation
-from zocodegen.reference.registry import KERNELS, PRE_ACTIVATION
 from zocodegen.training import simulator, wavefront
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan
@@ -193,7 +193,7 @@ def test_linear_kernels_equal_reference(case):
     b = graph.tensor("b").data
 
     def ref(xs, ws) -> np.ndarray:
-        out = KERNELS[op.type](op, graph, [xs, ws, b])[0]
+        out = OPS[op.type].reference(op, graph, [xs, ws, b])[0]
         return out.reshape((len(xs),) + graph.tensor("y").shape[1:])
 
     def run(*args, **kw) -> np.ndarray:
@@ -211,7 +211,7 @@ def test_linear_kernels_equal_reference(case):
     x_rows = rng.integers(-128, 128, (8,) + shape).astype(np.int8)
     assert np.array_equal(run([net.to_engine("x", x_rows), variants, b]),
                           ref(x_rows, np.repeat(variants, 2, 0)))
-    z = PRE_ACTIVATION[op.type](op, graph, [x, w, b])
+    z = OPS[op.type].pre_activation(op, graph, [x, w, b])
     assert np.array_equal(net.pre_activation(0, args), z.reshape((3,) + z.shape[1:]))
 
 
@@ -244,7 +244,7 @@ def test_elementwise_and_mean_equal_reference(seed, kind, activation, broadcast,
     inputs = [a] if kind == "MEAN" else [
         a, graph.tensor("c").data if broadcast else
         rng.integers(-128, 128, (6,) + shape[1:]).astype(np.int8)]
-    expected = KERNELS[kind](op, graph, inputs)[0]
+    expected = OPS[kind].reference(op, graph, inputs)[0]
     out = net.run(0, [net.to_engine(name, v) for name, v in zip(op.inputs, inputs)])[0]
     assert np.array_equal(net.to_int8("y", out), expected.reshape((6,) + expected.shape[1:]))
 

@@ -15,7 +15,7 @@ from zocodegen.errors import ModelError
 from zocodegen.frontends import load_model
 from zocodegen.frontends.flatbuffer_verify import (SCHEMA, UNIONS, InvalidFlatbuffer,
                                                    verify_tflite)
-from zocodegen.reference import run
+from zocodegen.reference.executor import run
 
 SOURCES = [FIXTURES / "multi_op.tflite", FIXTURES / "mcunet_tiny.tflite",
            FIXTURES / "onnx_qdq_int8.onnx"]

@@ -1,9 +1,12 @@
 """Who may import whom (docs/layout.md): the core never imports the host tools, every import
 resolves the way it is written in the source tree, and no module imports itself round a
-circle. Read from the source with ``ast``, so nothing is imported to check it."""
+circle, counting the package ``__init__`` files an import runs. Read from the source with
+``ast``; one test then imports every module on its own to confirm it."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,8 +58,19 @@ def _imports(name: str) -> list[tuple[int, str, int]]:
     return found
 
 
+def _with_packages(importer: str, target: str) -> set[str]:
+    """``target`` and the packages Python initialises to import it: ``a.b.c`` runs
+    ``a/__init__`` and ``a/b/__init__`` first, except the importer's own enclosing packages
+    (already initialised, or being initialised, when the importer runs)."""
+    parts = target.split(".")
+    own = {".".join(importer.split(".")[:k]) for k in range(1, importer.count(".") + 1)}
+    parents = {".".join(parts[:k]) for k in range(1, len(parts))}
+    return {target} | {p for p in parents if p in MODULES and p not in own}
+
+
 def _edges() -> dict[str, set[str]]:
-    return {name: {t for _, t, _ in _imports(name) if t in MODULES and t != name}
+    return {name: {m for _, t, _ in _imports(name) if t in MODULES
+                   for m in _with_packages(name, t) if m != name}
             for name in MODULES}
 
 
@@ -118,6 +132,28 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_module_imports_on_its_own():
+    """Each module imported first, in a fresh interpreter state, finds every name it needs
+    (a circle through a package's ``__init__`` shows here as a partially initialised module)."""
+    names = sorted(n for n in MODULES if not n.endswith("__main__")
+                   and not n.startswith(("zocodegen.targets", "zocodegen.templates")))
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.startswith('zocodegen')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {type(exc).__name__}: {exc}')\n"
+        "print('\\n'.join(failed))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "", done.stdout
 
 
 def test_the_checks_see_a_violation():

@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
-from zocodegen.ir import TRAINABLE_OP_TYPES
+from zocodegen.ops.table import TRAINABLE_OP_TYPES
 from zocodegen.planner import plan_arena
 
 MODEL = FIXTURES / "mcunet_in1.tflite"

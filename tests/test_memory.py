@@ -9,14 +9,14 @@ import pytest
 from conftest import FIXTURES, needs_qemu, shared_model
 from zocodegen.build import cached_build
 from zocodegen.cli import main
-from zocodegen.codegen import BuildOptions, plan_project
+from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image
 from zocodegen.host.trainer import LaunchedDevice, Trainer
-from zocodegen.ir import macs
+from zocodegen.ops.table import macs
 from zocodegen.planner import plan_arena, verify
-from zocodegen.planner.scratch import in_place_rows
+from zocodegen.ops.conv import in_place_rows
 from zocodegen.training.config import TrainConfig
 
 PAPER = FIXTURES / "mcunet_in1_128.tflite"

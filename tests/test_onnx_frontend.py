@@ -34,9 +34,10 @@ from onnx_engines import (ENGINES, SpecSession, argmax_disagreements,  # noqa: E
 from zocodegen.errors import ModelError, UnsupportedOpError  # noqa: E402
 from zocodegen.frontends.onnx import load_onnx  # noqa: E402
 from zocodegen.frontends.validate import validate  # noqa: E402
-from zocodegen.ir import OP_TYPES, OPTION_KEYS, Graph  # noqa: E402
-from zocodegen.reference import run  # noqa: E402
-from zocodegen.reference.registry import KERNELS  # noqa: E402
+from zocodegen.ir import Graph  # noqa: E402
+from zocodegen.ops.table import OP_TYPES, OPS  # noqa: E402
+from zocodegen.reference.executor import run  # noqa: E402
+
 
 FIXTURE_MODELS = ("onnx_qdq_int8.onnx", "onnx_qdq_uint8.onnx", "onnx_qop_uint8.onnx")
 
@@ -422,7 +423,7 @@ def test_every_op_within_one_lsb_of_the_specification(model_path, name):
             out_t = graph.tensor(op.outputs[0])
             moves_data = op.type in ("TRANSPOSE", "RESHAPE", "PAD", "MAX_POOL_2D",
                                      "RESIZE_NEAREST_NEIGHBOR")
-            got = KERNELS[op.type](op, graph, args)[0].reshape(out_t.shape).astype(np.int64)
+            got = OPS[op.type].reference(op, graph, args)[0].reshape(out_t.shape).astype(np.int64)
             if op.outputs[0] not in values:
                 # not visible in ONNX (a layout op, or SOFTMAX at TFLite's fixed output scale
                 # before its requantization): checked together with the op that consumes it
@@ -460,7 +461,7 @@ def test_graph_obeys_the_ir_contract(model_path, name):
     assert len({op.name for op in graph.ops}) == len(graph.ops)
     for op in graph.ops:
         assert op.type in OP_TYPES
-        assert set(op.options) == set(OPTION_KEYS[op.type]), op.type
+        assert set(op.options) == set(OPS[op.type].options), op.type
         for n in op.inputs + op.outputs:
             assert n in graph.tensors
     for t in graph.tensors.values():

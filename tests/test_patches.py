@@ -13,7 +13,7 @@ from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLIT
                       needs_qemu, random_inputs, reference_interpreter, resolve, shared_model)
 from zocodegen.build import cached_build
 from zocodegen.cli import main
-from zocodegen.codegen import BuildOptions, device_graph, plan_project
+from zocodegen.codegen.project import BuildOptions, device_graph, plan_project
 from zocodegen.codegen.host_inputs import host_side_inputs, quantize_inputs_on_host
 from zocodegen.host.engines import run_samples
 from zocodegen.errors import UserError
@@ -21,7 +21,7 @@ from zocodegen.frontends import load_model
 from zocodegen.planner import BudgetError, plan_arena, verify
 from zocodegen.planner.patches import (best_patched_arena, chains, patch_plan,
                                        plan_patched_arena, stitch_reference)
-from zocodegen.reference import run, run_all
+from zocodegen.reference.executor import run, run_all
 from zocodegen.training.config import TrainConfig
 
 MODELS = ([pytest.param(("shared", n), id=n) for n in SHARED_TFLITE]

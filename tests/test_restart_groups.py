@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, needs_qemu
 from test_training import _data, _firmware_checkpoint, _image, _resolve, _simulated
 from zocodegen.cli import main
-from zocodegen.codegen import BuildOptions, plan_project
+from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan

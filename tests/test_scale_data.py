@@ -185,7 +185,7 @@ def test_fixture_bit_exact_on_real_images(model, size):
     native C for every model)."""
     pytest.importorskip("ai_edge_litert", reason="needs the TFLite interpreter")
     from conftest import reference_interpreter
-    from zocodegen.reference import run_all
+    from zocodegen.reference.executor import run_all
     if not model.is_file():
         pytest.skip(f"{model} is missing")
     graph = load_model(model)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import all_tflite_models, random_inputs, reference_interpreter, resolve
 from zocodegen.frontends import load_model
-from zocodegen.reference import run, run_all
+from zocodegen.reference.executor import run, run_all
 
 SAMPLES = 24
 

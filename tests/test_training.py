@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES, SHARED_MODELS, shared_model
 from zocodegen.build import cached_build, generate, make
 from zocodegen.cli import main
-from zocodegen.codegen import BuildOptions
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.formats import status
 from zocodegen.codegen.project import LINK_RX_BYTES, LINK_TX_BYTES
 from zocodegen.host.engines import FirmwareError, FirmwareSession

@@ -166,16 +166,16 @@ def test_pre_activation_clamped_is_the_layer_output():
     from zocodegen.frontends import load_model
     from zocodegen.reference.common import output_range
     from zocodegen.reference.executor import run_all
-    from zocodegen.reference.registry import PRE_ACTIVATION
+    from zocodegen.ops.table import OPS
     graph = load_model(FIXTURES / "digits_resnet.tflite")
     x = np.random.default_rng(0).integers(-128, 128, (1, 8, 8, 1)).astype(np.int8)
     values = run_all(graph, {graph.inputs[0]: x})
     checked = 0
     for op in graph.ops:
-        if op.type in PRE_ACTIVATION:
+        if OPS[op.type].pre_activation is not None:
             args = [None if not n else values[n] if n in values else graph.tensor(n).data
                     for n in op.inputs]
-            z = PRE_ACTIVATION[op.type](op, graph, args)
+            z = OPS[op.type].pre_activation(op, graph, args)
             lo, hi = output_range(graph, op)
             assert np.array_equal(np.clip(z, lo, hi).reshape(values[op.outputs[0]].shape),
                                   values[op.outputs[0]])

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES
 from zocodegen.build import cached_build, generate
-from zocodegen.codegen import BuildOptions
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
 from zocodegen.formats.image import pack_image

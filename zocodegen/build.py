@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .codegen import (BuildOptions, ProjectPlan, device_graph, plan_project, render_project,
+from .codegen.project import (BuildOptions, ProjectPlan, device_graph, plan_project, render_project,
                       resolve_auto, write_project)
 from .errors import UserError
 from .files import cache_root

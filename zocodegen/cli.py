@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .errors import DataError, UserError, check_finite
 from .files import atomic_writer, check_output
-from .codegen import BuildOptions, device_graph
+from .codegen.project import BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
 from .frontends import load_model
 from .ir import Graph
@@ -28,7 +28,7 @@ from .flash import flash_project
 from .host.devices import open_port
 from .host.monitor import monitor
 from .host.trainer import Device, Trainer, open_device
-from .reference import run
+from .reference.executor import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint

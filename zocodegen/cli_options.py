@@ -10,7 +10,7 @@ import numpy as np
 
 from . import __version__
 from .errors import UserError
-from .codegen import BUILD_TARGETS
+from .codegen.project import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES

@@ -38,7 +38,8 @@ import numpy as np
 from .errors import UserError
 from .files import atomic_writer, check_output
 from .frontends import check_model_file
-from .ir import TRAINABLE_OP_TYPES, Graph, Op
+from .ir import Graph, Op
+from .ops.table import OPS, TRAINABLE_OP_TYPES
 
 _SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
 _KIND_NAME = {"tflite": "TFLite", "onnx": "ONNX"}
@@ -298,7 +299,7 @@ def _onnx_source(model: Any, stored: dict, name: str, op: Op, role: str) -> _Sou
     if dtype not in (TensorProto.INT8, TensorProto.UINT8):
         raise UserError(f"weight initializer '{src}' is not int8/uint8")
     if layout == "conv":
-        perm = (1, 2, 3, 0) if op.type == "DEPTHWISE_CONV_2D" else (0, 2, 3, 1)
+        perm = OPS[op.type].weights.onnx_perm
     else:
         perm = (0, 1) if layout == "gemm_t" else (1, 0)
     return _Source(src, role, perm, 128 if dtype == TensorProto.UINT8 else 0)

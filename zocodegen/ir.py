@@ -12,9 +12,9 @@ may rely on:
   scale ``input_scale * weight_scale[c]``.
 * Scales are stored as float32, exactly as TFLite stores them, because the requantization
   multipliers are derived from them in double precision the way TFLite does.
-* Op options are normalised (see ``OPTION_KEYS``): padding is always explicit
-  ``(top, bottom, left, right)``; activations are one of ``ACTIVATIONS``; axes are
-  non-negative; PAD and TRANSPOSE carry their constant operands as options.
+* Op options are normalised (each op's row in ``ops/table.py`` names them): padding is
+  always explicit ``(top, bottom, left, right)``; activations are one of ``ACTIVATIONS``;
+  axes are non-negative; PAD and TRANSPOSE carry their constant operands as options.
 """
 from __future__ import annotations
 
@@ -23,38 +23,7 @@ from typing import Any
 
 import numpy as np
 
-# Every op the IR knows, in the order DESIGN.md lists them.
-OP_TYPES = (
-    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "MUL", "AVERAGE_POOL_2D",
-    "MAX_POOL_2D", "MEAN", "PAD", "RESHAPE", "TRANSPOSE", "CONCATENATION", "SOFTMAX",
-    "LOG_SOFTMAX", "RESIZE_NEAREST_NEIGHBOR", "QUANTIZE", "DEQUANTIZE",
-)
-
-# Ops whose parameters the zeroth-order trainer may update.
-TRAINABLE_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
-
-# The options each op carries after normalisation; frontends fill exactly these.
-OPTION_KEYS: dict[str, tuple[str, ...]] = {
-    "CONV_2D": ("stride", "dilation", "padding", "activation"),
-    "DEPTHWISE_CONV_2D": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
-    "FULLY_CONNECTED": ("activation",),
-    "ADD": ("activation",),
-    "MUL": ("activation",),
-    "AVERAGE_POOL_2D": ("filter", "stride", "padding", "activation"),
-    "MAX_POOL_2D": ("filter", "stride", "padding", "activation"),
-    "MEAN": ("axes", "keep_dims"),
-    "PAD": ("paddings",),
-    "RESHAPE": (),
-    "TRANSPOSE": ("perm",),
-    "CONCATENATION": ("axis", "activation"),
-    "SOFTMAX": ("beta",),
-    "LOG_SOFTMAX": (),
-    "RESIZE_NEAREST_NEIGHBOR": ("align_corners", "half_pixel_centers"),
-    "QUANTIZE": (),
-    "DEQUANTIZE": (),
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,16 +96,3 @@ class Graph:
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
-
-
-def macs(graph: Graph, op: Op) -> int:
-    """Multiply-accumulates of one inference of ``op`` (convolutions and FC only)."""
-    out = graph.tensor(op.outputs[0]).shape
-    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        w = graph.tensor(op.inputs[1]).shape
-        per_output = w[1] * w[2] * (w[3] if op.type == "CONV_2D" else 1)
-        return int(np.prod(out)) * per_output
-    if op.type == "FULLY_CONNECTED":
-        w = graph.tensor(op.inputs[1]).shape
-        return int(np.prod(out)) * w[1]
-    return 0

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .ir import TRAINABLE_OP_TYPES, Graph, Op, macs
+from .ir import Graph, Op
+from .ops.table import TRAINABLE_OP_TYPES, macs
 from .planner import plan_arena
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph
-from ..reference import run
+from ..reference.executor import run
 
 
 def _leading_quantizes(graph: Graph) -> dict[str, int]:

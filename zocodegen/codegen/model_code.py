@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir import Graph, Op
+from ..ops.table import OPS
 from ..planner import ArenaPlan
 from ..planner.patches import class_input_output
 from ..planner.plans import PatchPlan
-from .layers import LAYERS, Call, ConstArray, LayerContext, c_identifier
-from .layers.common import fields
+from .layers.common import Call, ConstArray, LayerContext, c_identifier, fields
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _symbols(graph: Graph) -> list[str]:
 
 def _layer(graph: Graph, plan: ArenaPlan, index: int, op: Op, symbol: str, function: str,
            storage: str = "model_arena_storage"):
-    code = LAYERS[op.type](op, LayerContext(graph, plan, symbol, index, storage))
+    code = OPS[op.type].generate(op, LayerContext(graph, plan, symbol, index, storage))
     tensors = ([_tensor_line(graph, plan, "in", n) for n in op.inputs if n]
                + [_tensor_line(graph, plan, "out", n) for n in op.outputs])
     layer = Layer(index, c_comment(op.name), op.type, function, c_comment(code.summary),

@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 
 from ..errors import UserError
 from ..ir import Graph
+from ..ops.table import OPS
 from ..planner import ArenaPlan, plan_arena
 from ..training.plan import TrainingPlan, crossing_tensors
-from .layers import LAYERS, LayerContext
+from .layers.common import LayerContext
 from .model_code import Layer, ModelCode, _tensor_line, _train_copies, c_comment
 
 STORAGE = "model_query_arena_storage"
@@ -119,7 +120,7 @@ def query_batch_code(graph: Graph, code: ModelCode, plans: tuple[TrainingPlan, .
     for k, op in enumerate(bgraph.ops):
         main = code.layers[first + k]
         symbol = main.function[len(f"layer_{first + k:02d}_"):]
-        made = LAYERS[op.type](op, LayerContext(bgraph, bplan, symbol, k, STORAGE))
+        made = OPS[op.type].generate(op, LayerContext(bgraph, bplan, symbol, k, STORAGE))
         missing = {a.name for a in made.arrays
                    if first + k in trainable or not a.training_only} - known
         assert not missing, f"batched layer {first + k} needs arrays the model lacks: {missing}"

@@ -18,6 +18,7 @@ from ..training.checkpoint import encoded_size
 from ..training.guard import MIN_VAL_RECORDS, guard_schedule
 from ..training.int8 import q16
 from ..errors import UserError
+from ..ops.table import OPS
 from ..training.perturbation import MIN_UNIFORM_SHIFT, pool_values, rotating_shifts
 from ..training.plan import TrainingPlan
 from .layers.common import c_float
@@ -25,8 +26,6 @@ from .model_code import ModelCode
 from .query_batch import BatchCode, BatchLayer, query_batch_code
 from .training_regions import choose_groups, query_macs, recomputed_macs, slot_bytes
 
-KINDS = {"CONV_2D": "ZO_TRAIN_CONV", "DEPTHWISE_CONV_2D": "ZO_TRAIN_DEPTHWISE",
-         "FULLY_CONNECTED": "ZO_TRAIN_FC"}
 BUFFER_ALIGN = 8
 
 
@@ -140,10 +139,6 @@ class TrainLayerCode:
                 + _align(4 * self.folded_count))
 
 
-BP_KINDS = {"FULLY_CONNECTED": "ZO_BP_FC", "CONV_2D": "ZO_BP_CONV",
-            "DEPTHWISE_CONV_2D": "ZO_BP_DEPTHWISE", "AVERAGE_POOL_2D": "ZO_BP_AVERAGE_POOL",
-            "MAX_POOL_2D": "ZO_BP_MAX_POOL", "MEAN": "ZO_BP_MEAN", "RESHAPE": "ZO_BP_RESHAPE",
-            "SQUEEZE": "ZO_BP_RESHAPE", "ADD": "ZO_BP_ADD"}
 NO_ERROR = "ZO_BP_NONE"
 
 
@@ -402,7 +397,7 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
         # the activation input; ADD: each input j, as backward_factors orders them
         inputs = op.inputs if op.type == "ADD" else op.inputs[:1]
         pairs = [quantize_multiplier(float(r)) for r in backward_factors(graph, op)]
-        lo, hi = output_range(graph, op) if op.type not in ("RESHAPE", "SQUEEZE") else (-129, 128)
+        lo, hi = output_range(graph, op) if op.type != "RESHAPE" else (-129, 128)
         geometry_type, geometry = None, ()
         if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN"):
             call = code.layers[k].calls[0]
@@ -411,7 +406,7 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
         in_error = [str(error_at[n]) + "u" if n in error_at else NO_ERROR
                     for n in inputs] + [NO_ERROR, NO_ERROR]
         ops.append(BpOpCode(
-            k, op.name, BP_KINDS[op.type], hd.propagates(graph, k), symbols.get(k), lo, hi,
+            k, op.name, OPS[op.type].backward, hd.propagates(graph, k), symbols.get(k), lo, hi,
             graph.tensor(op.outputs[0]).size, copy_offset + copy_at[op.outputs[0]],
             error_at[op.outputs[0]], graph.tensor(op.inputs[0]).size,
             (in_copy[0], in_copy[1]), (in_error[0], in_error[1]),
@@ -445,7 +440,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
             symbols[layer.op_index] = symbol
             layers.append(TrainLayerCode(
                 symbol, code.layers[layer.op_index].function,
-                code.layers[layer.op_index].op_name, KINDS[layer.op.type],
+                code.layers[layer.op_index].op_name, OPS[layer.op.type].weights.train_kind,
                 "ZO_TRAIN_" + layer.mode, layer.index, block, layer.op_index, next_op,
                 layer.weight_count, layer.bias_count, layer.bias is not None,
                 layer.channels, layer.channel_inner, c_float(layer.gscale),

@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..ir import Graph, macs
+from ..ir import Graph
+from ..ops.table import macs
 from ..planner import ArenaPlan
 
 ALIGN = 8

@@ -16,7 +16,8 @@ import numpy as np
 import tflite
 
 from ..errors import ModelError, UnsupportedOpError
-from ..ir import OP_TYPES, Graph, Op, Quantization, Tensor
+from ..ir import Graph, Op, Quantization, Tensor
+from ..ops.table import OP_TYPES
 from .common import conv_output_size, printable_name, same_padding, unique_name
 from .flatbuffer_verify import InvalidFlatbuffer, verify_tflite
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, UnsupportedOpError
-from ..ir import OPTION_KEYS, TRAINABLE_OP_TYPES, Graph, Op, Tensor
-from ..reference import softmax
-from .common import conv_output_size
+from ..ir import Graph, Op, Tensor
+from ..ops.table import OPS
 
-_FLOAT_EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
 MAX_ELEMENTS = 1 << 26  # no MCU model has a 64M-element tensor; guards against absurd shapes
 
 
@@ -32,7 +30,8 @@ def validate(graph: Graph, where: str) -> None:
                              f"over {MAX_ELEMENTS} elements")
     for index, op in enumerate(graph.ops):
         at = f"{where}: op {index} {op.type} '{op.name}'"
-        missing = set(OPTION_KEYS[op.type]) - set(op.options)
+        row = OPS[op.type]
+        missing = set(row.options) - set(op.options)
         if missing:
             raise ModelError(f"{at}: missing options {sorted(missing)}")
         for name in op.inputs:
@@ -40,9 +39,9 @@ def validate(graph: Graph, where: str) -> None:
                 raise ModelError(f"{at}: input '{name}' is used before any op produces it")
         _check_types(graph, op, at)
         _check_shapes(graph, op, at)
-        if op.type in ("SOFTMAX", "LOG_SOFTMAX"):
+        if row.parameters is not None:
             try:
-                softmax.op_params(graph, op)
+                row.parameters(graph, op)
             except ModelError as exc:
                 raise ModelError(f"{where}: {exc}") from None
         available.update(op.outputs)
@@ -87,15 +86,14 @@ def _check_types(graph: Graph, op: Op, at: str) -> None:
     if len(op.outputs) != 1:
         raise ModelError(f"{at}: expected one output, got {len(op.outputs)}")
     _act(graph, op.outputs[0], at, "output")
-    if op.type in TRAINABLE_OP_TYPES:
+    row = OPS[op.type]
+    if row.weights is not None:
         if len(op.inputs) < 2 or not op.inputs[1]:
             raise ModelError(f"{at}: missing weights")
         _act(graph, op.inputs[0], at, "input")
         _check_weights(graph, op, at)
         return
-    n_inputs = {"ADD": 2, "MUL": 2}.get(op.type, 1)
-    if op.type == "CONCATENATION":
-        n_inputs = len(op.inputs)
+    n_inputs = len(op.inputs) if row.inputs is None else row.inputs
     if len(op.inputs) < n_inputs or not all(op.inputs[:n_inputs]):
         raise ModelError(f"{at}: expected {n_inputs} inputs, got {len(op.inputs)}")
     for name in op.inputs[:n_inputs]:
@@ -114,10 +112,11 @@ def _check_weights(graph: Graph, op: Op, at: str) -> None:
         raise UnsupportedOpError(f"{at}: weights '{w.name}' are asymmetric (zero point "
                                  f"{int(w.quant.zero_point.flat[0])}); symmetric int8 "
                                  "weights are required")
-    rank = {"FULLY_CONNECTED": 2}.get(op.type, 4)
+    layout = OPS[op.type].weights
+    rank = layout.rank
     if len(w.shape) != rank:
         raise ModelError(f"{at}: weights '{w.name}' must be {rank}-D, got {list(w.shape)}")
-    channel_axis = 3 if op.type == "DEPTHWISE_CONV_2D" else 0
+    channel_axis = layout.channel_axis
     if w.quant.per_channel and w.quant.axis != channel_axis:
         raise UnsupportedOpError(f"{at}: weights '{w.name}' are quantized along axis "
                                  f"{w.quant.axis}, expected the output-channel axis "
@@ -134,80 +133,7 @@ def _check_weights(graph: Graph, op: Op, at: str) -> None:
 def _check_shapes(graph: Graph, op: Op, at: str) -> None:
     ins = [graph.tensor(n).shape if n else None for n in op.inputs]
     out = graph.tensor(op.outputs[0]).shape
-    expected = _expected_shape(graph, op, ins, out, at)
+    expected = OPS[op.type].output_shape(graph, op, ins, out, at)
     if expected is not None and tuple(expected) != tuple(out):
         raise ModelError(f"{at}: output '{op.outputs[0]}' has shape {list(out)}, the op's "
                          f"inputs give {list(expected)}")
-
-
-def _expected_shape(graph: Graph, op: Op, ins: list, out: tuple[int, ...],
-                    at: str) -> tuple[int, ...] | None:
-    x = ins[0]
-    o = op.options
-    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-            kh, kw = o["filter"]
-            channels = x[3]
-        else:
-            w = ins[1]
-            kh, kw = w[1], w[2]
-            if op.type == "CONV_2D":
-                if w[3] != x[3]:
-                    raise ModelError(f"{at}: weights expect {w[3]} input channels, the "
-                                     f"input has {x[3]}")
-                channels = w[0]
-            else:
-                if w[0] != 1 or w[3] != x[3] * o["depth_multiplier"]:
-                    raise ModelError(f"{at}: depthwise weights {list(w)} do not match input "
-                                     f"channels {x[3]} x multiplier {o['depth_multiplier']}")
-                channels = w[3]
-        top, bottom, left, right = o["padding"]
-        h = conv_output_size(x[1], kh, o["stride"][0], o.get("dilation", (1, 1))[0], top, bottom)
-        wd = conv_output_size(x[2], kw, o["stride"][1], o.get("dilation", (1, 1))[1], left, right)
-        if h < 1 or wd < 1:
-            raise ModelError(f"{at}: the window does not fit the input {list(x)}")
-        return (x[0], h, wd, channels)
-    if op.type == "FULLY_CONNECTED":
-        w = ins[1]
-        depth = int(np.prod(x)) // max(w[1], 1)
-        if w[1] == 0 or depth * w[1] != int(np.prod(x)):
-            raise ModelError(f"{at}: input {list(x)} cannot be flattened to rows of {w[1]}")
-        if int(np.prod(out)) != depth * w[0] or out[-1] != w[0]:
-            raise ModelError(f"{at}: output {list(out)} does not hold {depth} x {w[0]} values")
-        return None
-    if op.type in ("ADD", "MUL"):
-        try:
-            return np.broadcast_shapes(tuple(x), tuple(ins[1]))
-        except ValueError:
-            raise ModelError(f"{at}: input shapes {list(x)} and {list(ins[1])} do not "
-                             "broadcast") from None
-    if op.type == "MEAN":
-        keep = o["keep_dims"]
-        return tuple(1 if i in o["axes"] else d for i, d in enumerate(x)
-                     if keep or i not in o["axes"])
-    if op.type == "PAD":
-        return tuple(d + a + b for d, (a, b) in zip(x, o["paddings"]))
-    if op.type == "RESHAPE":
-        if int(np.prod(x)) != int(np.prod(out)):
-            raise ModelError(f"{at}: cannot reshape {list(x)} into {list(out)}")
-        return None
-    if op.type == "TRANSPOSE":
-        if len(o["perm"]) != len(x):
-            raise ModelError(f"{at}: permutation {list(o['perm'])} for rank {len(x)}")
-        return tuple(x[p] for p in o["perm"])
-    if op.type == "CONCATENATION":
-        axis = o["axis"]
-        if any(len(s) != len(out) or any(a != b for i, (a, b) in enumerate(zip(s, out))
-                                         if i != axis) for s in ins):
-            raise ModelError(f"{at}: inputs {[list(s) for s in ins]} cannot be joined on "
-                             f"axis {axis}")
-        return tuple(sum(s[axis] for s in ins) if i == axis else d for i, d in enumerate(out))
-    if op.type == "RESIZE_NEAREST_NEIGHBOR":
-        if len(x) != 4 or len(out) != 4 or out[0] != x[0] or out[3] != x[3] or min(out) < 1:
-            raise ModelError(f"{at}: resize from {list(x)} to {list(out)}")
-        return None
-    if op.type in ("SOFTMAX", "LOG_SOFTMAX", "QUANTIZE", "DEQUANTIZE"):
-        if len(x) == 0:
-            raise ModelError(f"{at}: scalar input")
-        return tuple(x)
-    return None

@@ -11,7 +11,7 @@ Typical use::
 from __future__ import annotations
 
 from .arena import greedy_by_size, live_peak, plan_arena
-from .lifetimes import (ALIAS_MODES, IN_PLACE_OP_TYPES, activation_names, alias_groups,
+from .lifetimes import (ALIAS_MODES, activation_names, alias_groups,
                         allows_in_place, tensor_lifetimes)
 from .plans import ArenaPlan, Buffer
 from .placement import (BudgetError, Memory, PlacedItem, Placement, RamItem, Region,
@@ -21,7 +21,7 @@ from .report import report_dict, report_text
 from .verify import PlanError, plan_problems, verify
 
 __all__ = [
-    "ALIAS_MODES", "IN_PLACE_OP_TYPES", "ArenaPlan", "Buffer", "BudgetError", "Memory",
+    "ALIAS_MODES", "ArenaPlan", "Buffer", "BudgetError", "Memory",
     "PlacedItem", "Placement", "PlanError", "RamItem", "Region", "activation_names",
     "alias_groups", "allows_in_place", "budget_message", "default_suggestions", "kb",
     "greedy_by_size", "live_peak", "place", "plan_arena", "plan_problems", "planner_regions",

@@ -12,10 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from ..ir import Graph
-from .lifetimes import (ALIAS_MODES, CONV_OP_TYPES, activation_names, align_up, alias_groups,
-                        tensor_lifetimes)
+from .lifetimes import ALIAS_MODES, activation_names, alias_groups, align_up, tensor_lifetimes
 from .plans import ArenaPlan, Buffer
-from .scratch import kernel_scratch, scratch_name
+from .scratch import computes_row_by_row, kernel_scratch, scratch_name
 
 
 def _conflict_lists(buffers: Sequence[Buffer]) -> list[list[int]]:
@@ -163,7 +162,7 @@ def plan_arena(graph: Graph, keep_alive: frozenset[str] = frozenset(),
         raise ValueError(f"keep_alive names tensors the graph lacks: {', '.join(unknown)}")
     if not in_place_convolutions:
         separate_ops = separate_ops | {k for k, op in enumerate(graph.ops)
-                                       if op.type in CONV_OP_TYPES}
+                                       if computes_row_by_row(op)}
     acts = activation_names(graph)
     keep = frozenset(n for n in keep_alive if n in acts)
     lifetimes = tensor_lifetimes(graph, keep)

@@ -12,15 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..ir import Graph, Op
-from .scratch import CONV_OP_TYPES, in_place_rows
-
-# Kernels whose output may overwrite one of their inputs (same bytes, element by element or
-# after a full read, as SOFTMAX does; convolutions row by row through a ring, scratch.py).
-# RESHAPE is a pure view and is handled separately.
-IN_PLACE_OP_TYPES = ("ADD", "MUL", "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX") + CONV_OP_TYPES
+from ..ops.table import OPS
+from .scratch import computes_row_by_row
 
 # How much sharing a plan uses; the planner tries several and keeps the smallest arena.
 # "element-wise" leaves convolutions out: one computed in place needs its ring of rows,
@@ -71,25 +65,19 @@ def tensor_lifetimes(graph: Graph, keep_alive: Iterable[str] = ()) -> dict[str, 
 
 
 def allows_in_place(graph: Graph, op: Op) -> bool:
-    """Whether the op's kernel may write its output over one of its inputs."""
-    if op.type not in IN_PLACE_OP_TYPES or len(op.outputs) != 1:
+    """Whether the op's kernel may write its output over one of its inputs, as its row says
+    (``in_place``: same bytes, element by element or after a full read, as SOFTMAX does;
+    convolutions row by row through a ring, scratch.py). RESHAPE is a view, handled apart."""
+    row = OPS.get(op.type)
+    if row is None or row.in_place is None or len(op.outputs) != 1:
         return False
-    out = graph.tensors[op.outputs[0]]
-    inputs = [graph.tensors[n] for n in op.inputs if n]
-    if op.type in ("ADD", "MUL"):
-        return all(tuple(t.shape) == tuple(out.shape) for t in inputs)
-    if op.type == "QUANTIZE":
-        return (len(inputs) == 1 and np.dtype(inputs[0].dtype) == np.int8
-                and np.dtype(out.dtype) == np.int8)
-    if op.type in CONV_OP_TYPES:
-        return in_place_rows(graph, op) is not None
-    return True  # SOFTMAX, LOG_SOFTMAX
+    return bool(row.in_place(graph, op))
 
 
 def in_place_input(graph: Graph, op: Op) -> tuple[str, ...]:
     """The inputs an in-place op may overwrite: a convolution only its activation input
     (which may be larger than the output), the others any input of the output's size."""
-    if op.type in CONV_OP_TYPES:
+    if computes_row_by_row(op):
         return (op.inputs[0],)
     size = graph.tensors[op.outputs[0]].nbytes
     return tuple(n for n in dict.fromkeys(n for n in op.inputs if n)
@@ -168,7 +156,7 @@ def alias_groups(graph: Graph, lifetimes: Mapping[str, tuple[int, int]],
                 ops.append(op.name)
             elif (mode in ("in-place", "element-wise") and index not in separate_ops
                   and allows_in_place(graph, op)
-                  and (mode == "in-place" or op.type not in CONV_OP_TYPES)):
+                  and (mode == "in-place" or not computes_row_by_row(op))):
                 out = op.outputs[0]
                 candidates = []
                 for name in in_place_input(graph, op):

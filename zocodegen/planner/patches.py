@@ -27,13 +27,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..ir import Graph, Op, Tensor, macs
+from ..ir import Graph, Op, Tensor
+from ..ops.table import OPS, macs
 from .arena import plan_arena
 from .plans import ArenaPlan, Patch, PatchClass, PatchPlan, Span
 
-#: Ops a patch can run: each output pixel depends on a window of input pixels only.
-PATCHABLE_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD",
-                      "QUANTIZE")
 #: Op types of the planning view (never in a model): the stage, and the ops it covers.
 STAGE_OP_TYPE = "PATCH_STAGE"
 COVERED_OP_TYPE = "PATCH_COVERED"
@@ -52,9 +50,10 @@ def _activation_inputs(graph: Graph, op: Op) -> list[str]:
 
 
 def patchable(graph: Graph, op: Op) -> bool:
-    """Whether a patch can run ``op``: one NHWC activation in and out with batch 1, and (PAD)
-    padding on rows and columns only."""
-    if op.type not in PATCHABLE_OP_TYPES or len(op.outputs) != 1:
+    """Whether a patch can run ``op``: each output pixel depends on a window of input pixels
+    only (its row has a ``window``), one NHWC activation in and out with batch 1."""
+    row = OPS.get(op.type)
+    if row is None or row.window is None or len(op.outputs) != 1:
         return False
     inputs = _activation_inputs(graph, op)
     if len(inputs) != 1:
@@ -62,10 +61,7 @@ def patchable(graph: Graph, op: Op) -> bool:
     x, y = graph.tensors[inputs[0]], graph.tensors[op.outputs[0]]
     if len(x.shape) != 4 or len(y.shape) != 4 or x.shape[0] != 1 or y.shape[0] != 1:
         return False
-    if op.type == "PAD":
-        paddings = op.options["paddings"]
-        return tuple(paddings[0]) == (0, 0) and tuple(paddings[3]) == (0, 0)
-    return True
+    return row.window(graph, op) is not None
 
 
 def _consumers(graph: Graph) -> dict[str, list[int]]:
@@ -99,22 +95,6 @@ def chains(graph: Graph) -> list[tuple[int, int]]:
     return runs
 
 
-def _window_params(graph: Graph, op: Op) -> tuple[tuple[int, int], tuple[int, int],
-                                                   tuple[int, int], tuple[int, int]]:
-    """(kernel, stride, dilation, padding before) per axis (rows, columns) of a patchable op."""
-    if op.type in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        kernel = tuple(graph.tensors[op.inputs[1]].shape[1:3])
-        top, _, left, _ = op.options["padding"]
-        return kernel, tuple(op.options["stride"]), tuple(op.options["dilation"]), (top, left)
-    if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        top, _, left, _ = op.options["padding"]
-        return tuple(op.options["filter"]), tuple(op.options["stride"]), (1, 1), (top, left)
-    if op.type == "PAD":
-        paddings = op.options["paddings"]
-        return (1, 1), (1, 1), (1, 1), (paddings[1][0], paddings[2][0])
-    return (1, 1), (1, 1), (1, 1), (0, 0)  # element-wise
-
-
 def _input_span(out: Span, size_in: int, kernel: int, stride: int, dilation: int,
                 before: int) -> tuple[Span, int, int]:
     """The input rows an output span needs, and the padding before and after them."""
@@ -144,7 +124,7 @@ def _walk_back(graph: Graph, first: int, last: int, rows: Span, cols: Span
     for index in range(last, first - 1, -1):
         op = graph.ops[index]
         x = graph.tensors[_activation_inputs(graph, op)[0]]
-        kernel, stride, dilation, before = _window_params(graph, op)
+        kernel, stride, dilation, before = OPS[op.type].window(graph, op)
         spans, op_pads = [], []
         for axis, out in enumerate(windows[0]):
             span, pad_before, pad_after = _input_span(out, x.shape[1 + axis], kernel[axis],

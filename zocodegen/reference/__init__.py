@@ -1,5 +1,2 @@
 """Bit-exact numpy reference kernels (TFLite reference-kernel arithmetic), one module per
-op family, registered in ``registry.KERNELS``."""
-from .executor import run, run_all
-
-__all__ = ["run", "run_all"]
+op family, named by the op table's rows (ops/table.py); executor.py runs a graph on them."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir import Graph
-from .registry import KERNELS
+from ..ops.table import OPS
 
 
 def run(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -30,7 +30,7 @@ def run_all(graph: Graph, inputs: Mapping[str, np.ndarray], start: int = 0,
     for op in graph.ops[start:]:
         args = [None if not n else env[n] if n in env else graph.tensor(n).data
                 for n in op.inputs]
-        results = KERNELS[op.type](op, graph, args)
+        results = OPS[op.type].reference(op, graph, args)
         for name, result in zip(op.outputs, results):
             tensor = graph.tensor(name)
             env[name] = result.astype(tensor.dtype, copy=False).reshape(tensor.shape)

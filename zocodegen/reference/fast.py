@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import TRAINABLE_OP_TYPES, Graph, Op
+from ..ir import Graph, Op
+from ..ops.table import OPS, TRAINABLE_OP_TYPES
 from . import native
 from .conv import RequantParams, pre_activation, requant_params
 from .elementwise import add, mul
 from .fast_geometry import depthwise_form, tap_range, tap_windows
 from .pooling import mean_multiplier
-from .registry import KERNELS, PRE_ACTIVATION
 
 #: False runs every op through its reference kernel: only to prove the twins equal (tests).
 ENABLED = True
@@ -515,7 +515,7 @@ class Network:
         return outs
 
     def pre_activation(self, k: int, args: list) -> np.ndarray:
-        """z of trainable op k (registry.PRE_ACTIVATION): int64, (rows, ..., C); ``args`` as
+        """z of trainable op k (its row's pre_activation): int64, (rows, ..., C); ``args`` as
         for :meth:`run`, without variants."""
         op = self.graph.ops[k]
         kernel = self.kernel(k) if ENABLED else None
@@ -524,7 +524,8 @@ class Network:
         if z is None:
             raw = [self.to_int8(op.inputs[0], args[0])] + list(args[1:])
             shape = self.graph.tensor(op.outputs[0]).shape
-            return PRE_ACTIVATION[op.type](op, self.graph, raw).reshape((-1,) + tuple(shape[1:]))
+            z = OPS[op.type].pre_activation(op, self.graph, raw)
+            return z.reshape((-1,) + tuple(shape[1:]))
         zp = zero_point(self.graph, op.outputs[0])
         return (np.moveaxis(z, 0, -1) + zp).astype(np.int64)
 
@@ -539,7 +540,7 @@ class Network:
             if shared:
                 raw[0] = np.tile(raw[0], (variants,) + (1,) * (raw[0].ndim - 1))
             raw[1] = np.repeat(raw[1], len(raw[0]) // variants, axis=0)
-        results = KERNELS[op.type](op, self.graph, raw)
+        results = OPS[op.type].reference(op, self.graph, raw)
         outs = []
         for name, result in zip(op.outputs, results):
             t = self.graph.tensor(name)

@@ -21,19 +21,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from ..ir import TRAINABLE_OP_TYPES, Graph, Op
+from ..ir import Graph, Op
 from ..numerics import (multiply_by_quantized_multiplier, per_channel_multipliers,
                         quantize_multiplier, rounding_divide_by_pot)
+from ..ops.table import OPS, TRAINABLE_OP_TYPES
 from ..reference.common import output_range
 from ..reference.softmax import LogSoftmaxParams, softmax_gradient_q24
 
 ERROR_BITS = 24
 GRADIENT_SHIFT = ERROR_BITS - 16  # node gradients in Q24, parameter gradients in Q16
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-#: ops the error passes through (a trainable op's weights are always trained by BP here:
-#: every trainable op after the first BP layer is itself a BP layer)
-BACKWARD_OPS = TRAINABLE_OP_TYPES + ("AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "RESHAPE",
-                                     "SQUEEZE", "ADD")
+#: ops the error passes through, the ones whose row names a backward kind (a trainable op's
+#: weights are always trained by BP here: every trainable op after the first BP layer is
+#: itself a BP layer)
+BACKWARD_OPS = tuple(name for name, row in OPS.items() if row.backward is not None)
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def _input_errors(graph: Graph, op: Op, env: dict[str, np.ndarray], g: np.ndarra
     x_name = op.inputs[0]
     x = env[x_name]
     n = g.shape[0]
-    if op.type in ("RESHAPE", "SQUEEZE"):
+    if op.type == "RESHAPE":
         return [(x_name, g.reshape(x.shape))]
     if op.type == "FULLY_CONNECTED":
         w = params.get(op.inputs[1], graph.tensor(op.inputs[1]).data).astype(np.int64)
@@ -301,7 +302,7 @@ def node_gradients(graph: Graph, hd: Head, env: dict[str, np.ndarray],
         e = errors.get(out)
         if e is None:
             e = np.zeros(env[out].shape, dtype=np.int64)
-        g = e if op.type in ("RESHAPE", "SQUEEZE") else _mask(graph, op, env[out], e)
+        g = e if op.type == "RESHAPE" else _mask(graph, op, env[out], e)
         if k in bp_ops:
             gradients[k] = g.reshape(n, -1).astype(np.int64)
         if k == hd.first_op:

@@ -8,7 +8,8 @@ import numpy as np
 from ..errors import DataError
 from ..export import export_model
 from ..files import file_sha256
-from ..ir import TRAINABLE_OP_TYPES, Graph
+from ..ir import Graph
+from ..ops.table import TRAINABLE_OP_TYPES
 from . import checkpoint
 
 

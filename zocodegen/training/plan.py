@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import UserError
-from ..ir import TRAINABLE_OP_TYPES, Graph, Op
+from ..ir import Graph, Op
+from ..ops.table import TRAINABLE_OP_TYPES
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
 from .backprop import Head, head, largest_bp_layers, linear_multipliers
 from .config import TrainConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..codegen import BuildOptions, resolve_auto
+from ..codegen.project import BuildOptions, resolve_auto
 from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import file_sha256, write_atomic

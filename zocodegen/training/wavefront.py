@@ -79,7 +79,7 @@ def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
 
 
 def pre_activation(graph: Graph, op_index: int, env: dict[str, np.ndarray]) -> np.ndarray:
-    """z of trainable op ``op_index`` on ``env``'s values (registry.PRE_ACTIVATION): the
+    """z of trainable op ``op_index`` on ``env``'s values (its op row's pre_activation): the
     requantized output before the fused activation's clamp, int64 in the output's shape."""
     net = network(graph)
     return net.pre_activation(op_index, _Wave(net, env, len(env[graph.ops[op_index].inputs[0]]))

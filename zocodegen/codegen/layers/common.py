@@ -6,13 +6,13 @@ initialisers, constant arrays); the C text itself lives in ``templates/project/m
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from ...ir import Graph, Op
-from ...planner import ArenaPlan
 
 CTYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.int32): "int32_t",
           np.dtype(np.float32): "float", np.dtype(np.uint8): "uint8_t"}
@@ -47,12 +47,21 @@ class LayerCode:
     note: str = ""  # why a layer has no calls
 
 
+class TensorPlaces(Protocol):
+    """Where the plan put tensors, all a generator reads of it (planner/plans.py's ArenaPlan
+    is one; named here because the planner asks the op table, which names the generators)."""
+
+    offsets: Mapping[str, int]  # arena tensor -> byte offset
+    scratch_offsets: Mapping[int, int]  # op index -> offset of its scratch
+    in_place_ops: tuple[str, ...]  # ops computed over their input
+
+
 @dataclass(frozen=True)
 class LayerContext:
     """What a layer generator may know besides the op: the graph and where tensors live."""
 
     graph: Graph
-    plan: ArenaPlan
+    plan: TensorPlaces
     symbol: str  # C identifier prefix of this layer's constants, e.g. "conv_2d_3"
     index: int  # the op's position in graph.ops
     storage: str = "model_arena_storage"  # the C array the plan's offsets are into

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Graph, Op
-from ...planner.scratch import in_place_rows, uses_im2col
+from ...ops.conv import in_place_rows, uses_im2col
 from ...reference.conv import requant_params
 from .common import (Call, ConstArray, LayerCode, LayerContext, channel_arrays,
                      describe_padding, fields)

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import ModelError, UnsupportedOpError
-from ...ir import OP_TYPES, OPTION_KEYS, Op
+from ...ir import Op
 from ...numerics import activation_range
+from ...ops.table import OP_TYPES, OPS
 from .values import (_TO_NCHW, _INT8, _FLOAT32, _FUSABLE, _ACT_OP, _QUANTIZE_HINT, _Act,
                      _Deferred, _compose, _same_quant)
 
@@ -206,4 +207,4 @@ class _Passes:
     def _check_contract(self) -> None:
         for op in self.ops:
             assert op.type in OP_TYPES, op.type
-            assert set(op.options) == set(OPTION_KEYS[op.type]), (op.type, op.options)
+            assert set(op.options) == set(OPS[op.type].options), (op.type, op.options)
