@@ -26,7 +26,7 @@ from zocodegen.formats.image import pack_image
 from zocodegen.formats import link as protocol
 from zocodegen.reference.common import output_range
 from zocodegen.reference.softmax import log_softmax_params, softmax_gradient_q24
-from zocodegen.training import checkpoint, simulator
+from zocodegen.training import checkpoint, simulator, step_parts
 from zocodegen.training.backprop import node_gradients
 from zocodegen.training.config import BP_AUTO, TrainConfig
 from zocodegen.training.plan import training_plan, training_plans
@@ -336,7 +336,7 @@ def _gradients(spec: str, c: int):
     plan = training_plan(graph, _config(c))
     x, y = _data(graph, plan.num_classes, count=4, seed=7)
     params = simulator.initial_params(graph, plan)
-    env = simulator.forward(graph, {graph.inputs[0]: x, **params}, 0, plan.logits_op)
+    env = step_parts.forward(graph, {graph.inputs[0]: x, **params}, 0, plan.logits_op)
     bp_ops = tuple(layer.op_index for layer in plan.bp_layers)
     got = node_gradients(graph, plan.head, env, params, y, plan.logits, plan.loss_params,
                          bp_ops)

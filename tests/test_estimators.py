@@ -35,6 +35,29 @@ def test_rows_are_consistent_with_the_engine_files():
     assert ENGINE_SOURCES | set(CORE_SOURCES) <= listed, "zo_train_engine.h's file list"
 
 
+@pytest.mark.parametrize("owner", [n for n in NAMES if REGISTRY[n].options])
+def test_another_estimators_option_is_refused_not_ignored(owner):
+    """Each option a row declares is read only by its estimator: set for another one, the
+    run is refused with the owner named; left at its default, nothing is said."""
+    other = next(n for n in NAMES if n != owner and not REGISTRY[n].options)
+    defaults = TrainConfig()
+    for option in REGISTRY[owner].options:
+        changed = 3 if option != "p_zero" else 0.5
+        assert getattr(defaults, option) != changed
+        with pytest.raises(UserError, match=f"--{option.replace('_', '-')} is an option of "
+                                            f"--estimator {owner}"):
+            TrainConfig(estimator=other, **{option: changed})
+    TrainConfig(estimator=other)  # the defaults pass
+
+
+def test_the_simulated_step_is_the_rows():
+    """The simulator calls the row's step: MeZO and split their own, the rest the
+    layer-wise one."""
+    from zocodegen.training.estimators import layerwise
+    own = {n for n in NAMES if REGISTRY[n].simulate is not layerwise.step}
+    assert own == {"mezo", "split"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_build_renders_exactly_its_estimators_files(name, tmp_path):
     config = TrainConfig(steps=4, queries=2, estimator=name)

@@ -38,12 +38,26 @@ def _package_of(name: str) -> list[str]:
     return parts if path.name == "__init__.py" else parts[:-1]
 
 
-def _imports(name: str) -> list[tuple[int, str, int]]:
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    """Lines of ``if TYPE_CHECKING:`` blocks: imports there name types for annotations and
+    never run."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
+            lines.update(range(node.lineno, node.end_lineno + 1))
+    return lines
+
+
+def _imports(name: str, runtime_only: bool = False) -> list[tuple[int, str, int]]:
     """(line, imported module, relative level) of every import in a module, the ones inside
-    functions and TYPE_CHECKING blocks too."""
+    functions too, and inside TYPE_CHECKING blocks unless ``runtime_only``."""
     tree = ast.parse(MODULES[name][0].read_text())
+    skip = _type_checking_lines(tree) if runtime_only else set()
     found = []
     for node in ast.walk(tree):
+        if getattr(node, "lineno", 0) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, 0) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -69,7 +83,8 @@ def _with_packages(importer: str, target: str) -> set[str]:
 
 
 def _edges() -> dict[str, set[str]]:
-    return {name: {m for _, t, _ in _imports(name) if t in MODULES
+    """Module -> the modules importing it runs (type-only imports run nothing)."""
+    return {name: {m for _, t, _ in _imports(name, runtime_only=True) if t in MODULES
                    for m in _with_packages(name, t) if m != name}
             for name in MODULES}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, SHARED_MODELS, shared_model
+from conftest import FIXTURES, shared_model
 from zocodegen.build import cached_build, generate, make
 from zocodegen.cli import main
 from zocodegen.codegen.project import BuildOptions
@@ -20,8 +20,8 @@ from zocodegen.formats import status
 from zocodegen.codegen.project import LINK_RX_BYTES, LINK_TX_BYTES
 from zocodegen.host.engines import FirmwareError, FirmwareSession
 from zocodegen.frontends import load_model
-from zocodegen.formats.image import pack_image, read_header
-from zocodegen.training import checkpoint, simulator
+from zocodegen.formats.image import pack_image
+from zocodegen.training import checkpoint, simulator, step_parts
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.data import load_dataset
 from zocodegen.training.plan import training_plan
@@ -366,9 +366,9 @@ def test_simulate_learns_digits(tmp_path):
     after = simulator.from_checkpoint(graph, plan, ckpt)
 
     def mean_loss(params):
-        env = simulator.forward(graph, {graph.inputs[0]: arrays["x"], **params}, 0,
+        env = step_parts.forward(graph, {graph.inputs[0]: arrays["x"], **params}, 0,
                                 plan.logits_op)
-        return simulator.losses_q16(plan, env[plan.logits], arrays["y"]).mean() / 65536
+        return step_parts.losses_q16(plan, env[plan.logits], arrays["y"]).mean() / 65536
 
     before_loss = mean_loss(simulator.initial_params(graph, plan))
     assert mean_loss(after) < before_loss - 0.05

@@ -11,7 +11,7 @@ Everything is integer. An *error* is int32 ``2^24 * dl/dT_q`` (nats per LSB of t
   * to an input through one int32 multiplication by the op's real derivative as a TFLite
     quantized multiplier (``MBQM``), then exact int64 sums saturated to int32 once.
 A trainable layer's masked output error is its node gradient: the parameter gradient is the
-same outer product NP uses (simulator.node_to_parameter_gradient), rounded from Q24 to Q16
+same outer product NP uses (step_parts.node_to_parameter_gradient), rounded from Q24 to Q16
 (``GRADIENT_SHIFT``) and saturated to int32, so the update is NP's update.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `build --train` (and recorded in the build manifest)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ..errors import UserError
 from .estimators import NAMES as ESTIMATORS
@@ -104,6 +104,7 @@ class TrainConfig:
                             f"per layer and sample (Q{' x 2 two-sided' if self.two_sided else ''}"
                             f" = {forwards}): try --query-batch "
                             + " or ".join(str(b) for b in fits[-3:]))
+        self._refuse_other_estimators_options()
         REGISTRY[self.estimator].check(self)  # its own options (estimators/)
         if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
@@ -132,10 +133,21 @@ class TrainConfig:
             if self.trial_samples < 1:
                 raise UserError("--trial-samples must be at least 1")
 
+    def _refuse_other_estimators_options(self) -> None:
+        """An option only another estimator reads, set away from its default, would be
+        silently ignored: say whose it is instead."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for name, row in REGISTRY.items():
+            for option in row.options if name != self.estimator else ():
+                if getattr(self, option) != defaults[option]:
+                    raise UserError(f"--{option.replace('_', '-')} is an option of "
+                                    f"--estimator {name}; --estimator {self.estimator} does "
+                                    "not read it")
+
     @property
     def integer_only(self) -> bool:
         """ElasticZO-INT8: no floating point from perturbation to update."""
-        return self.estimator == "int8"
+        return REGISTRY[self.estimator].integer_only
 
     @property
     def perturbation_rule(self) -> Perturbation:

@@ -13,12 +13,15 @@ independently, so every row gets the integers its own forward gets.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..ir import Graph
 from ..reference.fast import Network, network
-from .plan import TrainingPlan
+
+if TYPE_CHECKING:  # (annotations only: the plan reads the estimator rows built on this)
+    from .plan import TrainingPlan
 
 #: Values per activation tensor a wave may hold (float32; a few such tensors live at once).
 WAVE_ELEMENTS = 1 << 23
@@ -54,7 +57,7 @@ def _value(graph: Graph, env: dict, name: str) -> np.ndarray | None:
 
 def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
             keep: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """Ops ``start..stop`` on int8 values (simulator.forward): ``env`` holds the activations
+    """Ops ``start..stop`` on int8 values (step_parts.forward): ``env`` holds the activations
     the ops read and the trainable parameters (possibly with a variant axis: variant v owns
     the v-th share of the batch rows). Returns ``env`` extended with every output, or only
     with those named in ``keep`` (the others are never converted back to int8)."""

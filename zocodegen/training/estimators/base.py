@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UserError
+from .layerwise import step as layerwise_step
 
 #: Engine files every firmware compiles (templates/train; zo_train_engine.h lists them all).
 CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c")
@@ -36,7 +37,14 @@ class Estimator:
     whole_model: bool = False  # one perturbation of every trained layer per query (MeZO)
     query_batching: bool = True  # --query-batch B evaluates B query forwards together
     has_learning_rate: bool = True  # False: the step is a number of bits (--lr auto is off)
+    integer_only: bool = False  # no floating point from perturbation to update
+    # The TrainConfig fields only this estimator reads (its options); another estimator's
+    # run refuses them set away from their defaults instead of ignoring them.
+    options: tuple[str, ...] = ()
     check: Callable[[Any], None] = lambda config: None  # refusals of its own options
+    # Its simulated step (graph, plan, params, step_parts.StepBatch): the layer-wise step
+    # of WP / NP / INT8 layers unless it estimates otherwise (MeZO, split)
+    simulate: Callable[..., None] = layerwise_step
 
     @property
     def firmware(self) -> bool:

@@ -21,4 +21,5 @@ def _check(config: Any) -> None:
 ESTIMATOR = Estimator(
     name="int8", wire_code=4, summary="ElasticZO-INT8: integer only, for cores without an FPU",
     sources=("zo_estimate_int8.c",), layer_mode=lambda parameters, pre_activations: "INT8",
-    two_point=True, query_batching=False, has_learning_rate=False, check=_check)
+    two_point=True, query_batching=False, has_learning_rate=False, integer_only=True,
+    options=("r_max", "p_zero", "b_zo", "b_bp"), check=_check)
