@@ -41,7 +41,8 @@ NATIVE_PLATFORM = REPO / "templates" / "platform" / "native" / "platform_native.
 BOARD = runner.BOARD_DIR
 DOC = REPO / "docs" / "image.md"
 
-TRAIN_SOURCES = ("zo_blockdev.h", "zo_crc32.h", "zo_crc32.c", "zo_image.h", "zo_image.c")
+TRAIN_SOURCES = ("zo_blockdev.h", "zo_bytes.h", "zo_crc32.h", "zo_crc32.c", "zo_image.h",
+                 "zo_image.c")
 #: Test-only block devices (tests/data/): an image file through stdio or semihosting.
 TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
 READER_SOURCES = ("zo_image.c", "zo_crc32.c")

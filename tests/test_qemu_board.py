@@ -62,6 +62,8 @@ def make_project(root: Path, ram_bytes: int = RAM_BYTES) -> Path:
     (root / "include").mkdir()
     shutil.copy(BOARD.parents[1] / "templates" / "project" / "platform.h",
                 root / "include" / "platform.h")
+    shutil.copy(BOARD.parents[1] / "templates" / "link" / "zo_bytes.h",
+                root / "include" / "zo_bytes.h")
     for name in ("startup_mps2.c", "platform_mps2.c", "platform.mk"):
         shutil.copy(BOARD / name, qdir / name)
     (qdir / "mps2_an500.ld").write_text(render_ld(flash_bytes=FLASH_BYTES, ram_bytes=ram_bytes,

@@ -9,6 +9,7 @@
 #if !defined(ZO_LINK_DECODER_ONLY)
 #include "platform.h"
 #endif
+#include "zo_bytes.h"
 #include "zo_crc32.h"
 #include "zo_link.h"
 
@@ -21,17 +22,6 @@
 
 /* the i32 status that starts SECTORS / WRITTEN / BYTES / STORED */
 #define ZO_LINK_STATUS_BYTES 4u
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
 
 /* ---- frame decoder ------------------------------------------------------------------- */
 
@@ -72,19 +62,19 @@ static int frame_from_body(const uint8_t *body, uint32_t size, zo_link_frame *fr
     if (size < ZO_LINK_HEADER_BYTES + ZO_LINK_CRC_BYTES) {
         return ZO_LINK_BAD;
     }
-    len = get_u16(body + 4);
+    len = zo_get_u16(body + 4);
     if (len != size - ZO_LINK_HEADER_BYTES - ZO_LINK_CRC_BYTES || len > ZO_LINK_MAX_PAYLOAD) {
         return ZO_LINK_BAD;
     }
     if (zo_crc32(0u, body, ZO_LINK_HEADER_BYTES + len) !=
-        get_u32(body + ZO_LINK_HEADER_BYTES + len)) {
+        zo_get_u32(body + ZO_LINK_HEADER_BYTES + len)) {
         return ZO_LINK_BAD;
     }
     if (body[1] != ZO_LINK_VERSION) {
         return ZO_LINK_BAD;
     }
     frame->type = body[0];
-    frame->seq = get_u16(body + 2);
+    frame->seq = zo_get_u16(body + 2);
     frame->len = (uint16_t)len;
     frame->payload = body + ZO_LINK_HEADER_BYTES;
     return ZO_LINK_FRAME;
@@ -121,27 +111,6 @@ int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
 
 #if !defined(ZO_LINK_DECODER_ONLY)
 /* ---- the link ------------------------------------------------------------------------ */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static void put_f32(uint8_t *p, float v)
-{
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits); /* IEEE 754 binary32 on every target */
-    put_u32(p, bits);
-}
 
 static struct {
     zo_link_decoder rx;
@@ -211,15 +180,15 @@ int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
     link_state.next_seq = (uint16_t)(seq + 1u);
     link_state.tx[0] = type;
     link_state.tx[1] = (uint8_t)ZO_LINK_VERSION;
-    put_u16(link_state.tx + 2, seq);
-    put_u16(link_state.tx + 4, (uint16_t)len);
+    zo_put_u16(link_state.tx + 2, seq);
+    zo_put_u16(link_state.tx + 4, (uint16_t)len);
     if (head_bytes > 0u) {
         memcpy(link_state.tx + ZO_LINK_HEADER_BYTES, head, head_bytes);
     }
     if (data_bytes > 0u) {
         memcpy(link_state.tx + ZO_LINK_HEADER_BYTES + head_bytes, data, data_bytes);
     }
-    put_u32(link_state.tx + ZO_LINK_HEADER_BYTES + len,
+    zo_put_u32(link_state.tx + ZO_LINK_HEADER_BYTES + len,
             zo_crc32(0u, link_state.tx, ZO_LINK_HEADER_BYTES + len));
     link_state.tx_bytes = ZO_LINK_HEADER_BYTES + len + ZO_LINK_CRC_BYTES;
     send_frame(link_state.tx, link_state.tx_bytes);
@@ -277,7 +246,7 @@ static int status_response(int rc, const zo_link_frame *response, uint32_t bytes
     if (response->len < ZO_LINK_STATUS_BYTES) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    status = (int32_t)get_u32(response->payload);
+    status = (int32_t)zo_get_u32(response->payload);
     if (status > 0 || response->len != ZO_LINK_STATUS_BYTES + (status == 0 ? bytes : 0u)) {
         return ZO_LINK_ERR_PROTOCOL;
     }
@@ -299,27 +268,27 @@ int zo_link_hello(const zo_link_identity *id)
     zo_link_frame welcome;
     memset(p, 0, sizeof p);
     memcpy(p, "ZOLK", 4u);
-    put_u16(p + 4, (uint16_t)ZO_LINK_VERSION);
-    put_u16(p + 6, (uint16_t)ZO_LINK_MAX_PAYLOAD);
+    zo_put_u16(p + 4, (uint16_t)ZO_LINK_VERSION);
+    zo_put_u16(p + 6, (uint16_t)ZO_LINK_MAX_PAYLOAD);
     memcpy(p + 8, id->model_sha256, 32u);
-    put_u32(p + 40, id->input_bytes);
-    put_u32(p + 44, id->output_bytes);
-    put_u32(p + 48, id->classes);
-    put_f32(p + 52, id->input_scale);
-    put_u32(p + 56, (uint32_t)id->input_zero_point);
-    put_u32(p + 60, id->checkpoint_bytes);
-    put_u32(p + 64, id->flags);
+    zo_put_u32(p + 40, id->input_bytes);
+    zo_put_u32(p + 44, id->output_bytes);
+    zo_put_u32(p + 48, id->classes);
+    zo_put_f32(p + 52, id->input_scale);
+    zo_put_u32(p + 56, (uint32_t)id->input_zero_point);
+    zo_put_u32(p + 60, id->checkpoint_bytes);
+    zo_put_u32(p + 64, id->flags);
     p[68] = id->estimator;
     p[69] = id->mode;
     p[70] = id->block;
     p[71] = id->blocks;
-    put_u32(p + 72, id->queries);
-    put_u32(p + 76, id->batch);
-    put_u32(p + 80, id->steps);
-    put_u32(p + 84, id->seed);
-    put_f32(p + 88, id->lr);
-    put_u32(p + 92, id->trainable_layers);
-    put_u32(p + 96, id->cycles_per_second);
+    zo_put_u32(p + 72, id->queries);
+    zo_put_u32(p + 76, id->batch);
+    zo_put_u32(p + 80, id->steps);
+    zo_put_u32(p + 84, id->seed);
+    zo_put_f32(p + 88, id->lr);
+    zo_put_u32(p + 92, id->trainable_layers);
+    zo_put_u32(p + 96, id->cycles_per_second);
     memcpy(p + 100, id->target, text_bytes(id->target, ZO_LINK_TARGET_BYTES)); /* NUL padded */
     /* docs/link.md: HELLO is request 0; a session the host restarted begins here too. */
     link_state.next_seq = 0u;
@@ -354,8 +323,8 @@ static int ask_for_bytes(uint8_t type, uint32_t where, uint16_t count, uint8_t *
     uint8_t head[6];
     zo_link_frame answer;
     int rc;
-    put_u32(head, where);
-    put_u16(head + 4, count);
+    zo_put_u32(head, where);
+    zo_put_u16(head + 4, count);
     rc = zo_link_request(type, head, sizeof head, 0, 0u, &answer);
     rc = status_response(rc, &answer, bytes);
     if (rc == ZO_LINK_OK) {
@@ -381,8 +350,8 @@ int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src)
     if (count < 1u || count > ZO_LINK_MAX_SECTORS) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    put_u32(head, lba);
-    put_u16(head + 4, (uint16_t)count);
+    zo_put_u32(head, lba);
+    zo_put_u16(head + 4, (uint16_t)count);
     rc = zo_link_request(ZO_LINK_WRITE, head, sizeof head, src, count * ZO_LINK_SECTOR_BYTES,
                          &written);
     return status_response(rc, &written, 0u);
@@ -397,11 +366,11 @@ int zo_link_scalars(uint32_t step, int32_t layer, const int32_t *values, uint32_
                                ? count - first : ZO_LINK_SCALARS_PER_FRAME;
         uint8_t head[12];
         zo_link_frame ack;
-        put_u32(head, step);
-        put_u16(head + 4, (uint16_t)layer);
-        put_u16(head + 6, (uint16_t)first);
-        put_u16(head + 8, (uint16_t)n);
-        put_u16(head + 10, (uint16_t)count);
+        zo_put_u32(head, step);
+        zo_put_u16(head + 4, (uint16_t)layer);
+        zo_put_u16(head + 6, (uint16_t)first);
+        zo_put_u16(head + 8, (uint16_t)n);
+        zo_put_u16(head + 10, (uint16_t)count);
         rc = empty_response(zo_link_request(ZO_LINK_SCALARS, head, sizeof head,
                                             (const uint8_t *)(values + first), 4u * n, &ack),
                             &ack);
@@ -414,11 +383,11 @@ int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
 {
     uint8_t p[20];
     zo_link_frame ack;
-    put_u32(p, step);
-    put_u32(p + 4, (uint32_t)layer);
-    put_u32(p + 8, (uint32_t)loss_q16);
-    put_f32(p + 12, lr);
-    put_u32(p + 16, cycles);
+    zo_put_u32(p, step);
+    zo_put_u32(p + 4, (uint32_t)layer);
+    zo_put_u32(p + 8, (uint32_t)loss_q16);
+    zo_put_f32(p + 12, lr);
+    zo_put_u32(p + 16, cycles);
     return empty_response(zo_link_request(ZO_LINK_TELEMETRY, p, sizeof p, 0, 0u, &ack), &ack);
 }
 
@@ -439,14 +408,14 @@ int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correc
     memset(p, 0, sizeof p);
     p[0] = kind;
     p[1] = decision; /* then 2 zero bytes */
-    put_u32(p + 4, step);
-    put_u32(p + 8, correct);
-    put_u32(p + 12, of);
-    put_u32(p + 16, halvings);
-    put_u32(p + 20, eta_ppm);
-    put_u32(p + 24, steps);
-    put_u32(p + 28, (uint32_t)((uint64_t)loss_q16 & 0xFFFFFFFFu));
-    put_u32(p + 32, (uint32_t)((uint64_t)loss_q16 >> 32));
+    zo_put_u32(p + 4, step);
+    zo_put_u32(p + 8, correct);
+    zo_put_u32(p + 12, of);
+    zo_put_u32(p + 16, halvings);
+    zo_put_u32(p + 20, eta_ppm);
+    zo_put_u32(p + 24, steps);
+    zo_put_u32(p + 28, (uint32_t)((uint64_t)loss_q16 & 0xFFFFFFFFu));
+    zo_put_u32(p + 32, (uint32_t)((uint64_t)loss_q16 >> 32));
     return empty_response(zo_link_request(ZO_LINK_EVENT, p, sizeof p, 0, 0u, &ack), &ack);
 }
 
@@ -456,9 +425,9 @@ int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycle
     zo_link_frame ack;
     memset(p, 0, sizeof p);
     p[0] = command; /* then 3 zero bytes */
-    put_u32(p + 4, (uint32_t)status);
-    put_u32(p + 8, value);
-    put_u32(p + 12, cycles);
+    zo_put_u32(p + 4, (uint32_t)status);
+    zo_put_u32(p + 8, value);
+    zo_put_u32(p + 12, cycles);
     return empty_response(zo_link_request(ZO_LINK_DONE, p, sizeof p, 0, 0u, &ack), &ack);
 }
 
@@ -467,7 +436,7 @@ int zo_link_error(int32_t code, const char *text)
     uint8_t head[4];
     zo_link_frame ack;
     const uint32_t n = text_bytes(text, ZO_LINK_MAX_PAYLOAD - sizeof head);
-    put_u32(head, (uint32_t)code);
+    zo_put_u32(head, (uint32_t)code);
     return empty_response(zo_link_request(ZO_LINK_ERROR, head, sizeof head,
                                           (const uint8_t *)text, n, &ack),
                           &ack);
@@ -488,7 +457,7 @@ int zo_link_put(uint32_t offset, const uint8_t *src, uint32_t length)
     if (length < 1u || length > ZO_LINK_MAX_CHUNK) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    put_u32(head, offset);
+    zo_put_u32(head, offset);
     const int rc = zo_link_request(ZO_LINK_PUT, head, sizeof head, src, length, &stored);
     return status_response(rc, &stored, 0u);
 }

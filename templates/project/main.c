@@ -20,6 +20,7 @@
 #include "firmware.h"
 #include "model.h"
 #include "platform.h"
+#include "zo_bytes.h"
 #include "zo_link.h"
 #if FIRMWARE_TRAINING
 #include "training.h"
@@ -64,12 +65,6 @@ static void reset_training(void)
     state.schedule_steps = training_models[0].steps;
 }
 #endif /* FIRMWARE_TRAINING */
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
 
 /* HELLO: who this firmware is (docs/link.md "HELLO"); starts a session. */
 static int hello(void)
@@ -482,7 +477,7 @@ static int execute(uint8_t command, const uint8_t *args, uint32_t *value, uint32
         return select_block(value);
 #endif
     case ZO_LINK_CMD_TRAIN:
-        return train(get_u32(args), value);
+        return train(zo_get_u32(args), value);
     case ZO_LINK_CMD_SAVE:
         return save(value);
     case ZO_LINK_CMD_LOAD:
@@ -528,7 +523,7 @@ static void serve(void)
                 args[i] = next.payload[1 + i];
             }
             if (command == ZO_LINK_CMD_WAIT) {
-                zo_link_wait(get_u32(args));
+                zo_link_wait(zo_get_u32(args));
                 continue; /* no DONE: the next NEXT says the wait is over */
             }
             if (command == ZO_LINK_CMD_QUIT) {

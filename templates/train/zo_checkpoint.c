@@ -2,25 +2,12 @@
  * Checkpoints (zo_train.h): the header, the layer table and every trained layer's
  * parameters, CRC-32 checked; the byte layout of zocodegen/training/checkpoint.py.
  */
+#include "zo_bytes.h"
 #include "zo_train_engine.h"
 
 #define ZO_CKPT_HEADER_BYTES 96u
 #define ZO_CKPT_IDENTITY_BYTES 60u /* what must match; the seed and the guard state follow */
 static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
-           | ((uint32_t)p[3] << 24);
-}
 
 static uint32_t pad4(uint32_t n)
 {
@@ -43,27 +30,27 @@ static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint3
     memcpy(&lr_bits, &s->lr, 4);
     memset(h, 0, ZO_CKPT_HEADER_BYTES);
     memcpy(h, ckpt_magic, sizeof ckpt_magic);
-    put_u32(h + 8, 2u);
-    put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
+    zo_put_u32(h + 8, 2u);
+    zo_put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
     memcpy(h + 16, m->model_sha256, 32);
-    put_u32(h + 48, step);
-    put_u32(h + 52, m->layer_count);
-    put_u32(h + 56, zo_checkpoint_bytes(m));
-    put_u32(h + 60, s->seed);
-    put_u32(h + 64, lr_bits);
-    put_u32(h + 68, s->halvings);
-    put_u32(h + 72, s->best_step);
-    put_u32(h + 76, s->best_correct);
-    put_u32(h + 80, (uint32_t)(uint64_t)s->best_loss);
-    put_u32(h + 84, (uint32_t)((uint64_t)s->best_loss >> 32));
-    put_u32(h + 88, s->rollbacks);
+    zo_put_u32(h + 48, step);
+    zo_put_u32(h + 52, m->layer_count);
+    zo_put_u32(h + 56, zo_checkpoint_bytes(m));
+    zo_put_u32(h + 60, s->seed);
+    zo_put_u32(h + 64, lr_bits);
+    zo_put_u32(h + 68, s->halvings);
+    zo_put_u32(h + 72, s->best_step);
+    zo_put_u32(h + 76, s->best_correct);
+    zo_put_u32(h + 80, (uint32_t)(uint64_t)s->best_loss);
+    zo_put_u32(h + 84, (uint32_t)((uint64_t)s->best_loss >> 32));
+    zo_put_u32(h + 88, s->rollbacks);
 }
 
 static void table_entry(const zo_train_layer *L, uint8_t *e)
 {
-    put_u32(e, L->op);
-    put_u32(e + 4, L->weight_count);
-    put_u32(e + 8, L->bias_count);
+    zo_put_u32(e, L->op);
+    zo_put_u32(e + 4, L->weight_count);
+    zo_put_u32(e + 8, L->bias_count);
 }
 
 typedef struct {
@@ -98,11 +85,11 @@ int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte
         emit(&w, (const uint8_t *)L->weights, L->weight_count);
         emit(&w, zeros, pad4(L->weight_count) - L->weight_count);
         for (uint32_t c = 0; c < L->bias_count; ++c) {
-            put_u32(buf, (uint32_t)L->bias[c]);
+            zo_put_u32(buf, (uint32_t)L->bias[c]);
             emit(&w, buf, 4u);
         }
     }
-    put_u32(buf, w.crc);
+    zo_put_u32(buf, w.crc);
     if (w.rc == 0) {
         w.rc = sink(context, buf, 4u);
     }
@@ -117,9 +104,9 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     if (source(context, h, ZO_CKPT_HEADER_BYTES) != 0) {
         return ZO_TRAIN_ERR_IO;
     }
-    header_bytes(m, s, get_u32(h + 48), expect);
+    header_bytes(m, s, zo_get_u32(h + 48), expect);
     /* the run's seed and the guard state are the checkpoint's own, not enforced */
-    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || get_u32(h + 92) != 0u) {
+    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || zo_get_u32(h + 92) != 0u) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
@@ -148,7 +135,7 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     if (source(context, tail, 4u) != 0) {
         return ZO_TRAIN_ERR_IO;
     }
-    if (get_u32(tail) != crc) {
+    if (zo_get_u32(tail) != crc) {
         return ZO_TRAIN_ERR_CRC;
     }
     return ZO_TRAIN_OK;
@@ -169,7 +156,7 @@ static int read_parameters(const zo_train_model *m, zo_byte_source source, void 
             if (source(context, b, 4u) != 0) {
                 return ZO_TRAIN_ERR_IO;
             }
-            L->bias[c] = (int32_t)get_u32(b);
+            L->bias[c] = (int32_t)zo_get_u32(b);
         }
     }
     return ZO_TRAIN_OK;
@@ -200,13 +187,13 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
     if (read != ZO_TRAIN_OK) {
         return read;
     }
-    s->step = get_u32(h + 48);
-    s->seed = get_u32(h + 60);
+    s->step = zo_get_u32(h + 48);
+    s->seed = zo_get_u32(h + 60);
     memcpy(&s->lr, h + 64, 4);
-    s->halvings = get_u32(h + 68);
-    s->best_step = get_u32(h + 72);
-    s->best_correct = get_u32(h + 76);
-    s->best_loss = (int64_t)((uint64_t)get_u32(h + 80) | ((uint64_t)get_u32(h + 84) << 32));
-    s->rollbacks = get_u32(h + 88);
+    s->halvings = zo_get_u32(h + 68);
+    s->best_step = zo_get_u32(h + 72);
+    s->best_correct = zo_get_u32(h + 76);
+    s->best_loss = (int64_t)((uint64_t)zo_get_u32(h + 80) | ((uint64_t)zo_get_u32(h + 84) << 32));
+    s->rollbacks = zo_get_u32(h + 88);
     return ZO_TRAIN_OK;
 }

@@ -1,6 +1,7 @@
 /* zo_image.c - reader of the zocodegen data image, see zo_image.h and docs/image.md. */
 #include <string.h>
 
+#include "zo_bytes.h"
 #include "zo_crc32.h"
 #include "zo_image.h"
 
@@ -29,12 +30,6 @@
 #define ZO_OFF_MODEL_SHA256 144u
 
 static const uint8_t zo_image_magic[8] = {'Z', 'O', 'I', 'M', 'G', '0', '1', '\0'};
-
-static uint32_t zo_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
 
 static int zo_valid_split(int split)
 {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "platform.h"
+#include "zo_bytes.h"
 
 #ifndef ZO_TEST_IO_BYTES
 #define ZO_TEST_IO_BYTES 300u
@@ -33,19 +34,6 @@ static volatile uint32_t data_magic = 0x600DDA7Au; /* .data */
 static volatile uint32_t bss_word;          /* .bss */
 static volatile float fp_a = 1.5f;
 static volatile float fp_b = 2.25f;
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 
 static void fake_model_run(void)
 {
@@ -97,8 +85,8 @@ int main(void)
 #endif
 
     memcpy(hdr, "ZOCG", 4);
-    put_u32(hdr + 4, ZO_TEST_IO_BYTES);
-    put_u32(hdr + 8, ZO_TEST_IO_BYTES);
+    zo_put_u32(hdr + 4, ZO_TEST_IO_BYTES);
+    zo_put_u32(hdr + 8, ZO_TEST_IO_BYTES);
     platform_write(hdr, sizeof hdr);
 
     for (;;) {
@@ -113,13 +101,13 @@ int main(void)
             cmd = 'O';
             platform_write(&cmd, 1u);
             platform_write(out_buf, ZO_TEST_IO_BYTES);
-            put_u32(tail, t1 - t0);
+            zo_put_u32(tail, t1 - t0);
             platform_write(tail, 4u);
         } else if (cmd == 'Q') {
             platform_exit(0);
         } else if (cmd == 'L') {
             platform_read(tail, 4u);
-            put_u32(tail, known_loop(get_u32(tail)));
+            zo_put_u32(tail, known_loop(zo_get_u32(tail)));
             platform_write(&cmd, 1u);
             platform_write(tail, 4u);
         } else if (cmd == 'X') {
