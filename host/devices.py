@@ -3,12 +3,16 @@ trying zocodegen needs no board (DESIGN.md section 6):
 
 * native: the executable's stdin/stdout are the master side of a pty, and the host opens the
   slave side (``/dev/pts/N``) with pyserial, exactly as it opens a board's ``/dev/ttyACM0``;
-* QEMU: UART0 is a TCP server socket, and the host opens ``socket://127.0.0.1:PORT``.
+* QEMU: UART0 is a TCP server socket, and the host opens ``socket://127.0.0.1:PORT``;
+* emulated: a board firmware ELF in its emulated board (host/emulator), USART1 on a pty
+  as the native executable's line is. The board is the ELF's build folder
+  (``build/<board>/firmware.elf``, as ``make firmware`` writes it).
 """
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import subprocess
 import tempfile
 import time
@@ -47,7 +51,7 @@ class Firmware:
     is a device reset."""
 
     def __init__(self, kind: str, artefact: Path, icount: bool = True):
-        if kind not in ("native", "qemu"):
+        if kind not in ("native", "qemu", "emulated"):
             raise ValueError(kind)
         self.kind, self.artefact, self.icount = kind, Path(artefact), icount
         self.proc: subprocess.Popen | None = None
@@ -57,15 +61,21 @@ class Firmware:
     def start(self) -> Port:
         self.close()
         self._stderr = tempfile.TemporaryFile()
-        self.port = self._start_native() if self.kind == "native" else self._start_qemu()
+        self.port = self._start_qemu() if self.kind == "qemu" else self._start_on_pty()
         return self.port
 
-    def _start_native(self) -> Port:
+    def _command(self) -> list[str]:
+        if self.kind == "emulated":
+            return [sys.executable, "-m", "zocodegen.host.emulator", "--board",
+                    self.artefact.parent.name, str(self.artefact)]
+        return [str(self.artefact)]
+
+    def _start_on_pty(self) -> Port:
         master, slave = os.openpty()
         tty.setraw(slave)  # no echo, no line editing, no CR/LF translation: a clean 8-bit line
         name = os.ttyname(slave)  # before the firmware can hang the line up
         try:
-            self.proc = subprocess.Popen([str(self.artefact)], stdin=master, stdout=master,
+            self.proc = subprocess.Popen(self._command(), stdin=master, stdout=master,
                                          stderr=self._stderr)
         finally:
             os.close(master)

@@ -91,16 +91,20 @@ class LaunchedDevice(Device):
 
 
 def open_device(port: str | None = None, native: Path | None = None,
-                qemu: Path | None = None) -> Device:
-    """The device of `--port URL`, `--native PROJECT` or `--qemu PROJECT` (built with make
-    when needed)."""
+                qemu: Path | None = None, emulated: Path | None = None) -> Device:
+    """The device of `--port URL`, `--native PROJECT`, `--qemu PROJECT` or `--emulated
+    PROJECT` (a board project, its firmware on the emulated board), built with make when
+    needed."""
     from zocodegen.build import make
     if port:
         return Device(port)
-    kind, project = ("native", native) if native else ("qemu", qemu)
+    where = {"native": native, "qemu": qemu, "emulated": emulated}
+    kind = next((k for k, project in where.items() if project is not None), "qemu")
+    project = where[kind]
     if project is None or not (Path(project) / "Makefile").is_file():
         raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
-    return LaunchedDevice(Firmware(kind, make(Path(project), kind)))
+    goal = "firmware" if kind == "emulated" else kind
+    return LaunchedDevice(Firmware(kind, make(Path(project), goal)))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ command, and the content-addressed cache behind `infer --engine native|qemu`).""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -56,6 +57,9 @@ def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "
     result = subprocess.run(args, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
+    if goal == "firmware":  # build/<board>/firmware.elf, the board the project was made for
+        target = json.loads((project / "manifest.json").read_text())["target"]
+        return project / "build" / target / "firmware.elf"
     key = "native-sanitize" if sanitize else goal
     return project / ARTEFACTS[key]
 
@@ -68,9 +72,11 @@ def cached_build(model_path: Path, engine: str, emulate: str = DEFAULT_TARGET,
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
-    rebuilds) plus the goal; a hit skips the compiler entirely.
+    rebuilds) plus the goal; a hit skips the compiler entirely. ``engine`` "emulated" builds
+    the board firmware of ``emulate`` (make firmware), the ELF the emulated board runs.
     """
-    _, files = _render(model_path, BuildOptions(target=engine, emulate=emulate, train=train,
+    target, goal = (emulate, "firmware") if engine == "emulated" else (engine, engine)
+    _, files = _render(model_path, BuildOptions(target=target, emulate=emulate, train=train,
                                                 patches=patches, recompute=recompute,
                                                 input_quantize=input_quantize), graph)
     digest = hashlib.sha256()
@@ -78,14 +84,15 @@ def cached_build(model_path: Path, engine: str, emulate: str = DEFAULT_TARGET,
         digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
     digest.update(f"{engine}:{sanitize}:{extra_cflags}:{soft_float}".encode())
     project = cache_root() / digest.hexdigest()[:24]
-    artefact = project / ARTEFACTS["native-sanitize" if sanitize else engine]
+    artefact = project / (f"build/{target}/firmware.elf" if goal == "firmware"
+                          else ARTEFACTS["native-sanitize" if sanitize else engine])
     if artefact.is_file():
         return artefact
     project.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=project.parent) as tmp:
         staging = Path(tmp) / "project"
         write_project(files, staging)
-        make(staging, engine, sanitize, extra_cflags, soft_float)
+        make(staging, goal, sanitize, extra_cflags, soft_float)
         if not artefact.is_file():  # another process may have finished first
             shutil.rmtree(project, ignore_errors=True)
             staging.rename(project)

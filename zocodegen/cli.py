@@ -124,7 +124,8 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, args: argparse.Names
         for sample in samples:
             yield run(graph, sample), 0
         return
-    options = BuildOptions(target=engine, emulate=args.target, patches=args.patches,
+    options = BuildOptions(target=args.target if engine == "emulated" else engine,
+                           emulate=args.target, patches=args.patches,
                            input_quantize=args.input_quantize)
     device = device_graph(graph, options)
     artefact = cached_build(model, engine, emulate=args.target, graph=graph,
@@ -151,8 +152,8 @@ def cmd_infer(args: argparse.Namespace) -> None:
         for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
     write_outputs(args.output, {n: np.stack(v) for n, v in results.items()})
-    note = (f", {int(np.mean(cycles)):,} instructions per inference (qemu -icount)"
-            if args.engine == "qemu" else "")
+    note = (f", {int(np.mean(cycles)):,} instructions per inference ({args.engine})"
+            if args.engine in ("qemu", "emulated") else "")
     print(f"{batch} sample(s) -> {args.output}{note}", file=sys.stderr)
 
 
@@ -249,7 +250,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
 
 
 def _device(args: argparse.Namespace) -> Device:
-    return open_device(args.port, args.native, args.qemu)
+    return open_device(args.port, args.native, args.qemu, args.emulated)
 
 
 def cmd_train(args: argparse.Namespace) -> None:

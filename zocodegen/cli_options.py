@@ -19,7 +19,7 @@ from .training.config import (ESTIMATORS, TrainConfig, parse_blocks, parse_bp_la
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
 
-ENGINES = ("reference", "native", "qemu")
+ENGINES = ("reference", "native", "qemu", "emulated")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "name (required when the model has several outputs)")
     p.add_argument("--engine", choices=ENGINES, default="reference",
                    help="reference: the bit-exact numpy golden model; native: the generated C "
-                        "built with the host compiler; qemu: the generated C on an emulated "
-                        "Cortex-M7 (builds are cached by content hash)")
+                        "built with the host compiler; qemu: the generated C on QEMU's "
+                        "Cortex-M (mps2-an500); emulated: the --target board's own firmware "
+                        "ELF on its emulated board (docs/emulated.md). Builds are cached by "
+                        "content hash")
     p.add_argument("--target", choices=TARGET_NAMES, default=DEFAULT_TARGET,
-                   help="the board whose memory budget native/qemu builds stand for "
-                        f"(default {DEFAULT_TARGET})")
+                   help="the board whose memory budget native/qemu builds stand for, and the "
+                        f"board --engine emulated runs (default {DEFAULT_TARGET})")
     _add_memory_options(p)
     p.set_defaults(handler="infer")
 
@@ -212,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_device_options(p: argparse.ArgumentParser, image: bool = True) -> None:
+def _add_device_options(p: argparse.ArgumentParser, emulated: bool = True) -> None:
     """Where the device is (train, fleet join) and its data image."""
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--port", metavar="URL",
@@ -222,6 +224,10 @@ def _add_device_options(p: argparse.ArgumentParser, image: bool = True) -> None:
                        help="start the native firmware of project DIR (built if needed)")
     where.add_argument("--qemu", type=Path, metavar="DIR",
                        help="start the QEMU firmware of project DIR (built if needed)")
+    if emulated:  # (a fleet's SuperNode starts native or QEMU firmware only)
+        where.add_argument("--emulated", type=Path, metavar="DIR",
+                           help="start board project DIR's firmware (make firmware) on its "
+                                "emulated board (docs/emulated.md)")
     p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
                    help="the data image made by `zocodegen pack` (never modified)")
 
@@ -266,7 +272,7 @@ def _add_fleet_parser(sub) -> None:
                                       "SuperNode; runs until interrupted)")
     p.add_argument("--superlink", required=True, metavar="HOST:PORT",
                    help="the address `fleet serve` printed")
-    _add_device_options(p)
+    _add_device_options(p, emulated=False)
     p.add_argument("--build", type=Path, required=True, metavar="DIR",
                    help="the project the device runs (its manifest names the model)")
     p.add_argument("--state", type=Path, default=Path("fleet-device"), metavar="DIR",

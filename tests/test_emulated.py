@@ -1,0 +1,168 @@
+"""The emulated boards (host/emulator, docs/emulated.md): the STM32F746 and STM32H7B3
+firmware ELFs a user flashes boot, set their clocks, talk over USART1, infer bit-exactly and
+train to the simulator's checkpoint; the register models refuse what the silicon would."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from test_training import NEEDS_ARM, _data, _image, _simulated
+from zocodegen.build import cached_build
+from zocodegen.frontends import load_model
+from zocodegen.host.emulator.clocks import SETTLE_INSTRUCTIONS, BoardFault, F7Clocks, H7Clocks
+from zocodegen.host.emulator.machine import (BOARDS, USART1, USART_BRR, USART_CR1, USART_TDR,
+                                             Board)
+from zocodegen.host.engines import FirmwareSession, run_samples
+from zocodegen.reference.executor import run
+from zocodegen.target import target_data
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.plan import training_plan
+
+pytestmark = [NEEDS_ARM, pytest.mark.usefixtures("module_build_cache")]
+
+
+def _firmware(model: str, board: str, **build) -> Path:
+    return cached_build(FIXTURES / model, "emulated", emulate=board, **build)
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_the_board_boots_to_full_speed_and_reports_its_clocks(board):
+    done = subprocess.run([sys.executable, "-m", "zocodegen.host.emulator", "--board", board,
+                           "--report", str(_firmware("digits_cnn.tflite", board))],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    mhz = target_data(board)["clock_hz"] // 1_000_000  # what the board promises
+    assert f"SYSCLK {mhz} MHz" in done.stderr, done.stderr
+    baud = float(done.stderr.split("USART1 ")[1].split(" baud")[0])
+    assert abs(baud - 115200) < 0.02 * 115200
+    assert "the host closed the line" in done.stderr  # it waited for HELLO's answer
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("model", ["digits_cnn.tflite", "mcunet_tiny.tflite"])
+def test_inference_on_the_emulated_board_is_bit_exact(board, model):
+    graph = load_model(FIXTURES / model)
+    rng = np.random.default_rng(3)
+    samples = []
+    for _ in range(2):
+        t = graph.tensor(graph.inputs[0])
+        if t.dtype == np.int8:
+            samples.append({t.name: rng.integers(-128, 128, t.shape).astype(np.int8)})
+        else:
+            samples.append({t.name: rng.uniform(0, 1, t.shape).astype(t.dtype)})
+    results = list(run_samples(graph, "emulated", _firmware(model, board), samples))
+    for sample, result in zip(samples, results):
+        expected = run(graph, sample)
+        for name in graph.outputs:
+            assert np.array_equal(result.outputs[name], expected[name]), (board, name)
+        assert result.cycles > 10_000  # DWT_CYCCNT counted the inference's instructions
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_training_on_the_emulated_board_equals_the_simulator(board, tmp_path):
+    model = FIXTURES / "digits_cnn.tflite"
+    graph = load_model(model)
+    config = TrainConfig(steps=10, queries=3, lr=0.003)
+    plan = training_plan(graph, config)
+    x, y = _data(graph, plan.num_classes, count=6)
+    image = _image(tmp_path, x, y, plan.num_classes)
+    steps = 3
+    expected = _simulated(graph, plan, x, y, steps, hashlib.sha256(model.read_bytes()).digest())
+    elf = cached_build(model, "emulated", emulate=board, graph=graph, train=config)
+    with FirmwareSession(graph, "emulated", elf, icount=False) as session:
+        session.attach_image(image)
+        records = session.train(steps)
+        assert session.save_checkpoint() == expected
+    assert [r.step for r in records] == [1, 2, 3]
+
+
+# ---- what the silicon refuses ----------------------------------------------------------
+
+def _f7_at_pll() -> F7Clocks:
+    """The F746's clock tree with HSE and the PLL (the board's 216 MHz setting) running."""
+    clocks = F7Clocks(25_000_000)
+    clocks.write(F7Clocks.PLLCFGR, (25 | 432 << 6 | 0 << 16 | 1 << 22 | 9 << 24), 0)
+    clocks.write(F7Clocks.CR, (1 << 16) | (1 << 24), 0)
+    return clocks
+
+
+def test_the_f7_refuses_a_pll_outside_its_ranges():
+    clocks = F7Clocks(25_000_000)
+    clocks.write(F7Clocks.PLLCFGR, 12 | 432 << 6 | 1 << 22, 0)  # VCO input 2.08 MHz
+    with pytest.raises(BoardFault, match="VCO input"):
+        clocks.write(F7Clocks.CR, 1 << 24, 0)
+
+
+def test_the_f7_refuses_the_pll_before_it_is_ready_or_without_wait_states():
+    clocks = _f7_at_pll()
+    with pytest.raises(BoardFault, match="before its ready flag"):
+        clocks.write(F7Clocks.CFGR, 2 | 0x9400, 10)
+    clocks = _f7_at_pll()
+    with pytest.raises(BoardFault, match="needs 7 wait states"):
+        clocks.write(F7Clocks.CFGR, 2 | 0x9400, SETTLE_INSTRUCTIONS)
+    clocks = _f7_at_pll()
+    clocks.write(F7Clocks.FLASH_ACR, 7, 0)
+    with pytest.raises(BoardFault, match="over-drive"):
+        clocks.write(F7Clocks.CFGR, 2 | 0x9400, SETTLE_INSTRUCTIONS)
+    clocks = _f7_at_pll()
+    clocks.write(F7Clocks.FLASH_ACR, 7, 0)
+    clocks.write(F7Clocks.PWR_CR1, 0x3C000, 0)  # ODEN, ODSWEN
+    clocks.write(F7Clocks.CFGR, 2 | 0x9400, SETTLE_INSTRUCTIONS)
+    assert clocks.clocks().sysclk == 216_000_000 and clocks.clocks().pclk2 == 108_000_000
+
+
+def test_the_h7_refuses_a_vco_outside_the_wide_range():
+    clocks = H7Clocks(24_000_000)
+    clocks.write(H7Clocks.PLLCKSELR, 2 | 12 << 4, 0)  # HSE / 12 = 2 MHz
+    clocks.write(H7Clocks.PLLCFGR, 1 << 2, 0)  # PLL1RGE 2-4 MHz
+    clocks.write(H7Clocks.PLL1DIVR, 299 | 1 << 9, 0)  # DIVN1 300: VCO 600 MHz
+    with pytest.raises(BoardFault, match="VCO 600 MHz"):
+        clocks.write(H7Clocks.CR, 1 << 24, 0)
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_the_usart_is_checked_against_the_clock_it_runs_and_its_pins(board):
+    class Silent:
+        def receive(self, seconds):
+            return None
+
+        def send(self, data):
+            pass
+
+    emulated = Board(board, _firmware("digits_cnn.tflite", board), Silent())
+    emulated._read_word(USART1 + USART_CR1)  # before RCC enables USART1: refused
+    assert "clock off" in emulated.report.fault
+    emulated.report.fault = None
+    apb2 = emulated.clocks.APB2ENR
+    emulated.clocks.write(apb2, 1 << 4, 0)
+    emulated._write_word(USART1 + USART_BRR, 938)  # the 108 MHz divider, on the reset clock
+    with pytest.raises(BoardFault, match="baud"):
+        emulated._write_word(USART1 + USART_CR1, 0x0D)
+    emulated.regs[USART1 + USART_CR1] = 0
+    hsi = emulated.clocks.hsi_hz
+    emulated._write_word(USART1 + USART_BRR, (hsi + 57600) // 115200)
+    emulated._write_word(USART1 + USART_CR1, 0x0D)
+    with pytest.raises(BoardFault, match="alternate function"):
+        emulated._write_word(USART1 + USART_TDR, 0)  # the pins were never handed over
+
+
+def test_train_emulated_runs_the_board_project(tmp_path):
+    """`zocodegen train --emulated DIR`: the board project's firmware (make firmware) on its
+    emulated board, served by the same host tool as a real board (a short run: the chain
+    test above checks the arithmetic)."""
+    from test_contract_device import _pack
+    from zocodegen.cli import main
+    project = tmp_path / "fw"
+    assert main(["build", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746",
+                 "--train", "full", "--steps", "2", "--queries", "1", "--lr", "0.01",
+                 "--no-guard", "-o", str(project)]) == 0
+    image = _pack(tmp_path / "a.img", 1)
+    run_dir = tmp_path / "run"
+    assert main(["train", "--emulated", str(project), "--image", str(image),
+                 "-o", str(run_dir)]) == 0
+    assert (run_dir / "checkpoint.bin").is_file() and (run_dir / "metrics.csv").is_file()
