@@ -65,9 +65,11 @@ class Firmware:
         return self.port
 
     def _command(self) -> list[str]:
-        if self.kind == "emulated":
+        if self.kind == "emulated":  # ZOCODEGEN_EMULATOR_REPORT: where it writes its report
+            report = os.environ.get("ZOCODEGEN_EMULATOR_REPORT")
             return [sys.executable, "-m", "zocodegen.host.emulator", "--board",
-                    self.artefact.parent.name, str(self.artefact)]
+                    self.artefact.parent.name, *(["--report-json", report] if report else []),
+                    str(self.artefact)]
         return [str(self.artefact)]
 
     def _start_on_pty(self) -> Port:

@@ -4,6 +4,8 @@ train to the simulator's checkpoint; the register models refuse what the silicon
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, random_inputs, reference_interpreter, resolve
 from test_training import NEEDS_ARM, _data, _image, _simulated
 from zocodegen.build import cached_build
 from zocodegen.frontends import load_model
 from zocodegen.host.emulator.clocks import SETTLE_INSTRUCTIONS, BoardFault, F7Clocks, H7Clocks
-from zocodegen.host.emulator.machine import (BOARDS, USART1, USART_BRR, USART_CR1, USART_TDR,
-                                             Board)
+from zocodegen.host.emulator.machine import (BOARDS, CPACR_FPU, SCB_CPACR, USART1, USART_BRR,
+                                             USART_CR1, USART_TDR, Board)
 from zocodegen.host.engines import FirmwareSession, run_samples
-from zocodegen.reference.executor import run
 from zocodegen.target import target_data
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.plan import training_plan
@@ -43,31 +44,43 @@ def test_the_board_boots_to_full_speed_and_reports_its_clocks(board):
     assert "the host closed the line" in done.stderr  # it waited for HELLO's answer
 
 
+MODELS = [pytest.param(("fixture", "digits_cnn.tflite"), id="digits_cnn"),
+          pytest.param(("fixture", "mcunet_tiny.tflite"), id="mcunet_tiny"),
+          pytest.param(("shared", "kws_ref_model.tflite"), id="kws"),
+          pytest.param(("shared", "pretrainedResnet_quant.tflite"), id="resnet")]
+
+
 @pytest.mark.parametrize("board", BOARDS)
-@pytest.mark.parametrize("model", ["digits_cnn.tflite", "mcunet_tiny.tflite"])
-def test_inference_on_the_emulated_board_is_bit_exact(board, model):
-    graph = load_model(FIXTURES / model)
-    rng = np.random.default_rng(3)
-    samples = []
-    for _ in range(2):
-        t = graph.tensor(graph.inputs[0])
-        if t.dtype == np.int8:
-            samples.append({t.name: rng.integers(-128, 128, t.shape).astype(np.int8)})
-        else:
-            samples.append({t.name: rng.uniform(0, 1, t.shape).astype(t.dtype)})
-    results = list(run_samples(graph, "emulated", _firmware(model, board), samples))
-    for sample, result in zip(samples, results):
-        expected = run(graph, sample)
-        for name in graph.outputs:
-            assert np.array_equal(result.outputs[name], expected[name]), (board, name)
+@pytest.mark.parametrize("spec", MODELS)
+def test_inference_on_the_emulated_board_equals_the_tflite_interpreter(board, spec):
+    """The board image's outputs equal the TFLite reference interpreter's (BUILTIN_REF),
+    extreme inputs included."""
+    path = resolve(spec)
+    graph = load_model(path)
+    interpreter = reference_interpreter(path)
+    detail = interpreter.get_input_details()[0]
+    inputs = random_inputs(tuple(detail["shape"]), detail["dtype"], 3, seed=5)
+    samples = [{graph.inputs[0]: x} for x in inputs]
+    elf = cached_build(path, "emulated", emulate=board, graph=graph)
+    for x, result in zip(inputs, run_samples(graph, "emulated", elf, samples)):
+        interpreter.set_tensor(detail["index"], x)
+        interpreter.invoke()
+        out = interpreter.get_output_details()[0]
+        assert np.array_equal(next(iter(result.outputs.values())),
+                              interpreter.get_tensor(out["index"])), (board, path.name)
         assert result.cycles > 10_000  # DWT_CYCCNT counted the inference's instructions
 
 
 @pytest.mark.parametrize("board", BOARDS)
-def test_training_on_the_emulated_board_equals_the_simulator(board, tmp_path):
+@pytest.mark.parametrize("mode", ["full", "sparse"])
+def test_training_on_the_emulated_board_equals_the_simulator(board, mode, tmp_path):
+    """--train full, and sparse (block 1 of 2): the board image's checkpoint after three
+    steps is the simulator's, byte for byte."""
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
-    config = TrainConfig(steps=10, queries=3, lr=0.003)
+    config = TrainConfig(steps=10, queries=3, lr=0.003,
+                         **({"mode": "sparse", "blocks": 2, "block": 1} if mode == "sparse"
+                            else {}))
     plan = training_plan(graph, config)
     x, y = _data(graph, plan.num_classes, count=6)
     image = _image(tmp_path, x, y, plan.num_classes)
@@ -166,3 +179,81 @@ def test_train_emulated_runs_the_board_project(tmp_path):
     assert main(["train", "--emulated", str(project), "--image", str(image),
                  "-o", str(run_dir)]) == 0
     assert (run_dir / "checkpoint.bin").is_file() and (run_dir / "metrics.csv").is_file()
+
+
+class _UnansweredHost:
+    """A host that never answers (the firmware keeps waiting for WELCOME), then leaves."""
+
+    def __init__(self):
+        self.polls, self.sent = 0, b""
+
+    def receive(self, seconds):
+        self.polls += 1
+        return b"" if self.polls < 2000 else None
+
+    def send(self, data):
+        self.sent += data
+
+
+class _Tampered(Board):
+    """The real firmware with one register write changed, as a firmware bug would."""
+
+    def __init__(self, board, elf, tamper):
+        self.tamper = tamper
+        super().__init__(board, elf, _UnansweredHost())
+
+    def _write_word(self, word, value):
+        return super()._write_word(word, self.tamper(self, word, value))
+
+
+def _lose_wait_states(board, word, value):
+    if word == board.clocks.CFGR:  # the FLASH_ACR write never happened
+        board.clocks.regs[board.clocks.FLASH_ACR] = 3
+    return value
+
+
+TAMPERS = {
+    "brr": (lambda b, w, v: v + v // 10 if w == USART1 + USART_BRR else v,
+            r"USART1_BRR = \d+ .* needs (938|1215)"),
+    "wait_states": (_lose_wait_states, r"FLASH_ACR LATENCY 3: needs [67] wait states"),
+    "af": (lambda b, w, v: v + (1 << 4) if w == b.gpio_base + 0x24 else v,
+           r"PA9 .* GPIOA_AFRH AF\d+ \(needs AF7\)"),
+    "cpacr": (lambda b, w, v: v & ~CPACR_FPU if w == SCB_CPACR else v,
+              r"NOCP.*SCB_CPACR = 0x00000000; CP10/CP11 need 0x00f00000"),
+}
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("tamper", list(TAMPERS))
+def test_a_wrong_register_write_fails_the_boot_naming_it(board, tamper):
+    change, message = TAMPERS[tamper]
+    clean = Board(board, _firmware("digits_cnn.tflite", board), _UnansweredHost())
+    assert clean.run().fault == "the host closed the line"  # it sent HELLO and waited
+    assert clean.line.sent.startswith(b"\x00")
+    report = _Tampered(board, _firmware("digits_cnn.tflite", board), change).run()
+    assert report.status == 131
+    assert re.search(message, report.fault), report.fault
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_the_memory_the_board_uses_agrees_with_the_memory_report(board, tmp_path,
+                                                                 monkeypatch):
+    """The arena as linked is the plan's; the stack the firmware really used (painted at
+    main's entry, measured after an inference) fits the stack the report reserves."""
+    from zocodegen.cli import main
+    project = tmp_path / "fw"
+    assert main(["build", str(FIXTURES / "mcunet_tiny.tflite"), "--target", board,
+                 "-o", str(project)]) == 0
+    planned = {item["name"]: item["bytes"] for item in
+               json.loads((project / "memory_report.json").read_text())["sram"]["items"]}
+    graph = load_model(FIXTURES / "mcunet_tiny.tflite")
+    elf = cached_build(FIXTURES / "mcunet_tiny.tflite", "emulated", emulate=board, graph=graph)
+    report = tmp_path / "report.json"
+    monkeypatch.setenv("ZOCODEGEN_EMULATOR_REPORT", str(report))
+    x = random_inputs(tuple(graph.tensor(graph.inputs[0]).shape), np.float32, 1)[0]
+    list(run_samples(graph, "emulated", elf, [{graph.inputs[0]: x}]))
+    used = json.loads(report.read_text())
+    assert used["status"] == 0 and used["fault"] is None  # it quit when told to
+    assert used["arena_bytes"] == planned["arena"]
+    assert used["stack_bytes"] == planned["stack"]
+    assert 0 < used["stack_used_bytes"] <= planned["stack"], used

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from elftools.elf.elffile import ELFFile
-from unicorn import (UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
+from unicorn import (UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_CODE, UC_HOOK_INSN_INVALID, UC_HOOK_INTR,
                      UC_HOOK_MEM_UNMAPPED, UC_MODE_MCLASS, UC_MODE_THUMB, UC_PROT_ALL,
                      UC_PROT_EXEC, UC_PROT_READ, Uc, UcError)
 from unicorn.arm_const import (UC_ARM_REG_LR, UC_ARM_REG_MSP, UC_ARM_REG_PC, UC_ARM_REG_SP,
@@ -37,7 +37,9 @@ USART1 = 0x40011000  # the same on both families (RM0385 / RM0455 memory maps)
 USART_CR1, USART_BRR, USART_ISR, USART_ICR, USART_RDR, USART_TDR, USART_PRESC = (
     0x00, 0x0C, 0x1C, 0x20, 0x24, 0x28, 0x2C)
 ISR_RXNE, ISR_TC, ISR_TXE, ISR_TEACK, ISR_REACK = 1 << 5, 1 << 6, 1 << 7, 1 << 21, 1 << 22
-DWT_CYCCNT, DHCSR, SCB_CCSIDR = 0xE0001004, 0xE000EDF0, 0xE000ED80
+DWT_CYCCNT, DHCSR, SCB_CCSIDR, SCB_CPACR = 0xE0001004, 0xE000EDF0, 0xE000ED80, 0xE000ED88
+CPACR_FPU = 0xF << 20  # CP10 and CP11 full access (ARMv7-M ARM B3.2.20)
+STACK_PAINT = 0xA5  # the stack below main's frame is filled with it; what changed was used
 #: Cortex-M7 identification and cache geometry the startup code reads (M7 TRM).
 CORE_RESET = {0xE000ED00: 0x411FC271, 0xE000ED0C: 0xFA050000, 0xE000ED14: 0x00040200,
               0xE000ED78: 0x09000003, 0xE000ED7C: 0x8303C003, 0xE0001000: 0x40000000,
@@ -66,6 +68,9 @@ class Report:
     sysclk_hz: int = 0
     usart_baud: float = 0.0
     instructions: int = 0
+    stack_bytes: int = 0  # reserved by the linker script (_sstack.._estack)
+    stack_used_bytes: int = 0  # the deepest the stack went (painted at main's entry)
+    arena_bytes: int = 0  # .zo_arena as linked
 
 
 def thumb_instructions(code: bytes) -> int:
@@ -98,6 +103,7 @@ class Board:
         self.instructions = self.cycle_base = self.idle_cycles = 0
         self.rx = bytearray()
         self.pins_checked = False
+        self._fpu_watch = None
         self.tx = bytearray()
         self.uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB | UC_MODE_MCLASS)
         self.uc.ctl_set_cpu_model(UC_CPU_ARM_CORTEX_M7)
@@ -127,6 +133,12 @@ class Board:
         flash, size = self.flash
         with elf.open("rb") as f:
             image = ELFFile(f)
+            for section in image.iter_sections():  # SHF_ALLOC: where it lives when running
+                at, length = section["sh_addr"], section["sh_size"]
+                if section["sh_flags"] & 2 and length and not (
+                        self.in_ram(at, length) or flash <= at and at + length <= flash + size):
+                    raise BoardFault(f"{elf.name}: section {section.name} ({length} bytes at "
+                                     f"0x{at:08x}) is outside {self.name}'s memories")
             for segment in image.iter_segments():
                 if segment["p_type"] != "PT_LOAD" or segment["p_filesz"] == 0:
                     continue
@@ -138,10 +150,6 @@ class Board:
                 else:
                     raise BoardFault(f"{elf.name}: a segment of {len(data)} bytes at "
                                      f"0x{at:08x} is outside {self.name}'s memories")
-                vaddr, memsz = segment["p_vaddr"], segment["p_memsz"]
-                if not (self.in_ram(vaddr, memsz) or flash <= vaddr < flash + size):
-                    raise BoardFault(f"{elf.name}: a section of {memsz} bytes at 0x{vaddr:08x}"
-                                     f" (stack, arena or data) is outside {self.name}'s RAM")
             table = image.get_section_by_name(".symtab")
             return {s.name: s["st_value"] & ~1 for s in table.iter_symbols() if s.name} \
                 if table is not None else {}
@@ -165,6 +173,7 @@ class Board:
         except BoardFault as exc:
             self.report.fault = str(exc)
         self.report.instructions = self.instructions
+        self._measure_memory()
         self._flush()
         if self.report.fault is not None:
             self.report.status = FAULT_STATUS
@@ -184,6 +193,10 @@ class Board:
         self.uc.hook_add(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
         self.uc.hook_add(UC_HOOK_INTR, self._on_exception)
         self.uc.hook_add(UC_HOOK_INSN_INVALID, self._on_invalid)
+        self._fpu_watch = self.uc.hook_add(UC_HOOK_CODE, self._on_instruction)
+        if "main" in self.symbols:
+            self.uc.hook_add(UC_HOOK_BLOCK, self._on_main, None, self.symbols["main"],
+                             self.symbols["main"])
         for handler in ("Default_Handler", "HardFault_Handler"):
             if handler in self.symbols:
                 self.uc.hook_add(UC_HOOK_BLOCK, self._on_handler, handler,
@@ -196,6 +209,37 @@ class Board:
         self.instructions += count
         if self.limit is not None and self.instructions >= self.limit:
             self.stop(f"no exit after {self.limit} instructions")
+
+    def _on_instruction(self, uc, address, size, _):
+        """Until CPACR enables CP10/CP11: a floating-point instruction (a coprocessor
+        encoding, ARMv7-M ARM A5.3.18, on coprocessor 10 or 11) is a NOCP usage fault."""
+        if size != 4:
+            return
+        first, second = struct.unpack("<HH", uc.mem_read(address, 4))
+        if (first >> 8) in (0xEC, 0xED, 0xEE, 0xFC, 0xFD, 0xFE) and (second >> 9) & 7 == 5:
+            cpacr = self.regs.get(SCB_CPACR, 0)
+            self.stop(f"usage fault (NOCP): floating-point instruction at pc 0x{address:08x} "
+                      f"({self.symbol_at(address)}) with SCB_CPACR = 0x{cpacr:08x}; CP10/CP11 "
+                      f"need 0x{cpacr | CPACR_FPU:08x} first")
+
+    def _on_main(self, uc, address, size, _):
+        """Paint the stack below main's frame, to find how deep it goes (_measure_memory)."""
+        if "_sstack" in self.symbols:
+            low = self.symbols["_sstack"]
+            high = uc.reg_read(UC_ARM_REG_SP) - 64
+            if high > low:
+                uc.mem_write(low, bytes([STACK_PAINT]) * (high - low))
+
+    def _measure_memory(self) -> None:
+        sym = self.symbols
+        if "_sstack" in sym and "_estack" in sym:
+            low, high = sym["_sstack"], sym["_estack"]
+            painted = bytes(self.uc.mem_read(low, high - low))
+            untouched = len(painted) - len(painted.lstrip(bytes([STACK_PAINT])))
+            self.report.stack_bytes, self.report.stack_used_bytes = high - low, \
+                high - low - untouched
+        if "_szo_arena" in sym and "_ezo_arena" in sym:
+            self.report.arena_bytes = sym["_ezo_arena"] - sym["_szo_arena"]
 
     def _on_handler(self, uc, address, size, name):
         self.stop(f"{name} entered from the vector table (an unexpected exception)")
@@ -274,6 +318,9 @@ class Board:
         if word == DWT_CYCCNT:
             self.cycle_base = (self.instructions + self.idle_cycles - value) & 0xFFFFFFFF
             return
+        if word == SCB_CPACR and value & CPACR_FPU == CPACR_FPU and self._fpu_watch:
+            self.uc.hook_del(self._fpu_watch)  # the FPU is on: stop watching for it
+            self._fpu_watch = None
         if self.clocks.owns(word):
             self.clocks.write(word, value, self.instructions)
             return
@@ -320,8 +367,9 @@ class Board:
         baud = kernel / brr if brr else 0.0
         want = self.vcp["baud"]
         if abs(baud - want) > 0.02 * want:
-            raise BoardFault(f"USART1 BRR {brr} at a {kernel / MHZ:g} MHz kernel clock gives "
-                             f"{baud:.0f} baud, not {want} within 2 %")
+            raise BoardFault(f"USART1_BRR = {brr} at a {kernel / MHZ:g} MHz kernel clock gives "
+                             f"{baud:.0f} baud: {want} within 2 % needs "
+                             f"{(kernel + want // 2) // want}")
         self.report.sysclk_hz, self.report.usart_baud = clocks.sysclk, baud
 
     def _check_pins(self) -> None:
@@ -335,5 +383,7 @@ class Board:
             afr = self.regs.get(base + (0x24 if number >= 8 else 0x20), 0)
             function = (afr >> (4 * (number % 8))) & 0xF
             if mode != 2 or function != self.vcp["af"]:
-                raise BoardFault(f"USART1 enabled with {pin} in mode {mode}, AF{function}: "
-                                 f"needs alternate function mode (2) AF{self.vcp['af']}")
+                afr = f"GPIO{port}_AFR{'H' if number >= 8 else 'L'}"
+                raise BoardFault(f"USART1 sends with {pin} in GPIO{port}_MODER mode {mode} "
+                                 f"(needs 2, alternate function) and {afr} AF{function} (needs "
+                                 f"AF{self.vcp['af']})")
