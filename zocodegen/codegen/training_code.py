@@ -138,6 +138,38 @@ class TrainLayerCode:
         return (_align(self.weight_count) + _align(4 * self.bias_count)
                 + _align(4 * self.folded_count))
 
+    @property
+    def has_geometry(self) -> bool:
+        """Its engine calls the kernel with its own parameters: NP's outer product, BP's,
+        and WP's batched queries (single WP queries and INT8 run the model's layer)."""
+        return self.mode not in ("ZO_TRAIN_INT8", "ZO_TRAIN_WP") or bool(self.query_batch)
+
+    @property
+    def geometry_use(self) -> str:
+        return ("batched queries (one slot per call)" if self.mode == "ZO_TRAIN_WP"
+                else self.mode.removeprefix("ZO_TRAIN_") + " outer product")
+
+    @property
+    def kernel_pointers(self) -> tuple[str, str]:
+        """zo_train_layer's .conv and .fc: its parameters, as the kernel kind wants them."""
+        if not self.has_geometry:
+            return "NULL", "NULL"
+        own = f"&{self.symbol}_geometry"
+        return ("NULL", own) if self.kind == "ZO_TRAIN_FC" else (own, "NULL")
+
+    @property
+    def has_shifted(self) -> bool:
+        """NP: its parameters with the output offset moved (h(z + delta), zo_estimate_np.c)."""
+        return self.mode == "ZO_TRAIN_NP"
+
+    @property
+    def shifted_pointers(self) -> tuple[str, str]:
+        """.conv_shifted and .fc_shifted: NP's parameters with the output offset moved."""
+        if not self.has_shifted:
+            return "NULL", "NULL"
+        own = f"{self.symbol}_shifted"
+        return ("NULL", own) if self.kind == "ZO_TRAIN_FC" else (own, "NULL")
+
 
 NO_ERROR = "ZO_BP_NONE"
 
@@ -163,6 +195,15 @@ class BpOpCode:
     shifts: tuple[int, ...]
     geometry_type: str | None  # zo_pool_params / zo_mean_params (FC / CONV: the layer's)
     geometry: tuple[tuple[str, str], ...]
+
+    @property
+    def geometry_pointers(self) -> tuple[str, str, str, str]:
+        """zo_bp_op's .conv, .fc, .pool and .mean: the one its kind reads."""
+        slot = {"ZO_BP_CONV": 0, "ZO_BP_DEPTHWISE": 0, "ZO_BP_FC": 1, "ZO_BP_AVERAGE_POOL": 2,
+                "ZO_BP_MAX_POOL": 2, "ZO_BP_MEAN": 3}.get(self.kind)
+        own = (f"&{self.layer_symbol}_geometry" if slot in (0, 1)
+               else f"&bp_{self.op}_geometry")
+        return tuple(own if k == slot else "NULL" for k in range(4))
 
 
 @dataclass(frozen=True)

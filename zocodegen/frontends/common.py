@@ -1,4 +1,5 @@
-"""Helpers shared by the frontends: window geometry and naming."""
+"""Helpers shared by the frontends: TF's SAME padding and naming (window output sizes are
+ops/window.py's, which the validator uses too)."""
 from __future__ import annotations
 
 
@@ -8,12 +9,6 @@ def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[in
     out = (size + stride - 1) // stride
     total = max((out - 1) * stride + effective - size, 0)
     return total // 2, total - total // 2
-
-
-def conv_output_size(size: int, kernel: int, stride: int, dilation: int,
-                     pad_before: int, pad_after: int) -> int:
-    effective = (kernel - 1) * dilation + 1
-    return (size + pad_before + pad_after - effective) // stride + 1
 
 
 def printable_name(raw: str, limit: int = 1024) -> str:

@@ -18,7 +18,8 @@ import tflite
 from ..errors import ModelError, UnsupportedOpError
 from ..ir import Graph, Op, Quantization, Tensor
 from ..ops.table import OP_TYPES
-from .common import conv_output_size, printable_name, same_padding, unique_name
+from ..ops.window import conv_output_size
+from .common import printable_name, same_padding, unique_name
 from .flatbuffer_verify import InvalidFlatbuffer, verify_tflite
 
 _BUILTIN_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
