@@ -127,7 +127,15 @@ class Board:
             self.uc.mmio_map(base, length, self._read, base, self._write, base)
 
     def in_ram(self, address: int, length: int = 1) -> bool:
-        return any(b <= address and address + length <= b + n for b, n in self.rams)
+        """Inside RAM, adjacent memories counting as one (the F746's DTCM and SRAM1 are
+        contiguous: its linker script's RAM region spans both)."""
+        spans: list[list[int]] = []
+        for base, size in sorted(self.rams):
+            if spans and spans[-1][1] == base:
+                spans[-1][1] = base + size
+            else:
+                spans.append([base, base + size])
+        return any(lo <= address and address + length <= hi for lo, hi in spans)
 
     def _load(self, elf: Path) -> dict[str, int]:
         flash, size = self.flash
