@@ -41,13 +41,31 @@ def test_another_estimators_option_is_refused_not_ignored(owner):
     run is refused with the owner named; left at its default, nothing is said."""
     other = next(n for n in NAMES if n != owner and not REGISTRY[n].options)
     defaults = TrainConfig()
-    for option in REGISTRY[owner].options:
+    for option in REGISTRY[owner].option_names:
         changed = 3 if option != "p_zero" else 0.5
         assert getattr(defaults, option) != changed
         with pytest.raises(UserError, match=f"--{option.replace('_', '-')} is an option of "
                                             f"--estimator {owner}"):
             TrainConfig(estimator=other, **{option: changed})
     TrainConfig(estimator=other)  # the defaults pass
+
+
+def test_an_estimators_options_are_its_own_dataclass_with_trainconfigs_defaults():
+    """The row's options dataclass and TrainConfig agree on names and defaults, and the
+    dataclass checks the ranges (a bad value is refused by the owner's options)."""
+    defaults = TrainConfig()
+    for name in NAMES:
+        row = REGISTRY[name]
+        if row.options is None:
+            continue
+        own = row.options()
+        assert {n: getattr(own, n) for n in row.option_names} == {
+            n: getattr(defaults, n) for n in row.option_names}
+        assert row.options_of(TrainConfig(estimator=name)) == own
+    with pytest.raises(UserError, match="--r-max must be in 1..127"):
+        TrainConfig(estimator="int8", r_max=200)
+    with pytest.raises(UserError, match="--inner-queries must be in 1..64"):
+        TrainConfig(estimator="split", inner_queries=65)
 
 
 def test_the_simulated_step_is_the_rows():

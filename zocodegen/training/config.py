@@ -40,7 +40,8 @@ class TrainConfig:
     # BP_AUTO: the build picks the largest C that fits the board (resolve_bp_layers)
     mode: str = "full"
     # --estimator int8 (ElasticZO-INT8, training/int8.py): perturbation range, sparsity
-    # (None: the paper's schedule), bits of the ZO and the BP update
+    # (None: the paper's schedule), bits of the ZO and the BP update; estimators/int8.py's
+    # Int8Options owns and checks them (as SplitOptions does cutoff and inner_queries)
     r_max: int = 7
     p_zero: float | None = None
     b_zo: int = 1
@@ -86,12 +87,6 @@ class TrainConfig:
                             "differences; lower one of them")
         if self.bp_layers < BP_AUTO:
             raise UserError(f"--bp-layers must be 0 or more, or auto (got {self.bp_layers})")
-        if not 1 <= self.r_max <= 127:
-            raise UserError(f"--r-max must be in 1..127 (got {self.r_max})")
-        if self.p_zero is not None and not 0 <= self.p_zero < 1:
-            raise UserError(f"--p-zero must be in [0, 1) or schedule (got {self.p_zero})")
-        if not (1 <= self.b_zo <= 8 and 1 <= self.b_bp <= 8):
-            raise UserError("--b-zo and --b-bp must be in 1..8 bits")
         parse_source(self.perturbation)
         if self.distribution not in DISTRIBUTIONS:
             raise UserError(f"--distribution must be one of {', '.join(DISTRIBUTIONS)}")
@@ -105,7 +100,8 @@ class TrainConfig:
                             f" = {forwards}): try --query-batch "
                             + " or ".join(str(b) for b in fits[-3:]))
         self._refuse_other_estimators_options()
-        REGISTRY[self.estimator].check(self)  # its own options (estimators/)
+        REGISTRY[self.estimator].options_of(self)  # its own options' ranges (estimators/)
+        REGISTRY[self.estimator].check(self)  # and how they combine with the rest
         if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
                             f"{self.estimator} evaluates one forward at a time")
@@ -138,7 +134,7 @@ class TrainConfig:
         silently ignored: say whose it is instead."""
         defaults = {f.name: f.default for f in fields(self)}
         for name, row in REGISTRY.items():
-            for option in row.options if name != self.estimator else ():
+            for option in row.option_names if name != self.estimator else ():
                 if getattr(self, option) != defaults[option]:
                     raise UserError(f"--{option.replace('_', '-')} is an option of "
                                     f"--estimator {name}; --estimator {self.estimator} does "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import UserError
@@ -38,9 +38,10 @@ class Estimator:
     query_batching: bool = True  # --query-batch B evaluates B query forwards together
     has_learning_rate: bool = True  # False: the step is a number of bits (--lr auto is off)
     integer_only: bool = False  # no floating point from perturbation to update
-    # The TrainConfig fields only this estimator reads (its options); another estimator's
-    # run refuses them set away from their defaults instead of ignoring them.
-    options: tuple[str, ...] = ()
+    # Its own options: a small frozen dataclass whose fields are the TrainConfig fields only
+    # this estimator reads (same names and defaults; it checks their ranges). Another
+    # estimator's run refuses them set away from their defaults instead of ignoring them.
+    options: type | None = None
     check: Callable[[Any], None] = lambda config: None  # refusals of its own options
     # Its simulated step (graph, plan, params, step_parts.StepBatch): the layer-wise step
     # of WP / NP / INT8 layers unless it estimates otherwise (MeZO, split)
@@ -49,6 +50,16 @@ class Estimator:
     @property
     def firmware(self) -> bool:
         return bool(self.sources)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self.options)) if self.options else ()
+
+    def options_of(self, config: Any) -> Any:
+        """Its options as they are set in ``config`` (checked on construction), or None."""
+        if self.options is None:
+            return None
+        return self.options(**{name: getattr(config, name) for name in self.option_names})
 
     def refuse(self, message: str) -> UserError:
         return UserError(f"--estimator {self.name} {message}")
