@@ -266,3 +266,17 @@ def test_the_memory_the_board_uses_agrees_with_the_memory_report(board, tmp_path
     assert used["arena_bytes"] == planned["arena"]
     assert used["stack_bytes"] == planned["stack"]
     assert 0 < used["stack_used_bytes"] <= planned["stack"], used
+
+
+def test_monitor_emulated_watches_the_board(tmp_path, capsys):
+    """`zocodegen monitor --emulated DIR`: the board project's firmware starts on its
+    emulated board and the monitor shows its HELLO (target, model, sizes) and its log line."""
+    from zocodegen.cli import main
+    project = tmp_path / "fw"
+    assert main(["build", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32h7b3",
+                 "-o", str(project)]) == 0
+    capsys.readouterr()
+    assert main(["monitor", "--emulated", str(project), "--duration", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "device: stm32h7b3, model sha256" in out, out
+    assert "digits_cnn.tflite, arena 1576 B, inference only" in out, out

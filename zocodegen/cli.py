@@ -276,7 +276,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_monitor(args: argparse.Namespace) -> None:
-    monitor(open_port(args.port), args.duration)
+    if args.port:
+        monitor(open_port(args.port), args.duration)
+        return
+    device = open_device(emulated=args.emulated)  # the board project's firmware, emulated
+    try:
+        monitor(device.connect(), args.duration)
+    finally:
+        device.close()
 
 
 def cmd_export(args: argparse.Namespace) -> None:

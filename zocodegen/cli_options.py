@@ -179,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler="train")
 
     p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
-    p.add_argument("--port", required=True, metavar="URL")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", metavar="URL", help="the board's serial port (any pyserial URL)")
+    where.add_argument("--emulated", type=Path, metavar="DIR",
+                       help="start board project DIR's firmware on its emulated board and "
+                            "watch it (docs/emulated.md)")
     p.add_argument("--duration", type=_SECONDS, metavar="S", help="stop after S seconds")
     p.set_defaults(handler="monitor")
 
