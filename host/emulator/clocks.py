@@ -39,6 +39,7 @@ class ClockTree:
 
     WINDOWS: tuple[tuple[int, int], ...] = ()  # (base, bytes) of its RCC, PWR, FLASH blocks
     CFGR = FLASH_ACR = WAIT_STATE_MHZ = 0  # each family's addresses and flash table
+    MAXIMA = (0, 0, "")  # the datasheet's CPU / AHB and APB2 maxima, and which datasheet
 
     def __init__(self, hse_hz: int, hsi_hz: int):
         self.hse_hz, self.hsi_hz = hse_hz, hsi_hz
@@ -65,6 +66,11 @@ class ClockTree:
         if latency < need:
             raise BoardFault(f"SYSCLK {clocks.sysclk / MHZ:g} MHz with FLASH_ACR LATENCY "
                              f"{latency}: needs {need} wait states ({manual})")
+        cpu_max, apb_max, datasheet = self.MAXIMA
+        if max(clocks.sysclk, clocks.hclk) > cpu_max or clocks.pclk2 > apb_max:
+            raise BoardFault(f"SYSCLK {clocks.sysclk / MHZ:g} / HCLK {clocks.hclk / MHZ:g} / "
+                             f"PCLK2 {clocks.pclk2 / MHZ:g} MHz above {cpu_max / MHZ:g} / "
+                             f"{apb_max / MHZ:g} ({datasheet})")
         return clocks
 
     def enable(self, what: str, on: bool, now: int) -> None:
@@ -85,6 +91,7 @@ class F7Clocks(ClockTree):
     RESET = {CR: 0x00000083, PLLCFGR: 0x24003010, PWR_CR1: 0x0000C000}
     WINDOWS = ((RCC, 0x400), (PWR_CR1, 0x400), (FLASH_ACR, 0x400))
     WAIT_STATE_MHZ = 30  # table 5, 2.7-3.6 V: one more wait state per 30 MHz of HCLK
+    MAXIMA = (216 * MHZ, 108 * MHZ, "DS10916")
 
     def __init__(self, hse_hz: int):
         super().__init__(hse_hz, 16 * MHZ)
@@ -139,9 +146,6 @@ class F7Clocks(ClockTree):
         if clocks.hclk > 180 * MHZ and (csr & 0x30000) != 0x30000:
             raise BoardFault(f"HCLK {clocks.hclk / MHZ:g} MHz without over-drive ready "
                              "(PWR_CSR1 ODRDY/ODSWRDY; RM0385 4.1.4)")
-        if clocks.hclk > 216 * MHZ or clocks.pclk2 > 108 * MHZ:
-            raise BoardFault(f"HCLK {clocks.hclk / MHZ:g} / PCLK2 {clocks.pclk2 / MHZ:g} MHz "
-                             "above 216 / 108 (DS10916)")
 
     def clocks(self) -> Clocks:
         cfg = self.regs.get(self.CFGR, 0)
@@ -175,6 +179,7 @@ class H7Clocks(ClockTree):
              FLASH_ACR: 0x00000013}
     WINDOWS = ((RCC, 0x400), (0x58024800, 0x400), (FLASH_ACR, 0x1000))
     WAIT_STATE_MHZ = 42  # VOS0: 0 wait states up to 42 MHz, ..., 6 up to 280 MHz
+    MAXIMA = (280 * MHZ, 140 * MHZ, "DS13139")
 
     def __init__(self, hse_hz: int):
         super().__init__(hse_hz, 64 * MHZ)
@@ -236,9 +241,6 @@ class H7Clocks(ClockTree):
         if clocks.sysclk > 225 * MHZ and bits(self.regs[self.PWR_SRDCR], 14, 2) != 3:
             raise BoardFault(f"sys_ck {clocks.sysclk / MHZ:g} MHz needs VOS0 (PWR_SRDCR VOS "
                              "= 11; DS13139)")
-        if clocks.sysclk > 280 * MHZ or clocks.pclk2 > 140 * MHZ:
-            raise BoardFault(f"CPU {clocks.sysclk / MHZ:g} / APB {clocks.pclk2 / MHZ:g} MHz "
-                             "above 280 / 140 (DS13139)")
 
     def clocks(self) -> Clocks:
         sw = bits(self.regs.get(self.CFGR, 0), 0, 3)

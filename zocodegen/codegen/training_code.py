@@ -152,10 +152,7 @@ class TrainLayerCode:
     @property
     def kernel_pointers(self) -> tuple[str, str]:
         """zo_train_layer's .conv and .fc: its parameters, as the kernel kind wants them."""
-        if not self.has_geometry:
-            return "NULL", "NULL"
-        own = f"&{self.symbol}_geometry"
-        return ("NULL", own) if self.kind == "ZO_TRAIN_FC" else (own, "NULL")
+        return self._by_kind(f"&{self.symbol}_geometry" if self.has_geometry else None)
 
     @property
     def has_shifted(self) -> bool:
@@ -165,9 +162,12 @@ class TrainLayerCode:
     @property
     def shifted_pointers(self) -> tuple[str, str]:
         """.conv_shifted and .fc_shifted: NP's parameters with the output offset moved."""
-        if not self.has_shifted:
+        return self._by_kind(f"{self.symbol}_shifted" if self.has_shifted else None)
+
+    def _by_kind(self, own: str | None) -> tuple[str, str]:
+        """(conv slot, fc slot): ``own`` in the one its kernel kind reads, NULL elsewhere."""
+        if own is None:
             return "NULL", "NULL"
-        own = f"{self.symbol}_shifted"
         return ("NULL", own) if self.kind == "ZO_TRAIN_FC" else (own, "NULL")
 
 
