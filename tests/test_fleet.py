@@ -326,7 +326,7 @@ def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
 
         killer = threading.Thread(target=kill_when_training)
         killer.start()
-        flower.run(address, config)
+        flower.run(config)
         killer.join()
     record = json.loads((out / "fleet.json").read_text())
     assert len(record["rounds"]) == 2, (out / "flower" / "logs").iterdir()

@@ -270,6 +270,15 @@ def _add_fleet_parser(sub) -> None:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
     p.add_argument("--listen-port", type=_integer(1, 65535), default=8000, metavar="PORT",
                    help="the SuperLink's port (default 8000)")
+    _add_fleet_trust(p, "TLS and enrolled devices only (default when --host is not "
+                        "loopback)", "no TLS and anyone who reaches the port may join")
+    p.add_argument("--devices", type=Path, metavar="DIR",
+                   help="the enrolled devices: a folder of their public keys (*.pub, each a "
+                        "device's STATE/keys/device.pub); keys added while the fleet runs "
+                        "are enrolled too")
+    p.add_argument("--advertise", action="append", default=[], metavar="HOST",
+                   help="a name or address devices reach this server by, for its TLS "
+                        "certificate (repeatable; this machine's name and loopback are in)")
     p.set_defaults(handler="fleet_serve")
 
     p = fleet.add_parser("join", help="connect one device to a fleet server (a Flower "
@@ -280,7 +289,12 @@ def _add_fleet_parser(sub) -> None:
     p.add_argument("--build", type=Path, required=True, metavar="DIR",
                    help="the project the device runs (its manifest names the model)")
     p.add_argument("--state", type=Path, default=Path("fleet-device"), metavar="DIR",
-                   help="per-round runs and the last model received (default fleet-device)")
+                   help="per-round runs, the last model received and this device's key pair "
+                        "keys/device[.pub] (default fleet-device)")
+    p.add_argument("--ca", type=Path, metavar="FILE",
+                   help="the fleet server's CA certificate (its OUT/keys/ca.crt): TLS")
+    _add_fleet_trust(p, "TLS with --ca and this device's key (default when the server is "
+                        "not on this machine)", "for a server started with --insecure")
     p.set_defaults(handler="fleet_join")
 
     p = fleet.add_parser("local", help="try a fleet on one machine: a server and one "
@@ -293,7 +307,16 @@ def _add_fleet_parser(sub) -> None:
                        help="every device runs the QEMU firmware of project DIR")
     p.add_argument("--images", type=Path, nargs="+", required=True, metavar="IMAGE",
                    help="one data image per device")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS and enrolled devices, as a fleet beyond this machine runs "
+                        "(keys in OUT/keys and OUT/device-K/keys)")
     p.set_defaults(handler="fleet_local")
+
+
+def _add_fleet_trust(p: argparse.ArgumentParser, secure: str, insecure: str) -> None:
+    trust = p.add_mutually_exclusive_group()
+    trust.add_argument("--secure", action="store_true", help=secure)
+    trust.add_argument("--insecure", action="store_true", help=insecure)
 
 
 def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
@@ -431,7 +454,8 @@ def train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
                        perturbation=args.perturbation, distribution=args.distribution,
                        two_sided=args.two_sided, query_batch=args.query_batch,
                        record_scalars=args.record_scalars, cutoff=args.cutoff,
-                       inner_queries=args.inner_queries, mode=mode, blocks=parse_blocks(args.blocks), block=block,
+                       inner_queries=args.inner_queries, mode=mode,
+                       blocks=parse_blocks(args.blocks), block=block,
                        trial_samples=args.trial_samples)
 
 

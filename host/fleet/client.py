@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from zocodegen.errors import DataError
 from zocodegen.training import checkpoint, replay
 from zocodegen.formats.image import verify_image
 from ..trainer import Device, Trainer
-from .updates import Update, apply_delta, make_update
+from .updates import Update, apply_delta, inflate, make_update, upload_limit
 
 
 class DeviceClient:
@@ -57,10 +56,8 @@ class DeviceClient:
                                                      message.get("delta-from")):
             held = checkpoint.decode(self.held_path.read_bytes())
             if held_hash != message["params-sha256"]:  # the last round's model + the delta
-                try:
-                    delta = zlib.decompress(bytes(message["delta"]))
-                except zlib.error as exc:
-                    raise DataError(f"the server's delta does not decompress ({exc})") from None
+                delta = inflate(bytes(message["delta"]), upload_limit("delta", held, 0, ()),
+                                "server's delta")
                 held = apply_delta(held, delta, 0)
             blob = checkpoint.encode(dataclasses.replace(
                 held, step=message["first-step"], seed=message["seed"]))

@@ -13,10 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from zocodegen.errors import UserError
+from .security import ServerKeys, enrolled_keys
 
 APP = Path(__file__).with_name("app")
 FEDERATION = "zocodegen"
@@ -107,27 +109,55 @@ class Flower:
         self.procs.append(proc)
         return proc
 
-    def superlink(self, host: str, port: int) -> str:
-        """Starts the SuperLink; returns the address devices and `flwr run` connect to."""
-        proc = self._start([_tool("flower-superlink"), "--insecure",
+    def superlink(self, host: str, port: int, keys: ServerKeys | None = None) -> str:
+        """Starts the SuperLink; returns the address devices and `flwr run` connect to.
+        With ``keys``: TLS, and only SuperNodes enrolled with ``enroll`` are let in (their
+        enrolment kept in a database beside the logs, so a restarted server keeps it)."""
+        security = ["--insecure"] if keys is None else [
+            "--ssl-ca-certfile", str(keys.ca.resolve()),
+            "--ssl-certfile", str(keys.certificate.resolve()),
+            "--ssl-keyfile", str(keys.key.resolve()), "--enable-supernode-auth",
+            "--database", str((self.home / "superlink.db").resolve())]
+        proc = self._start([_tool("flower-superlink"), *security,
                             "--disable-runtime-dependency-installation",
                             "--host", host, "--port", str(port)], "superlink.log")
         connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         _wait_for_port(connect, port, proc, "the Flower SuperLink", self.logs / "superlink.log")
-        return f"{connect}:{port}"
+        address = f"{connect}:{port}"
+        trust = ("insecure = true" if keys is None
+                 else f'root-certificates = "{keys.ca.resolve()}"')
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
+            f'address = "{address}"\n{trust}\n')
+        return address
+
+    def enroll(self, public_key: Path) -> bool:
+        """Lets the device holding ``public_key``'s private half join (`flwr supernode
+        register`); False when it already was."""
+        done = subprocess.run([_tool("flwr"), "supernode", "register", str(public_key),
+                               FEDERATION], env=self.env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode == 0:
+            return True
+        if "already in use" in done.stdout + done.stderr:
+            return False
+        raise UserError(f"enrolling {public_key} failed: "
+                        f"{(done.stdout + done.stderr).strip().splitlines()[-1:]}")
 
     def supernode(self, superlink: str, node: dict, name: str, port: int | None = None,
-                  foreground: bool = False) -> subprocess.Popen:
-        """A SuperNode for one device; its ClientApp's output goes to logs/NAME.log."""
-        return self._start([_tool("flower-supernode"), "--insecure", "--superlink", superlink,
+                  foreground: bool = False, ca: Path | None = None,
+                  key: Path | None = None) -> subprocess.Popen:
+        """A SuperNode for one device; its ClientApp's output goes to logs/NAME.log. With
+        ``ca`` (the fleet's CA certificate) over TLS, authenticated with ``key``."""
+        security = ["--insecure"] if ca is None else [
+            "--root-certificates", str(ca.resolve()),
+            "--auth-supernode-private-key", str(key.resolve())]
+        return self._start([_tool("flower-supernode"), *security, "--superlink", superlink,
                             "--port", str(port or free_port()),
                             "--node-config", config_text(node)], f"{name}.log", foreground)
 
-    def run(self, superlink: str, run_config: dict) -> None:
+    def run(self, run_config: dict) -> None:
         """`flwr run` of the app against the SuperLink, its log streamed to stdout."""
-        (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
-            f'address = "{superlink}"\ninsecure = true\n')
         subprocess.run([_tool("flwr"), "run", str(APP), FEDERATION, "--stream",
                         "--run-config", config_text(run_config)], env=self.env,
                        stdin=subprocess.DEVNULL, check=False)
@@ -144,6 +174,57 @@ class Flower:
                 proc.wait()
             kill_group(proc, signal.SIGKILL)  # what it left behind (ClientApps, firmware)
         self.procs.clear()
+
+
+#: What a SuperNode's log says when the SuperLink turns it away, and the line for a person.
+REFUSALS = (
+    (("No SuperNode found with the given public key", "[code: 2004]"),
+     "the fleet server refused this device: its key {key} is not enrolled there (the "
+     "server's operator puts it in the folder of `fleet serve --devices DIR`)"),
+    (("[code: 2001]", "must be registered"),
+     "the fleet server admits only enrolled devices and this one sent no key: join without "
+     "--insecure"),
+    (("CERTIFICATE_VERIFY_FAILED", "SSL/TLS handshake"),
+     "the fleet server's TLS certificate does not verify with --ca {ca}: give the server's "
+     "OUT/keys/ca.crt, and an address its certificate names (`fleet serve --advertise "
+     "HOST`)"),
+)
+
+
+def refusal(log: str, key: Path | None, ca: Path | None) -> str | None:
+    """The one line that says why the SuperLink refused a SuperNode, from its log."""
+    for needles, line in REFUSALS:
+        if any(n in log for n in needles):
+            return line.format(key=key, ca=ca)
+    return None
+
+
+def enrol_new_keys(flower: Flower, folder: Path, keys: list[Path],
+                   every: float = 2.0) -> threading.Event:
+    """Enrols ``keys`` now and every ``*.pub`` that appears in ``folder`` later (checked every
+    ``every`` seconds), until the returned event is set: a device is admitted by dropping its
+    public key into the folder while the fleet runs."""
+    seen: set[Path] = set()
+
+    def enrol(paths: list[Path]) -> None:
+        for path in paths:
+            if path not in seen:
+                seen.add(path)
+                if flower.enroll(path):
+                    print(f"fleet: enrolled the device key {path}", flush=True)
+
+    enrol(keys)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(every):
+            try:
+                enrol(enrolled_keys(folder))
+            except UserError as exc:
+                print(f"fleet: {exc}", flush=True)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return stop
 
 
 def kill_group(proc: subprocess.Popen, sig: int) -> None:

@@ -63,7 +63,8 @@ class FleetServer:
             raise UserError(f"{rounds} rounds of {steps} steps run past the build's cosine "
                             f"schedule (--steps {cfg.steps}): rebuild with --steps "
                             f"{rounds * steps} or more, or --schedule constant")
-        self.model, self.out, self.steps, self.rounds, self.test = model, Path(out), steps, rounds, test
+        self.model, self.out, self.steps = model, Path(out), steps
+        self.rounds, self.test = rounds, test
         self.out.mkdir(parents=True, exist_ok=True)
         self.record_path, self.model_path = self.out / "fleet.json", self.out / "model.bin"
         self.record = self._load_record()

@@ -198,6 +198,30 @@ def apply_delta(start: checkpoint.Checkpoint, data: bytes, steps: int) -> checkp
     return dataclasses.replace(start, step=start.step + steps, layers=tuple(layers))
 
 
+def upload_limit(kind: str, start: checkpoint.Checkpoint, steps: int, layout: Layout) -> int:
+    """The most bytes an honest upload inflates to: the delta's exact size, or 5 bytes (the
+    longest varint) per query sum of the round."""
+    if kind == "delta":
+        return sum(2 * lp.weights.size + 8 * lp.bias.size for lp in start.layers)
+    return 5 * steps * sum(count for _, count in layout)
+
+
+def inflate(payload: bytes, limit: int, what: str) -> bytes:
+    """zlib-decompresses at most ``limit`` bytes: a payload that inflates beyond what the
+    round can need (a "zip bomb" from a faulty or hostile device) is refused, not unpacked."""
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(payload, limit + 1)
+    except zlib.error as exc:
+        raise DataError(f"the {what} payload does not decompress ({exc})") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise DataError(f"the {what} payload inflates beyond the {limit:,} bytes a round "
+                        "can need")
+    if not inflater.eof:
+        raise DataError(f"the {what} payload is cut short")
+    return data
+
+
 def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> Params:
     """The device's parameters after the round, rebuilt from the round's checkpoint and the
     update; DataError (one line, naming what is wrong) when the update is unusable or its
@@ -207,11 +231,9 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
                         f"trains {model.sha256.hex()[:12]}...")
     if update.kind not in KINDS:
         raise DataError(f"unknown update kind {update.kind!r}")
-    try:
-        data = zlib.decompress(update.payload)
-    except zlib.error as exc:
-        raise DataError(f"the {update.kind} payload does not decompress ({exc})") from None
     first = checkpoint.decode(start, "the round's checkpoint")
+    data = inflate(update.payload, upload_limit(update.kind, first, steps,
+                                                model.plan.scalar_layout), update.kind)
     if update.kind == "delta":
         blob = checkpoint.encode(apply_delta(first, data, steps))
     else:

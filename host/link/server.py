@@ -7,9 +7,11 @@ collecting TELEMETRY / LOG / ERROR until DONE).
 """
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from serial import SerialException
@@ -224,14 +226,29 @@ class DeviceSession:
                 raise LinkError(f"the device asked for the next command without finishing "
                                 f"{command[:1]!r}")
             if request.type == p.Request.DONE:
-                result.done = p.parse_done(request.payload)
+                try:
+                    result.done = p.parse_done(request.payload)
+                except struct.error as exc:
+                    raise LinkError(f"the device sent a malformed DONE ({exc})") from None
                 self.link.respond(request)
                 return result
             self._serve(request, result, input_bytes)
 
     def _serve(self, request: Frame, result: Result | None, input_bytes: bytes = b"") -> None:
+        try:
+            reply, notify = self._answer(request, result, input_bytes)
+        except (ValueError, struct.error) as exc:
+            raise LinkError(f"the device sent a malformed {_name(request.type)} request "
+                            f"({exc})") from None
+        notify()
+        self.link.respond(request, reply)
+
+    def _answer(self, request: Frame, result: Result | None, input_bytes: bytes
+                ) -> tuple[bytes, Callable[[], None]]:
+        """The response payload to one request and the callback its news goes to;
+        ValueError / struct.error for a payload the protocol does not allow."""
         kind, payload = request.type, request.payload
-        reply = b""
+        reply, notify = b"", _nothing
         if kind == p.Request.READ:
             lba, count, _ = p.parse_block(payload)
             code, data = (self.blocks.read(lba, count) if 1 <= count <= p.MAX_SECTORS
@@ -248,28 +265,36 @@ class DeviceSession:
                              input_bytes[offset:offset + length])
         elif kind == p.Request.PUT:
             offset, data = p.parse_put(payload)
+            limit = self.identity.output_bytes if self.identity else 0
             if result is None:
                 reply = p.status(p.STATUS_ARG)
+            elif offset + len(data) > limit:  # never grow the output past what HELLO said
+                reply = p.status(p.STATUS_RANGE)
             else:
                 if len(result.output) < offset + len(data):
                     result.output.extend(bytes(offset + len(data) - len(result.output)))
                 result.output[offset:offset + len(data)] = data
                 reply = p.status(p.STATUS_OK)
         elif kind == p.Request.TELEMETRY:
-            self.on_telemetry(p.parse_telemetry(payload))
+            notify = partial(self.on_telemetry, p.parse_telemetry(payload))
         elif kind == p.Request.SCALARS:
-            try:
-                self.on_scalars(p.parse_scalars(payload))
-            except ValueError as exc:
-                raise LinkError(f"the device sent malformed scalars: {exc}") from None
+            notify = partial(self.on_scalars, p.parse_scalars(payload))
         elif kind == p.Request.EVENT:
-            try:
-                self.on_event(p.parse_event(payload))
-            except ValueError as exc:
-                raise LinkError(f"the device sent a malformed event: {exc}") from None
+            notify = partial(self.on_event, p.parse_event(payload))
         elif kind == p.Request.LOG:
-            self.on_log(payload.decode(errors="replace"))
+            notify = partial(self.on_log, payload.decode(errors="replace"))
         elif kind == p.Request.ERROR:
             code, text = p.parse_error(payload)
-            self.on_log(f"device error {code}: {text}")
-        self.link.respond(request, reply)
+            notify = partial(self.on_log, f"device error {code}: {text}")
+        return reply, notify
+
+
+def _nothing() -> None:
+    pass
+
+
+def _name(request_type: int) -> str:
+    try:
+        return p.Request(request_type).name
+    except ValueError:
+        return f"0x{request_type:02x}"

@@ -1,0 +1,139 @@
+"""Who may join a fleet (issue 35; docs/reliability.md "The fleet's trust model"): `fleet
+serve` started with its defaults listens on every interface, speaks TLS and admits only
+enrolled devices. A device that is not enrolled, one without the server's CA certificate and
+one that trusts another CA are each refused with one line naming what is missing; an
+enrolled device, and one whose key is dropped into the folder while the fleet runs, join."""
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.formats.image import pack_image
+
+pytest.importorskip("flwr")
+from zocodegen.host.fleet import launch, security  # noqa: E402
+
+MODEL = FIXTURES / "digits_cnn.tflite"
+pytestmark = pytest.mark.usefixtures("module_build_cache")
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fleet") / "build"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full", "--estimator",
+                 "wp", "--record-scalars", "--no-guard", "--lr", "0.01", "--queries", "3",
+                 "--schedule", "constant", "--steps", "1000", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("img") / "device.img"
+    pack_image(path, rng.integers(-128, 128, (8, 8, 8, 1)).astype(np.int8),
+               rng.integers(0, 10, 8), num_classes=10, checkpoint_bytes=1 << 16)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, build):
+    """`fleet serve` with its defaults (all interfaces) and one enrolled device."""
+    root = tmp_path_factory.mktemp("serve")
+    devices = root / "devices"
+    devices.mkdir()
+    _, public = security.device_key(root / "enrolled" / "keys")
+    shutil.copy(public, devices / "enrolled.pub")
+    port = launch.free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zocodegen", "fleet", "serve", str(MODEL), "--build", str(build),
+         "-o", str(root / "out"), "--devices", str(devices), "--listen-port", str(port),
+         "--min-devices", "9", "--wait", "900"], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    lines = []
+    for line in proc.stdout:  # ready once the enrolled key is in
+        lines.append(line)
+        if "enrolled the device key" in line:
+            break
+    else:
+        pytest.fail("".join(lines))
+    yield {"root": root, "port": port, "ca": root / "out" / "keys" / "ca.crt",
+           "devices": devices, "log": root / "out" / "flower" / "logs" / "superlink.log"}
+    launch.kill_group(proc, signal.SIGTERM)
+    proc.wait(30)
+
+
+def _join(build, image, state: Path, superlink: str, *extra: str) -> int:
+    return main(["fleet", "join", "--superlink", superlink, "--native", str(build), "--image",
+                 str(image), "--build", str(build), "--state", str(state), *extra])
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_device_that_is_not_enrolled_is_refused(server, build, image, tmp_path, capsys):
+    code = _join(build, image, tmp_path / "stranger", f"127.0.0.1:{server['port']}",
+                 "--ca", str(server["ca"]))
+    assert code == 2
+    line = _one_line(capsys)
+    assert "not enrolled" in line and str(tmp_path / "stranger/keys/device.pub") in line
+
+
+def test_a_device_without_the_ca_is_told_to_give_it(server, build, image, tmp_path, capsys):
+    code = _join(build, image, tmp_path / "s", f"{socket.gethostname()}:{server['port']}")
+    assert code == 2
+    assert "--ca FILE" in _one_line(capsys)
+
+
+def test_a_device_trusting_another_ca_is_refused(server, build, image, tmp_path, capsys):
+    other = security.server_keys(tmp_path / "other", security.LOOPBACK)
+    _, public = security.device_key(tmp_path / "s" / "keys")
+    shutil.copy(public, server["devices"] / "other-ca.pub")  # enrolled: only the CA is wrong
+    code = _join(build, image, tmp_path / "s", f"127.0.0.1:{server['port']}",
+                 "--ca", str(other.ca))
+    assert code == 2
+    assert "does not verify" in _one_line(capsys)
+
+
+def _activated(server, before: int, seconds: float = 60) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if server["log"].read_text(errors="replace").count("Activated node") > before:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.parametrize("when", ["at start", "while running"])
+def test_enrolled_devices_join(server, build, image, tmp_path, when):
+    if when == "at start":
+        key = server["root"] / "enrolled" / "keys" / "device"
+    else:
+        key, public = security.device_key(tmp_path / "late" / "keys")
+        shutil.copy(public, server["devices"] / "late.pub")
+        time.sleep(4)  # the server looks at the folder every 2 s
+    before = server["log"].read_text(errors="replace").count("Activated node")
+    with launch.Flower(tmp_path / "flower") as flower:
+        node = flower.supernode(f"127.0.0.1:{server['port']}", launch.node_config(
+            image, build, tmp_path / "state", native=build), "device", ca=server["ca"], key=key)
+        assert _activated(server, before), (tmp_path / "flower/logs/device.log").read_text()
+        assert node.poll() is None
+
+
+def test_serve_beyond_localhost_wants_enrolled_devices(build, tmp_path, capsys):
+    assert main(["fleet", "serve", str(MODEL), "--build", str(build), "-o",
+                 str(tmp_path / "out")]) == 2
+    assert "--devices DIR" in _one_line(capsys)
+    assert not (tmp_path / "out" / "flower").exists()  # refused before Flower started
