@@ -209,11 +209,24 @@ def _fake_update(model: FleetModel, start: bytes, **changes) -> Update:
     return dataclasses.replace(make_update(start, end, None, 10), **changes)
 
 
+def _pulling(model: FleetModel, start: bytes, bound: int) -> Update:
+    """A consistent delta (its CRC is right) that moves one weight 1 LSB further than K steps
+    of update clipping (--max-step 2) can."""
+    ckpt = checkpoint.decode(start)
+    first = ckpt.layers[0]
+    weights = first.weights.copy()
+    weights[0] = np.int8(int(weights[0]) + bound + 1 if weights[0] < 0 else
+                         int(weights[0]) - bound - 1)
+    end = dataclasses.replace(ckpt, step=ckpt.step + K, layers=(
+        dataclasses.replace(first, weights=weights), *ckpt.layers[1:]))
+    return make_update(start, checkpoint.encode(end), None, 10)
+
+
 def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
     model = FleetModel.load(MODEL, fleet_build)
     server = FleetServer(model, tmp_path / "out", K, rounds=2)
     server.begin()
-    starts = {node: server.instruction(node)["checkpoint"] for node in range(6)}
+    starts = {node: server.instruction(node)["checkpoint"] for node in range(7)}
     good = _fake_update(model, starts[0])
     server.receive(0, good)
     server.receive(1, dataclasses.replace(good, payload=b"not zlib"))
@@ -221,6 +234,7 @@ def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
     server.receive(3, dataclasses.replace(good, model_sha256="00" * 32))
     server.receive(4, dataclasses.replace(good, samples=0))
     server.left_out(5, "no answer within the 1 s deadline")
+    server.receive(6, _pulling(model, starts[6], bound=K * 2))
     entry = server.finish()
     reasons = {p["node"]: p["reason"] for p in entry["participants"]}
     assert reasons[0] == ""
@@ -229,7 +243,8 @@ def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
     assert "the update is for model 000000000000" in reasons[3]
     assert "0 training records" in reasons[4]
     assert "deadline" in reasons[5]
-    assert [p["accepted"] for p in entry["participants"]] == [True] + [False] * 5
+    assert f"by {K * 2 + 1} LSB, more than" in reasons[6]
+    assert [p["accepted"] for p in entry["participants"]] == [True] + [False] * 6
     assert _same(server.params, simulator.initial_params(model.graph, model.plan))
 
 

@@ -151,6 +151,37 @@ def test_unknown_session_is_told_to_restart_and_silence_times_out():
         session.link.request()
 
 
+@pytest.mark.parametrize("kind", [p.Request.TELEMETRY, p.Request.SCALARS, p.Request.READ,
+                                  p.Request.FETCH, p.Request.PUT, p.Request.ERROR])
+def test_a_short_request_is_a_link_error_naming_it(kind):
+    """Found by tests/fuzz (host_link): a payload shorter than its fields escaped as
+    struct.error, a traceback instead of the one line every link failure gets."""
+    port = ScriptedPort([encode_frame(kind, 1, b"\x01")])
+    session = DeviceSession(HostLink(port, timeout=0.5))
+    with pytest.raises(LinkError, match=f"malformed {kind.name} request"):
+        session._serve(session.link.request(), None)
+
+
+def test_put_beyond_the_output_is_refused_and_grows_nothing():
+    """Found by tests/fuzz (host_link): PUT at offset 0xFFFFFF00 made the host grow its
+    output buffer to 4 GB; now anything beyond the output HELLO announced is RANGE."""
+    from zocodegen.host.link.server import Result
+    hello = p.pack_hello(p.Identity(1, MAX_PAYLOAD, bytes(32), 64, 10, 10, 0.5, -3, 0,
+                                    False, False, False, "adaptive", "full", None, 4, 1, 1, 1,
+                                    0, 0.0, 0, 0, "native"))
+    port = ScriptedPort([encode_frame(p.Request.HELLO, 0, hello),
+                         encode_frame(p.Request.PUT, 1, struct.pack("<I", 0xFFFFFF00) + b"ab"),
+                         encode_frame(p.Request.PUT, 2, struct.pack("<I", 8) + b"ab")])
+    session = DeviceSession(HostLink(port, timeout=0.5))
+    session.hello()
+    result = Result(p.Done(b"I", 0, 0, 0))
+    session._serve(session.link.request(), result)
+    session._serve(session.link.request(), result)
+    statuses = [struct.unpack("<i", f.payload)[0] for f in _responses(port)[1:]]
+    assert statuses == [p.STATUS_RANGE, p.STATUS_OK]
+    assert bytes(result.output) == bytes(8) + b"ab"
+
+
 # ---- the firmware's decoder against this one ---------------------------------------------
 
 def _c_decoder(tmp: Path) -> Path | None:

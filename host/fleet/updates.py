@@ -19,6 +19,7 @@ equals the one the device reported: a device that returns garbage contributes no
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from zocodegen.errors import DataError, UserError
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.training import checkpoint, replay
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.estimators import REGISTRY
 from zocodegen.training.plan import TrainingPlan, training_plan
 from zocodegen.training.simulator import Params, from_checkpoint, to_checkpoint
 
@@ -222,6 +225,29 @@ def inflate(payload: bytes, limit: int, what: str) -> bytes:
     return data
 
 
+def step_bound(config: TrainConfig) -> int:
+    """The most LSB update clipping lets a weight move in one step (the step is rounded half
+    away from zero), or 0 when no such bound holds: clipping off, an integer-only estimator
+    (its own rounding) or layers trained by back-propagation."""
+    if REGISTRY[config.estimator].integer_only or config.bp_layers:
+        return 0
+    return math.floor(config.max_step + 0.5)
+
+
+def _check_moves(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint, bound: int) -> None:
+    """A delta upload moves no weight further than the round's steps of update clipping
+    could: one device's pull on the average is bounded even when it lies (scalars uploads
+    are replayed, so they need no such check)."""
+    if bound <= 0:
+        return
+    for a, b in zip(start.layers, end.layers):
+        moved = int(np.abs(b.weights.astype(np.int16) - a.weights.astype(np.int16)).max(
+            initial=0))
+        if moved > bound:
+            raise DataError(f"the delta moves a weight of layer {a.op_index} by {moved} LSB, "
+                            f"more than the round's steps of update clipping allow ({bound})")
+
+
 def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> Params:
     """The device's parameters after the round, rebuilt from the round's checkpoint and the
     update; DataError (one line, naming what is wrong) when the update is unusable or its
@@ -235,7 +261,9 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
     data = inflate(update.payload, upload_limit(update.kind, first, steps,
                                                 model.plan.scalar_layout), update.kind)
     if update.kind == "delta":
-        blob = checkpoint.encode(apply_delta(first, data, steps))
+        moved = apply_delta(first, data, steps)
+        _check_moves(first, moved, steps * step_bound(model.plan.config))
+        blob = checkpoint.encode(moved)
     else:
         if not model.replayable:
             raise DataError("scalars from a build that does not record them")

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,22 +136,24 @@ def _stats(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"stat::(\w+):\s+(\d+)", text)}
 
 
-def fuzz(name: str, command: list[str], seconds: int, jobs: int) -> dict:
-    """One harness for `seconds`; the work corpus starts from the committed one."""
+def fuzz(name: str, command: list[str], seconds: int, jobs: int, runs: int = -1) -> dict:
+    """One harness for `seconds` (or `runs` executions, whichever comes first); the work
+    corpus starts from the committed one."""
     work = WORK / "corpus" / name
     work.mkdir(parents=True, exist_ok=True)
     findings = WORK / "findings"
     findings.mkdir(parents=True, exist_ok=True)
-    cmd = [*command, f"-max_total_time={seconds}", "-print_final_stats=1",
+    cmd = [*command, f"-max_total_time={seconds}", f"-runs={runs}", "-print_final_stats=1",
            f"-max_len={BY_NAME[name].max_len}", "-timeout=10", "-rss_limit_mb=2048",
            f"-artifact_prefix={findings}/{name}-", str(work), str(CORPUS / name)]
     if jobs > 1:
         cmd.insert(len(command), f"-fork={jobs}")
+    started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     log = WORK / f"{name}.log"
     log.write_text(done.stderr)
     stats = _stats(done.stderr)
-    return {"harness": name, "seconds": seconds, "exit": done.returncode,
+    return {"harness": name, "seconds": time.monotonic() - started, "exit": done.returncode,
             "executions": stats.get("number_of_executed_units", 0),
             "coverage": _last_int(r"cov: (\d+)", done.stderr),
             "corpus": len(list(work.iterdir())), "log": str(log)}
@@ -180,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=60, help="per harness (fuzz)")
     parser.add_argument("--harness", action="append", choices=sorted(BY_NAME),
                         help="only these (default: all)")
+    parser.add_argument("--runs", type=int, default=-1,
+                        help="stop a harness after this many executions (default: time only)")
     parser.add_argument("--jobs", type=int, default=1, help="libFuzzer -fork processes")
     parser.add_argument("--prebuilt", action="store_true",
                         help="use the harnesses the last build made (for runs side by side)")
@@ -208,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for name, command in binaries.items():
-        result = fuzz(name, command, args.seconds, args.jobs)
+        result = fuzz(name, command, args.seconds, args.jobs, args.runs)
         results.append(result)
         verdict = "ok" if result["exit"] == 0 else f"FINDING (see {result['log']})"
-        print(f"{name}: {result['executions']:,} executions in {args.seconds} s, "
+        print(f"{name}: {result['executions']:,} executions in {result['seconds']:.0f} s, "
               f"coverage {result['coverage']}, corpus {result['corpus']}: {verdict}",
               flush=True)
     for result in results:
