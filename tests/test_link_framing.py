@@ -182,6 +182,18 @@ def test_put_beyond_the_output_is_refused_and_grows_nothing():
     assert bytes(result.output) == bytes(8) + b"ab"
 
 
+def test_a_hello_announcing_gigabytes_is_refused():
+    """Found by tests/fuzz (host_link): a HELLO announcing 1 GB of output let the device's
+    PUTs make the host reserve it."""
+    hello = p.pack_hello(p.Identity(1, MAX_PAYLOAD, bytes(32), 64, 1 << 30, 10, 0.5, -3, 0,
+                                    False, False, False, "adaptive", "full", None, 4, 1, 1, 1,
+                                    0, 0.0, 0, 0, "native"))
+    session = DeviceSession(HostLink(ScriptedPort([encode_frame(p.Request.HELLO, 0, hello)]),
+                                     timeout=0.5))
+    with pytest.raises(LinkError, match="announces 1,073,741,824 output bytes"):
+        session.hello()
+
+
 # ---- the firmware's decoder against this one ---------------------------------------------
 
 def _c_decoder(tmp: Path) -> Path | None:

@@ -79,6 +79,10 @@ MAX_BODY = HEADER_BYTES + MAX_PAYLOAD + CRC_BYTES
 MAX_ENCODED = MAX_BODY + MAX_BODY // 254 + 1
 
 HELLO_MAGIC = b"ZOLK"
+#: More bytes than any device's input, output or checkpoint can be (the boards hold 1.4 MB of
+#: SRAM at most): a HELLO that announces more is refused, so a faulty or hostile device cannot
+#: make the host reserve gigabytes for its PUTs (found by tests/fuzz, host_link).
+MAX_DEVICE_BYTES = 1 << 26
 TARGET_BYTES = 24
 _HELLO = struct.Struct(f"<4sHH32sIIIfiIIBBBBIIIIfII{TARGET_BYTES}s")
 _MODES = ("full", "sparse")
@@ -142,6 +146,10 @@ def parse_hello(payload: bytes) -> Identity:
      target) = _HELLO.unpack_from(payload)
     if magic != HELLO_MAGIC:
         raise ValueError(f"HELLO magic {magic!r}, expected {HELLO_MAGIC!r}")
+    for what, count in (("input", in_bytes), ("output", out_bytes), ("checkpoint", ckpt)):
+        if count > MAX_DEVICE_BYTES:
+            raise ValueError(f"HELLO announces {count:,} {what} bytes, more than any device "
+                             f"holds ({MAX_DEVICE_BYTES:,})")
     return Identity(version, max_payload, sha, in_bytes, out_bytes, classes, scale, zp, ckpt,
                     bool(flags & _FLAG_TRAINING), bool(flags & _FLAG_GNORM_SCALING),
                     bool(flags & _FLAG_COSINE),
