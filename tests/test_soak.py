@@ -12,8 +12,9 @@ pytestmark = pytest.mark.usefixtures("module_build_cache")
 
 
 def test_short_soak_ends_as_the_simulator(tmp_path):
-    faults = soak.Faults(device_reset=0.1, host_kill=0.03, torn_slot=0.3, torn_file=0.15)
-    report = soak.soak(60, tmp_path / "soak", seed=1, faults=faults, log=lambda text: None)
+    faults = soak.Faults(device_reset=0.1, host_kill=0.04, torn_slot=0.3, torn_file=0.15)
+    report = soak.soak(40, tmp_path / "soak", seed=1, faults=faults, checkpoint_every=5,
+                       log=lambda text: None)
     assert report.identical, report
     assert min(report.device_resets, report.host_kills, report.torn_slots,
                report.torn_files) > 0, report
