@@ -35,8 +35,8 @@ from zocodegen.formats import link as p  # noqa: E402
 from zocodegen.formats.image import pack_image  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.host.devices import Firmware, open_port  # noqa: E402
-from zocodegen.host.link.server import DeviceSession, Port  # noqa: E402
-from zocodegen.host.trainer import Device, Trainer  # noqa: E402
+from zocodegen.host.link.server import Port  # noqa: E402
+from zocodegen.host.trainer import LaunchedDevice, Trainer  # noqa: E402
 from zocodegen.training import checkpoint  # noqa: E402
 from zocodegen.training.config import TrainConfig  # noqa: E402
 
@@ -71,15 +71,12 @@ class PowerCut(BaseException):
     """The host process dies here (not an Exception: nothing in the host may catch it)."""
 
 
-class SoakDevice(Device):
+class SoakDevice(LaunchedDevice):
     """Native firmware behind a faulty line; restarting it is a reset."""
 
-    restartable = True
-
     def __init__(self, artefact: Path, seed: int, report: Report):
-        super().__init__("soak")
+        super().__init__(Firmware("native", artefact, icount=False))
         self.artefact, self.seed, self.report = artefact, seed, report
-        self.firmware: Firmware | None = None
         self.proxy: FaultyProxy | None = None
         self.starts = 0
 
@@ -92,15 +89,8 @@ class SoakDevice(Device):
         self.proxy.host_connected()
         return self.port
 
-    def alive(self) -> None:
-        self.firmware.alive()
-
     def kill(self) -> None:
         self.firmware.kill()
-
-    def finish(self, session: DeviceSession) -> None:
-        session.run(p.Command.QUIT.value)
-        self.firmware.wait()
 
     def close(self) -> None:
         self._stop()
@@ -116,12 +106,7 @@ class SoakDevice(Device):
         if self.port is not None:
             self.port.close()
             self.port = None
-        if self.firmware is not None:
-            self.firmware.close()
-            self.firmware = None
-
-    def describe(self) -> str:
-        return "soak firmware"
+        self.firmware.close()
 
 
 def _config(steps: int) -> TrainConfig:
