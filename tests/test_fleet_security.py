@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,17 +60,24 @@ def server(tmp_path_factory, build):
          "-o", str(root / "out"), "--devices", str(devices), "--listen-port", str(port),
          "--min-devices", "9", "--wait", "900"], stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True, text=True)
-    lines = []
-    for line in proc.stdout:  # ready once the enrolled key is in
-        lines.append(line)
-        if "enrolled the device key" in line:
-            break
-    else:
-        pytest.fail("".join(lines))
-    yield {"root": root, "port": port, "ca": root / "out" / "keys" / "ca.crt",
-           "devices": devices, "log": root / "out" / "flower" / "logs" / "superlink.log"}
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    said = {"root": root, "port": port, "ca": root / "out" / "keys" / "ca.crt",
+            "devices": devices, "log": root / "out" / "flower" / "logs" / "superlink.log",
+            "lines": lines}
+    _wait_for_line(said, "enrolled.pub")  # ready once the enrolled key is in
+    yield said
     launch.kill_group(proc, signal.SIGTERM)
     proc.wait(30)
+
+
+def _wait_for_line(server: dict, text: str, seconds: float = 120) -> None:
+    """Until the server's output has a line with ``text`` (it enrols keys as it finds them)."""
+    end = time.monotonic() + seconds
+    while not any(text in line for line in server["lines"]):
+        if time.monotonic() > end:
+            pytest.fail(f"`fleet serve` did not say {text!r}:\n" + "".join(server["lines"]))
+        time.sleep(0.2)
 
 
 def _join(build, image, state: Path, superlink: str, *extra: str) -> int:
@@ -123,7 +131,7 @@ def test_enrolled_devices_join(server, build, image, tmp_path, when):
     else:
         key, public = security.device_key(tmp_path / "late" / "keys")
         shutil.copy(public, server["devices"] / "late.pub")
-        time.sleep(4)  # the server looks at the folder every 2 s
+        _wait_for_line(server, "late.pub")  # the server looks at the folder every 2 s
     before = server["log"].read_text(errors="replace").count("Activated node")
     with launch.Flower(tmp_path / "flower") as flower:
         node = flower.supernode(f"127.0.0.1:{server['port']}", launch.node_config(
