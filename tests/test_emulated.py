@@ -51,10 +51,16 @@ MODELS = [pytest.param(("fixture", "digits_cnn.tflite"), id="digits_cnn"),
           pytest.param(("shared", "kws_ref_model.tflite"), id="kws"),
           pytest.param(("shared", "pretrainedResnet_quant.tflite"), id="resnet"),
           pytest.param(("shared", "mcunet_det.tflite"), id="mcunet_det")]
+#: Every model on every board, except the detector on the H7B3: its 54 M instructions take
+#: five minutes of the suite per board, and the F746 (host-quantized input, the tight
+#: budget) is the case that matters; its on-device QUANTIZE is the same kernel every float
+#: model runs.
+BOARD_MODELS = [pytest.param(board, m.values[0], id=f"{m.id}-{board}") for m in MODELS
+                for board in BOARDS
+                if not (m.id == "mcunet_det" and board == "stm32h7b3")]
 
 
-@pytest.mark.parametrize("board", BOARDS)
-@pytest.mark.parametrize("spec", MODELS)
+@pytest.mark.parametrize("board, spec", BOARD_MODELS)
 def test_inference_on_the_emulated_board_equals_the_tflite_interpreter(board, spec):
     """The board image's outputs equal the TFLite reference interpreter's (BUILTIN_REF),
     extreme inputs included. The detector's float input is quantized on the host on the
