@@ -67,8 +67,11 @@ def server(tmp_path_factory, build):
             "lines": lines}
     _wait_for_line(said, "enrolled.pub")  # ready once the enrolled key is in
     yield said
-    launch.kill_group(proc, signal.SIGTERM)
-    proc.wait(30)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops the Flower processes it started
+    try:
+        proc.wait(30)
+    finally:
+        launch.kill_group(proc, signal.SIGKILL)
 
 
 def _wait_for_line(server: dict, text: str, seconds: float = 120) -> None:
