@@ -1,16 +1,20 @@
-"""An A/B of the training guard's fall margin (not a test): `zocodegen simulate` with the
-margin of training/guard.py replaced, for evidence before any default changes.
+"""An A/B of the training guard's fall test (not a test): `zocodegen simulate` with the fall
+test of training/guard.py replaced, for evidence before any default changes.
 
     .venv/bin/python benchmarks/guard_margin.py --sigmas 2 -- MODEL --data D.npz -o RUN ...
+    .venv/bin/python benchmarks/guard_margin.py --never -- MODEL --data D.npz -o RUN ...
 
-The guard calls a check a fall when it is more than fall_margin(V) correct records below the
-best check (or its loss sum 1/8 above). The default margin is about one binomial standard
-deviation at 50 % (isqrt(V) / 2, at least 2); ``--sigmas K`` makes it K of them. Only the
-simulator is changed, so a run with K != 1 has no firmware twin: evidence, not a product.
+``--sigmas K`` makes the count margin K times the default's; ``--never`` rolls nothing back,
+so the run follows the trajectory of an unguarded run while the guard still measures it (and
+still ends on the best validated parameters). Every check (step, correct, loss sum, records)
+is written to RUN/guard_trace.jsonl, so other fall rules can be judged offline on it: a rule
+that never fires on a trace would have left that run exactly as it is. Only the simulator is
+changed, so such a run has no firmware twin: evidence, not a product.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -18,18 +22,41 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zocodegen import cli  # noqa: E402
-from zocodegen.training import guard  # noqa: E402
+from zocodegen.training import guard, simulator  # noqa: E402
+
+
+def traced_check(out: Path):
+    """Guard.check, also appending each measured check to ``out``."""
+    check = simulator.Guard.check
+
+    def traced(self, graph, plan, params, done):
+        params, score, event = check(self, graph, plan, params, done)
+        if score is not None:
+            with out.open("a") as f:
+                f.write(json.dumps(dict(step=done, correct=score.correct, loss=score.loss,
+                                        records=len(self.y_val), event=event)) + "\n")
+        return params, score, event
+    return traced
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sigmas", type=float, required=True,
-                        help="the margin in binomial standard deviations at 50 %%")
+    rule = parser.add_mutually_exclusive_group(required=True)
+    rule.add_argument("--sigmas", type=float,
+                      help="the count margin in binomial standard deviations at 50 %%")
+    rule.add_argument("--never", action="store_true", help="never roll back")
     parser.add_argument("simulate", nargs=argparse.REMAINDER,
                         help="-- then the arguments of `zocodegen simulate`")
     args = parser.parse_args()
     rest = args.simulate[1:] if args.simulate[:1] == ["--"] else args.simulate
-    guard.fall_margin = lambda records: max(2, round(args.sigmas * math.isqrt(records) / 2))
+    if args.never:
+        guard.Score.falls_below = lambda self, best, records: False
+    else:
+        guard.fall_margin = lambda records: max(2, round(args.sigmas * math.isqrt(records) / 2))
+    out = Path(rest[rest.index("-o") + 1]) / "guard_trace.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    simulator.Guard.check = traced_check(out)
     return cli.main(["simulate", *rest])
 
 

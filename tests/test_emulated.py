@@ -64,7 +64,7 @@ BOARD_MODELS = [pytest.param(board, m.values[0], id=f"{m.id}-{board}") for m in 
 def test_inference_on_the_emulated_board_equals_the_tflite_interpreter(board, spec):
     """The board image's outputs equal the TFLite reference interpreter's (BUILTIN_REF),
     extreme inputs included. The detector's float input is quantized on the host on the
-    F746 (`--input-quantize host`, what `build` suggests there: 181 KB instead of 283 KB)."""
+    F746 (what `build` chooses there by default: 181 KB instead of 283 KB)."""
     path = resolve(spec)
     graph = load_model(path)
     interpreter = reference_interpreter(path)

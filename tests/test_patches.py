@@ -13,7 +13,8 @@ from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLIT
                       needs_qemu, random_inputs, reference_interpreter, resolve, shared_model)
 from zocodegen.build import cached_build
 from zocodegen.cli import main
-from zocodegen.codegen.project import BuildOptions, device_graph, plan_project
+from zocodegen.codegen.project import (BuildOptions, device_graph, plan_project,
+                                       resolve_input_quantize)
 from zocodegen.codegen.host_inputs import host_side_inputs, quantize_inputs_on_host
 from zocodegen.host.engines import run_samples
 from zocodegen.errors import UserError
@@ -182,7 +183,7 @@ def test_detector_needs_both_techniques_on_the_f746():
     and --input-quantize host; with it, patches make the build fit, and only then."""
     graph = load_model(shared_model(DETECTOR))
     with pytest.raises(BudgetError) as refused:
-        plan_project(graph, BuildOptions(target="stm32f746"))
+        plan_project(graph, BuildOptions(target="stm32f746", input_quantize="device"))
     message = str(refused.value)
     assert "patch-based: ops" in message and "--input-quantize host" in message
     options = BuildOptions(target="stm32f746", input_quantize="host")
@@ -196,11 +197,26 @@ def test_detector_needs_both_techniques_on_the_f746():
     assert "--patches auto" in str(whole.value)
 
 
-def test_detector_refusal_is_one_line(tmp_path, capsys):
-    """`build` of the detector for the F746 as is: exit 2, one line naming every buffer,
-    the patches applied and what else to try; no traceback."""
+def test_detector_builds_for_the_f746_with_defaults(tmp_path, capsys):
+    """Issue 36: the default --input-quantize auto takes the host quantization, the one
+    placement that fits, and says so; the device graph then takes int8."""
+    out = tmp_path / "fw"
     assert main(["build", str(shared_model(DETECTOR)), "--target", "stm32f746", "-o",
-                 str(tmp_path / "fw")]) == 2
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "--input-quantize auto: host" in printed and "(DOES NOT FIT)" not in printed
+    graph = load_model(shared_model(DETECTOR))
+    chosen = resolve_input_quantize(graph, BuildOptions(target="stm32f746"))
+    assert chosen.input_quantize == "host"
+    assert resolve_input_quantize(graph, BuildOptions(target="stm32h7b3")).input_quantize \
+        == "device"  # fits there as the model is
+
+
+def test_detector_refusal_is_one_line(tmp_path, capsys):
+    """`build` of the detector for the F746 with the float input on the device: exit 2, one
+    line naming every buffer, the patches applied and what else to try; no traceback."""
+    assert main(["build", str(shared_model(DETECTOR)), "--target", "stm32f746", "-o",
+                 str(tmp_path / "fw"), "--input-quantize", "device"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     for words in ("arena", "stack", "host link buffers", "patch-based: ops",

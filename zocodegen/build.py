@@ -9,8 +9,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .codegen.project import (BuildOptions, ProjectPlan, device_graph, plan_project, render_project,
-                      resolve_auto, write_project)
+from .codegen.project import (BuildOptions, ProjectPlan, device_graph, plan_project,
+                              render_project, resolve_auto, resolve_input_quantize,
+                              write_project)
 from .errors import UserError
 from .files import cache_root
 from .frontends import load_model
@@ -27,7 +28,9 @@ ARTEFACTS = {"native": "build/native/model", "native-sanitize": "build/native-sa
 def _render(model_path: Path, options: BuildOptions, graph: Graph | None
             ) -> tuple[ProjectPlan, dict[str, str]]:
     """Plan and render a model (loaded here unless the caller already has its graph)."""
-    graph = device_graph(graph if graph is not None else load_model(model_path), options)
+    graph = graph if graph is not None else load_model(model_path)
+    options = resolve_input_quantize(graph, options)
+    graph = device_graph(graph, options)
     options = resolve_auto(graph, options)
     plan = plan_project(graph, options)
     return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
@@ -67,7 +70,7 @@ def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "
 def cached_build(model_path: Path, engine: str, emulate: str = DEFAULT_TARGET,
                  sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
                  graph: Graph | None = None, train: TrainConfig | None = None,
-                 patches: str = "auto", input_quantize: str = "device",
+                 patches: str = "auto", input_quantize: str = "auto",
                  recompute: str = "auto") -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 

@@ -32,7 +32,7 @@ from .reference.executor import run
 from .summary import format_summary, summarize
 from .target import TARGET_NAMES, load_target
 from .training import checkpoint
-from .training.config import BLOCKS_AUTO, BP_AUTO
+from .training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS
 from .training.data import pack
 from .training.estimators import REGISTRY
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
@@ -177,6 +177,9 @@ def cmd_build(args: argparse.Namespace) -> None:
                                              input_quantize=args.input_quantize,
                                              recompute=args.recompute), out)
     placement = plan.placement
+    if args.input_quantize == "auto" and plan.options.input_quantize == "host":
+        print(f"--input-quantize auto: host (the float32 input does not fit the "
+              f"{plan.board.name} budget on the device; the host quantizes it to int8)")
     print(f"{out}/: {len(plan.code.layers)} layers, arena {plan.arena.arena_bytes:,} B "
           f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "
           f"flash data {plan.code.flash_bytes:,} B")
@@ -191,9 +194,13 @@ def cmd_build(args: argparse.Namespace) -> None:
                          if layer.mode == "ZO_TRAIN_BP" and layer.defines)
             print(f"--bp-layers auto: the last {chosen} trainable layer(s) by back-propagation "
                   f"(the largest C that fits the {plan.board.name} budget)")
-        if train.blocks == BLOCKS_AUTO and train.mode == "sparse":
+        if train.mode == "sparse" and train.blocks == BLOCKS_AUTO:
             print(f"--blocks auto: {plan.training.blocks} block(s) (the fewest that fit the "
                   f"{plan.board.name} budget)")
+        elif (train.mode == "sparse" and train.blocks == BLOCKS_FIT
+              and plan.training.blocks != DEFAULT_BLOCKS):
+            print(f"--blocks: {plan.training.blocks} block(s), the fewest that fit the "
+                  f"{plan.board.name} budget ({DEFAULT_BLOCKS} do not; --blocks N sets them)")
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")

@@ -399,9 +399,10 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "default 0). auto: the largest C whose buffers fit the board")
     g.add_argument("--layers", metavar="LIST",
                    help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
-    g.add_argument("--blocks", default="4", metavar="N|auto",
-                   help="sparse mode: number of blocks (default 4); auto: the fewest blocks "
-                        "whose build fits the board (most layers trained at once)")
+    g.add_argument("--blocks", metavar="N|auto",
+                   help="sparse mode: number of blocks (default 4, or as auto when 4 do not "
+                        "fit the board); auto: the fewest blocks whose build fits the board "
+                        "(most layers trained at once)")
     g.add_argument("--block", metavar="K|auto", default="auto",
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
                         "trial of each block, then the one with the best held-out gain")
@@ -431,7 +432,7 @@ def _number(text: str, keyword: str, convert, message: str):
 def train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
     block = _number(args.block, "auto", int, "--block expects a block index or auto")
     for option, value, default in (("--block", args.block, "auto"),
-                                   ("--blocks", args.blocks, "4"),
+                                   ("--blocks", args.blocks, None),
                                    ("--trial-samples", args.trial_samples, 64)):
         if mode != "sparse" and value != default:
             raise UserError(f"{option} chooses among sparse mode's blocks; add "
@@ -464,7 +465,8 @@ def _add_memory_options(p: argparse.ArgumentParser) -> None:
                    help="patch-based inference of the first stage (MCUNetV2; docs/memory.md): "
                         "auto when the build would not fit the board otherwise (default), on "
                         "whenever it lowers the arena, off; inference builds only")
-    p.add_argument("--input-quantize", choices=INPUT_QUANTIZE_MODES, default="device",
+    p.add_argument("--input-quantize", choices=INPUT_QUANTIZE_MODES, default="auto",
                    help="host: the host runs the model's leading float32 -> int8 QUANTIZE "
                         "and the device takes the int8 input (a quarter of the bytes); "
-                        "default device")
+                        "device: the device quantizes; auto (default): device, or host when "
+                        "only that fits the board")

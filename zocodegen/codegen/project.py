@@ -27,7 +27,7 @@ from ..planner.placement import ITEM_ALIGNMENT
 from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, load_target, roomier_targets,
                       target_data)
 from ..training.backprop import largest_bp_layers
-from ..training.config import BLOCKS_AUTO, BP_AUTO, TrainConfig
+from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
 from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
@@ -50,7 +50,7 @@ TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
 VALUES_PER_LINE = 16
 MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 PATCH_MODES = ("auto", "on", "off")
-INPUT_QUANTIZE_MODES = ("device", "host")
+INPUT_QUANTIZE_MODES = ("auto", "device", "host")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,9 @@ class BuildOptions:
     # patch-based inference (planner/patches.py): auto uses it when the build would not fit
     # the board without it; on whenever it lowers the arena; off never
     patches: str = "auto"
-    input_quantize: str = "device"  # host: the host runs the leading QUANTIZE (host_inputs.py)
+    # host: the host runs the leading QUANTIZE (host_inputs.py); auto: host only when the
+    # build fits the board that way and not with the float input on the device
+    input_quantize: str = "auto"
     # training: restart groups that recompute instead of saving (training_regions.py): auto
     # when they cost under 1 % of a step's MACs or the build does not fit otherwise; on
     # for the least SRAM; off never
@@ -80,6 +82,7 @@ class ProjectPlan:
     code: ModelCode
     board: Target
     training: TrainingCode | None = None
+    options: BuildOptions | None = None  # as planned: every auto choice resolved
 
 
 def whole_arena(graph: Graph, train: TrainConfig | None,
@@ -90,7 +93,7 @@ def whole_arena(graph: Graph, train: TrainConfig | None,
         return plan_arena(graph, in_place_convolutions=in_place_convolutions)
     ops = trainable_ops(graph)
     trained = {ops[i] for i in (train.layers or range(len(ops))) if 0 <= i < len(ops)}
-    if train.blocks != BLOCKS_AUTO and train.bp_layers != BP_AUTO:  # else: not known yet
+    if train.blocks not in (BLOCKS_AUTO, BLOCKS_FIT) and train.bp_layers != BP_AUTO:
         try:  # a fixed sparse block trains only its own layers
             trained = {layer.op_index for plan in training_plans(graph, train)
                        for layer in plan.layers}
@@ -124,37 +127,74 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
     """--blocks auto: sparse training in the fewest blocks (the most layers trained at once)
     whose build fits the board's SRAM budget; when none does, in as many blocks as there
     are layers (up to MAX_SUGGESTED_BLOCKS), and the budget check then names what does not
-    fit. Full training does not use blocks."""
+    fit. --blocks not given: DEFAULT_BLOCKS when they fit, else as auto. Full training does
+    not use blocks."""
     train = options.train
-    if train is None or train.blocks != BLOCKS_AUTO:
+    if train is None or train.blocks not in (BLOCKS_AUTO, BLOCKS_FIT):
         return options
     if train.mode != "sparse":
-        return replace(options, train=replace(train, blocks=4))
+        return replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
     board = load_target(options.board)
     arena = whole_arena(graph, train, in_place_convolutions=True)
+
+    def fits(config: TrainConfig) -> bool:
+        if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
+            return False
+        _, _, items = _layout(graph, arena, board, config, options.recompute)
+        return place(items, board.name, board.sram_budget_bytes, strict=False).fits
+
+    default = replace(train, blocks=DEFAULT_BLOCKS)
+    if train.blocks == BLOCKS_FIT and fits(default):
+        return replace(options, train=default)
     most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
                MAX_SUGGESTED_BLOCKS)
-    for n in range(1, most + 1):
-        config = replace(train, blocks=n)
-        if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
-            continue
-        _, _, items = _layout(graph, arena, board, config, options.recompute)
-        if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
-            return replace(options, train=config)
-    return replace(options, train=replace(train, blocks=most))
+    chosen = next((n for n in range(1, most + 1) if fits(replace(train, blocks=n))), None)
+    if chosen is None and train.blocks == BLOCKS_FIT:
+        return replace(options, train=default)  # nothing fits: refuse the default, naming why
+    return replace(options, train=replace(train, blocks=chosen or most))
 
 
 def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
-    """The build's --bp-layers auto and --blocks auto, chosen for its board."""
+    """The build's --bp-layers auto and --blocks auto, chosen for its board (the default
+    blocks stay DEFAULT_BLOCKS when --bp-layers auto sizes the build)."""
+    train = options.train
+    if train is not None and train.bp_layers == BP_AUTO and train.blocks == BLOCKS_FIT:
+        options = replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
     return resolve_blocks(graph, resolve_bp_layers(graph, options))
 
 
-def device_graph(graph: Graph, options: BuildOptions) -> Graph:
-    """The graph the device runs: the model, or with --input-quantize host the model
-    without its leading QUANTIZE ops."""
+def resolve_input_quantize(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """--input-quantize auto (the default): the float32 input is quantized on the device
+    unless the build does not fit the board that way and does with the host quantizing it
+    (a quarter of the input bytes); a model without a leading float QUANTIZE: device."""
     if options.input_quantize not in INPUT_QUANTIZE_MODES:
         raise UserError(f"--input-quantize {options.input_quantize}: choose one of "
                         f"{', '.join(INPUT_QUANTIZE_MODES)}")
+    if options.input_quantize != "auto":
+        return options
+    device, host = (replace(options, input_quantize=mode) for mode in ("device", "host"))
+    if not host_quantizable(graph) or _fits(graph, device) or not _fits(graph, host):
+        return device
+    return host
+
+
+def _fits(graph: Graph, options: BuildOptions) -> bool:
+    """Whether the build of ``options`` (input placement resolved) fits its board."""
+    try:
+        graph = device_graph(graph, options)
+        options = resolve_auto(graph, options)
+        board = load_target(options.board)
+        arena = build_arena(graph, options, board)
+        _, _, items = _layout(graph, arena, board, options.train, options.recompute)
+    except UserError:  # the build itself refuses: plan_project says why
+        return False
+    return place(items, board.name, board.sram_budget_bytes, strict=False).fits
+
+
+def device_graph(graph: Graph, options: BuildOptions) -> Graph:
+    """The graph the device runs: the model, or with --input-quantize host (or auto choosing
+    it) the model without its leading QUANTIZE ops."""
+    options = resolve_input_quantize(graph, options)
     return quantize_inputs_on_host(graph) if options.input_quantize == "host" else graph
 
 
@@ -226,7 +266,7 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                 + _recompute_suggestions(training, options.recompute) + TRAINING_SUGGESTIONS
                 if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
-    return ProjectPlan(arena, placement, code, board, training)
+    return ProjectPlan(arena, placement, code, board, training, options)
 
 
 def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions) -> list[str]:

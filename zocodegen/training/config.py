@@ -17,6 +17,10 @@ MODES = ("full", "sparse")
 MAX_LR = 100.0
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
 BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
+DEFAULT_BLOCKS = 4
+# --blocks not given: DEFAULT_BLOCKS when they fit the board, else as auto (issue 36: a
+# default never refuses where a documented choice fits); resolved by the build
+BLOCKS_FIT = -2
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class TrainConfig:
     # trainable layer ``cutoff`` (None: the last trained layer); P_s inner perturbations
     cutoff: int | None = None
     inner_queries: int = 2
-    blocks: int = 4  # BLOCKS_AUTO: the build picks the fewest blocks that fit the board
+    blocks: int = DEFAULT_BLOCKS  # BLOCKS_AUTO / BLOCKS_FIT: resolved for the board
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
     # The bare algorithm by default; the CLI turns both on (docs/training.md "Training guard")
@@ -121,9 +125,9 @@ class TrainConfig:
             raise UserError("--blocks auto and --bp-layers auto each size the build to the "
                             "board; choose one of them (e.g. --bp-layers 1 --blocks auto)")
         if self.mode == "sparse":
-            if self.blocks < 1 and self.blocks != BLOCKS_AUTO:
+            if self.blocks < 1 and self.blocks not in (BLOCKS_AUTO, BLOCKS_FIT):
                 raise UserError("--blocks must be at least 1, or auto")
-            if (self.block is not None and self.blocks != BLOCKS_AUTO
+            if (self.block is not None and self.blocks not in (BLOCKS_AUTO, BLOCKS_FIT)
                     and not 0 <= self.block < self.blocks):
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
             if self.trial_samples < 1:
@@ -174,8 +178,10 @@ def parse_bp_layers(text: str) -> int:
     return _count_or_auto(text, "--bp-layers", "layers", BP_AUTO)
 
 
-def parse_blocks(text: str) -> int:
-    """'--blocks N|auto' -> N or BLOCKS_AUTO."""
+def parse_blocks(text: str | None) -> int:
+    """'--blocks N|auto' -> N or BLOCKS_AUTO; not given -> BLOCKS_FIT."""
+    if text is None:
+        return BLOCKS_FIT
     return _count_or_auto(text, "--blocks", "blocks", BLOCKS_AUTO)
 
 

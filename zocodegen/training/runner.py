@@ -16,7 +16,7 @@ from ..files import file_sha256, write_atomic
 from ..frontends import load_model
 from .metrics import MetricsLog, MetricsRow, plot_curves
 from . import checkpoint, simulator
-from .config import BLOCKS_AUTO, BP_AUTO, TrainConfig
+from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from .data import Dataset, load_dataset
 from .guard import GuardState, guard_schedule, validation_count
 from .plan import TrainingPlan, loss_head, training_plans
@@ -183,14 +183,16 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = steps_for(config, epochs, len(data.x))
-    if config.bp_layers == BP_AUTO or config.blocks == BLOCKS_AUTO:  # as the F746 build picks
+    if config.bp_layers == BP_AUTO or config.blocks in (BLOCKS_AUTO, BLOCKS_FIT):
+        # as the F746 build picks
         chosen = resolve_auto(graph, BuildOptions("native", DEFAULT_TARGET, config)).train
         if config.bp_layers == BP_AUTO:
             print(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
                   f"back-propagation (as `build --target {DEFAULT_TARGET}` picks)")
-        if config.blocks == BLOCKS_AUTO and config.mode == "sparse":
-            print(f"--blocks auto: {chosen.blocks} block(s) (as `build --target {DEFAULT_TARGET}` "
-                  "picks)")
+        if config.mode == "sparse" and (config.blocks == BLOCKS_AUTO
+                                        or chosen.blocks != DEFAULT_BLOCKS):
+            print(f"--blocks {'auto' if config.blocks == BLOCKS_AUTO else '(default)'}: "
+                  f"{chosen.blocks} block(s) (as `build --target {DEFAULT_TARGET}` picks)")
         config = chosen
     plans = training_plans(graph, config)
     sha = file_sha256(Path(model_path))
