@@ -62,12 +62,15 @@ CASES = [
     TrainConfig(steps=6, queries=3, lr_auto=True, guard=True, guard_every=2, guard_samples=20),
     # eta far too large: validation falls, the guard rolls back and halves eta
     TrainConfig(steps=6, queries=3, lr=3.0, guard=True, guard_every=1),
+    # a rollback, then a new best that undoes its halving (the bold-driver rule)
+    TrainConfig(steps=8, queries=2, lr=0.5, guard=True, guard_every=1),
 ]
 
 
 @pytest.mark.parametrize("engine, config", [
     pytest.param("native", CASES[0], id="lr-auto-guard-native"),
     pytest.param("native", CASES[1], id="rollback-native"),
+    pytest.param("native", CASES[2], id="rollback-then-best-native"),
     # QEMU: the rollback case (lr trials on QEMU: tests/test_training.py, per-sample NP)
     pytest.param("qemu", CASES[1], id="rollback-qemu", marks=ENGINES[1].marks)])
 def test_guard_firmware_equals_simulator(config, engine, digits_image, tmp_path):
@@ -82,6 +85,8 @@ def test_guard_firmware_equals_simulator(config, engine, digits_image, tmp_path)
     assert [d for d in decisions if d != "none"] == events
     if config.lr == 3.0:
         assert "rollback" in events, "the case meant to roll back did not"
+    if config.lr == 0.5:
+        assert "best" in events[events.index("rollback"):], events
     if config.lr_auto:
         assert sum(e.kind == p.EventKind.LR_TRIAL for e in device_events) == 3
 
@@ -90,11 +95,13 @@ def test_score_rules():
     best = Score(50, 1000)
     assert Score(51, 5000).better_than(best) and Score(50, 999).better_than(best)
     assert not Score(50, 1000).better_than(best)
-    margin = fall_margin(64)
-    assert margin == 4
-    assert Score(50 - margin - 1, 1000).falls_below(best, 64)
-    assert not Score(50 - margin, 1000).falls_below(best, 64)
-    assert Score(50, 1126).falls_below(best, 64) and not Score(50, 1125).falls_below(best, 64)
+    margin = fall_margin(50, 64)
+    assert margin == 9  # isqrt(8 * 50 * 14 / 64) = isqrt(87)
+    assert fall_margin(41, 101) == 13 and fall_margin(1, 101) == 2
+    assert Score(50 - margin - 1, 1001).falls_below(best, 64)
+    assert not Score(50 - margin - 1, 1000).falls_below(best, 64)  # the loss did not rise
+    assert not Score(50 - margin, 1200).falls_below(best, 64)
+    assert Score(50, 1251).falls_below(best, 64) and not Score(50, 1250).falls_below(best, 64)
 
 
 def test_simulate_guard_is_never_worse_on_validation(digits_image, tmp_path):

@@ -230,7 +230,9 @@ def cmd_pack(args: argparse.Namespace) -> None:
         raise UserError(f"--checkpoint-kb must be >= 0, got {args.checkpoint_kb}")
     packed = pack(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
                   checkpoint_bytes=None if args.checkpoint_kb is None
-                  else args.checkpoint_kb * 1024, val_fraction=args.val_fraction)
+                  else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
+                  labels=args.labels, normalize=args.normalize, resize=args.resize,
+                  preprocess=args.preprocess)
     layout = packed.layout
     counts = ", ".join(f"{layout.count(s):,} {s}" for s in IMAGE_SPLITS if layout.count(s))
     order = ("the order of the data" if args.shuffle is None
@@ -241,6 +243,10 @@ def cmd_pack(args: argparse.Namespace) -> None:
     area = layout.checkpoint_sectors * SECTOR_BYTES
     print(f"{layout.image_sectors:,} sectors, {layout.image_bytes:,} B; checkpoint area "
           f"{layout.checkpoint_sectors:,} sectors ({area:,} B) from LBA {layout.checkpoint_lba:,}")
+    if layout.class_names:
+        print(f"classes: {', '.join(f'{k} {n}' for k, n in enumerate(layout.class_names))}")
+    if layout.preprocess:
+        print(f"inputs made by: {layout.preprocess}")
     if args.model is not None:
         quant = ("input quantization unknown" if layout.input_scale is None else
                  f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}")

@@ -12,6 +12,7 @@ from . import __version__
 from .errors import UserError
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
+from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
 from .training.config import (ESTIMATORS, TrainConfig, parse_blocks, parse_bp_layers,
@@ -143,9 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start anew in a RUN that holds a run, deleting its files")
     p.set_defaults(handler="simulate")
 
-    p = sub.add_parser("pack", help="write DATA.npz as the data image the device trains from "
-                                    "(SD-card-style, docs/image.md)")
-    p.add_argument("data", type=Path, metavar="DATA.npz")
+    p = sub.add_parser("pack", help="write DATA.npz or a folder of files as the data image "
+                                    "the device trains from (SD-card-style, docs/image.md)")
+    p.add_argument("data", type=Path, metavar="DATA.npz|FOLDER",
+                   help="arrays already in the model's input quantization, or a folder: "
+                        "FOLDER/<class>/<file>, FOLDER/{train,val,test}/<class>/<file>, or "
+                        "any files named by --labels (docs/your-model.md)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="IMAGE")
     p.add_argument("--model", type=Path, metavar="MODEL",
                    help="check the data against MODEL, record its sha256 and input "
@@ -160,6 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without x_val in DATA.npz: set aside this share of each class's "
                         "train records as the val split, chosen with a fixed seed as "
                         f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
+    g = p.add_argument_group("a folder of files (with --model)")
+    g.add_argument("--labels", type=Path, metavar="FILE",
+                   help="a CSV (file,label rows) or JSON ({\"file\": label}) naming the files "
+                        "under FOLDER; a label is a class index or name")
+    g.add_argument("--normalize", choices=("auto", *NORMALIZE), default="auto",
+                   help="the float range the model was trained on, from 8-bit pixels: 0..1, "
+                        "-1..1 (written --normalize=-1..1), 0..255, or imagenet mean/std; auto "
+                        "(default): the one nearest the range the model's input quantization "
+                        "covers")
+    g.add_argument("--resize", choices=RESIZE_MODES, default="crop",
+                   help="crop (default): the centre region of the model's aspect ratio, then "
+                        "resized; stretch: resized as it is")
+    g.add_argument("--preprocess", metavar="MODULE:FUNCTION",
+                   help="make each file's float input with your function (path -> array of "
+                        "the model's input shape), e.g. audio features; also file.py:function")
     p.set_defaults(handler="pack")
 
     p = sub.add_parser("train", help="train on a device (a board, or firmware the host "

@@ -5,7 +5,9 @@ on the host over the serial link or semihosting, or a real SD card written with 
 The image is self-describing:
 
 * sector 0: the header (magic, version, CRC-32, input shape/dtype/quantization, label
-  count, record layout, the train/val/test split table, the checkpoint area, model hash);
+  count, record layout, the train/val/test split table, the checkpoint area, model hash;
+  for the host only, the class names and how the inputs were made, which the device never
+  reads);
 * then the records of the train, val and test splits, in that order, one record per
   ``sectors_per_record`` sectors: the input bytes (raw, little endian), then the label as an
   int32 little endian, then the record's own CRC-32 (so a reader of a single record, the
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, Iterator, Mapping
 
@@ -72,7 +74,11 @@ OFF_CHECKPOINT_LBA = 128
 OFF_CHECKPOINT_SECTORS = 132
 OFF_RECORD_CRC_OFFSET = 136
 OFF_MODEL_SHA256 = 144
-HEADER_USED_BYTES = 176              # bytes 176..511 are reserved (zero)
+HEADER_USED_BYTES = 176              # the fixed fields; the host-only text follows
+CLASS_NAMES_OFFSET = 176                # UTF-8 class names, one per line, NUL-padded
+CLASS_NAMES_BYTES = 304
+PREPROCESS_OFFSET = 480                 # UTF-8: how `pack` made the inputs, NUL-padded
+PREPROCESS_BYTES = 32
 
 # magic, version, crc, sector_bytes, flags, image_sectors, rank, dims[4], dtype, input_bytes,
 # label_offset, record_bytes, sectors_per_record, num_classes, scale, zero_point,
@@ -107,6 +113,8 @@ class ImageLayout:
     split_crc32: Mapping[str, int] = field(default_factory=dict)
     model_sha256: bytes = bytes(32)
     version: int = FORMAT_VERSION
+    class_names: tuple[str, ...] = ()  # label order; () when unknown or too long to keep
+    preprocess: str = ""  # e.g. "0..1 crop" or "hook mfcc:features"
 
     # ---- derived sizes ------------------------------------------------------------
     @property
@@ -164,6 +172,10 @@ class ImageLayout:
             self.checkpoint_lba, self.checkpoint_sectors, self.record_crc_offset, 0,
             bytes(self.model_sha256))
         sector = bytearray(packed + bytes(SECTOR_BYTES - len(packed)))
+        names = "\n".join(self.class_names).encode()
+        sector[CLASS_NAMES_OFFSET:CLASS_NAMES_OFFSET + len(names)] = names
+        text = self.preprocess.encode()
+        sector[PREPROCESS_OFFSET:PREPROCESS_OFFSET + len(text)] = text
         struct.pack_into("<I", sector, OFF_HEADER_CRC, header_crc32(sector))
         return bytes(sector)
 
@@ -220,7 +232,12 @@ class ImageLayout:
                      image_sectors=image_sectors,
                      input_scale=float(scale) if flags & FLAG_QUANTIZATION else None,
                      input_zero_point=int(zp) if flags & FLAG_QUANTIZATION else None,
-                     split_crc32=crcs, model_sha256=sha, version=version)
+                     split_crc32=crcs, model_sha256=sha, version=version,
+                     class_names=tuple(_header_text(sector, CLASS_NAMES_OFFSET,
+                                                    CLASS_NAMES_BYTES, source).split("\n")),
+                     preprocess=_header_text(sector, PREPROCESS_OFFSET, PREPROCESS_BYTES, source))
+        if layout.class_names == ("",):
+            layout = replace(layout, class_names=())
         if input_bytes != layout.input_bytes:
             raise bad(f"input_bytes {input_bytes}, the shape and dtype give "
                       f"{layout.input_bytes}")
@@ -237,6 +254,23 @@ class ImageLayout:
                 raise bad(f"{name} (sectors {first}..{first + length - 1}) lies outside "
                           f"the image's {image_sectors} sectors")
         return layout
+
+
+def _header_text(sector: bytes, offset: int, size: int, source: str) -> str:
+    raw = sector[offset:offset + size].rstrip(b"\0")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise DataError(f"{source}: inconsistent header: the text at byte {offset} is not "
+                        "UTF-8") from None
+
+
+def fitting_class_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names if they fit the header (one per line, no line breaks inside), else ()."""
+    text = "\n".join(names).encode()
+    if len(text) > CLASS_NAMES_BYTES or any("\n" in n or "\0" in n for n in names):
+        return ()
+    return names
 
 
 def checkpoint_slot_bytes(checkpoint_bytes: int) -> int:
@@ -324,7 +358,8 @@ def _records(x: np.ndarray, y: np.ndarray, spr: int) -> np.ndarray:
 def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
                num_classes: int | None = None, input_scale: float | None = None,
                input_zero_point: int | None = None, checkpoint_bytes: int = 0,
-               model_sha256: bytes | str = b"") -> ImageLayout:
+               model_sha256: bytes | str = b"", class_names: tuple[str, ...] = (),
+               preprocess: str = "") -> ImageLayout:
     """Write the data image ``path`` and return its layout.
 
     ``x`` (N, *input shape) int8/uint8/float32 and ``y`` (N,) integer labels are the train
@@ -333,8 +368,9 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     ``input_zero_point`` (both or neither) record the model input's quantization.
     ``checkpoint_bytes`` reserves a zero-filled checkpoint area of that many bytes rounded up
     to whole sectors. ``model_sha256`` (32 bytes or 64 hex digits) names the model the data
-    is for; zeros when unknown. Bad data raises :class:`DataError` before anything is
-    written; an unwritable ``path`` raises :class:`UserError`. The image is written beside
+    is for; zeros when unknown. ``class_names`` (kept when they fit the header's 304 bytes)
+    and ``preprocess`` (at most 32 bytes) are for the host's reports. Bad data raises
+    :class:`DataError` before anything is written; an unwritable ``path`` raises :class:`UserError`. The image is written beside
     ``path`` and renamed into place when complete (``files.atomic_writer``).
     """
     if num_classes is not None and not 1 <= int(num_classes) <= 0x7FFFFFFF:
@@ -408,7 +444,9 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
                              checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
                              image_sectors=image_sectors, input_scale=input_scale,
                              input_zero_point=input_zero_point, split_crc32=crcs,
-                             model_sha256=sha)
+                             model_sha256=sha, class_names=fitting_class_names(class_names),
+                             preprocess=preprocess.encode()[:PREPROCESS_BYTES].decode(
+                                 errors="ignore"))
         f.seek(0)
         f.write(layout.header_sector())
     return layout

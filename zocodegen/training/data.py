@@ -21,6 +21,7 @@ from ..formats.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_sl
 from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
+from .folders import InputSpec, read_folder
 from .plan import loss_head, training_plan
 
 SPLITS = (("x", "y"), ("x_val", "y_val"), ("x_test", "y_test"))
@@ -181,8 +182,11 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
 
 def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
          shuffle: int | None = None, checkpoint_bytes: int | None = None,
-         val_fraction: float = DEFAULT_VAL_FRACTION) -> Packed:
-    """DATA.npz -> the data image the device trains from (docs/image.md).
+         val_fraction: float = DEFAULT_VAL_FRACTION, labels: Path | None = None,
+         normalize: str = "auto", resize: str = "crop", preprocess: str | None = None,
+         progress: bool = True) -> Packed:
+    """DATA.npz, or a folder of files (``folders.read_folder``: images, or anything through
+    the ``preprocess`` hook), -> the data image the device trains from (docs/image.md).
 
     With ``model_path`` the data is checked as :func:`load_dataset` checks it, and the header
     records the model's sha256 (the checkpoint's), input quantization and class count; the
@@ -195,9 +199,27 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     """
     source = str(data_path)
     check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path)])
+    folder = Path(data_path).is_dir()
     if is_image(data_path):
-        raise DataError(f"{source} is already a data image; pack reads DATA.npz")
-    arrays = _read_npz(data_path)
+        raise DataError(f"{source} is already a data image; pack reads DATA.npz or a folder")
+    if folder and model_path is None:
+        raise DataError(f"packing the folder {source} needs --model: the model says the "
+                        "input's shape, colour and quantization")
+    if not folder and (labels is not None or preprocess is not None
+                       or normalize != "auto" or resize != "crop"):
+        raise DataError("--labels, --preprocess, --normalize and --resize read a folder of "
+                        f"files; {source} is not a folder")
+    described: dict = {}
+    if folder:
+        graph = load_model(model_path)
+        logits, _ = loss_head(graph)
+        read = read_folder(Path(data_path), InputSpec.of(graph),
+                           graph.tensor(logits).shape[-1], labels, normalize, resize,
+                           preprocess, progress)
+        arrays = read.arrays
+        described = dict(class_names=read.class_names, preprocess=read.preprocess)
+    else:
+        arrays = _read_npz(data_path)
     names = {k for pair in SPLITS for k in pair}
     ignored = tuple(sorted(k for k in arrays if k not in names))
     header: dict = {}
@@ -231,7 +253,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     x, y = found.pop("x"), found.pop("y")
     try:
         layout = pack_image(image_path, x, y, **found, checkpoint_bytes=checkpoint_bytes,
-                            **header)
+                            **header, **described)
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
     return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need)

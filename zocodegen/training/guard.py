@@ -4,6 +4,11 @@ the validation split, keeps the best parameters it has seen, rolls back and halv
 validation falls, and starts by choosing eta from short trials. The run's result is the best
 validated model, so training never ends worse (on validation) than it started.
 
+At scale the validation split is small (101 records in docs/scale.md) and a run at a good eta
+wanders by several records between checks, so a fall must stand out of that noise, and a
+rollback's halving is undone by the next new best (the "bold driver" rule): one excursion
+costs the steps since the best, not the rest of the run's eta (docs/scale.md, "The guard").
+
 Every decision is made on integers (correct predictions, a sum of Q16 losses), so the
 simulator and the firmware (``templates/train/zo_guard.c``) decide identically.
 """
@@ -70,17 +75,19 @@ class Score:
                                                 and self.loss < other.loss)
 
     def falls_below(self, best: "Score", records: int) -> bool:
-        """A fall, not noise: more than fall_margin(V) fewer correct, or a loss sum 1/8 above
-        the best's."""
-        return (self.correct + fall_margin(records) < best.correct
-                or self.loss > best.loss + best.loss // 8)
+        """A fall, not noise: more than fall_margin fewer correct with a higher loss sum, or
+        a loss sum a quarter above the best's (a diverging run does both)."""
+        return ((self.correct + fall_margin(best.correct, records) < best.correct
+                 and self.loss > best.loss)
+                or self.loss > best.loss + best.loss // 4)
 
 
-def fall_margin(records: int) -> int:
-    """max(2, isqrt(V) / 2) records: about one binomial standard deviation of a count of V
-    at 50 %, so a check a few borderline records below the best is not called a fall (each
-    rollback halves eta)."""
-    return max(2, math.isqrt(records) // 2)
+def fall_margin(best_correct: int, records: int) -> int:
+    """Two standard deviations of the difference of two independent counts of V records at
+    the best's accuracy p = c / V: 2 sqrt(2 V p (1 - p)) = isqrt(8 c (V - c) / V), at least
+    2 (13 records of 101 at 40 %). The best is the maximum of many noisy checks, so a
+    margin of one deviation called falls that were only noise."""
+    return max(2, math.isqrt(8 * best_correct * (records - best_correct) // records))
 
 
 @dataclass(frozen=True)

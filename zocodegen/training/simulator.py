@@ -235,8 +235,9 @@ class Guard:
             return params, None, ""
         score = validation_score(graph, plan, params, self.x_val, self.y_val)
         event = ""
-        if score.better_than(self.state.best):
-            self.state = replace(self.state, best_step=done, best=score)
+        if score.better_than(self.state.best):  # and undo one halving (bold driver)
+            self.state = replace(self.state, best_step=done, best=score,
+                                 halvings=max(0, self.state.halvings - 1))
             self.best_params, event = params, "best"
         elif score.falls_below(self.state.best, len(self.y_val)):
             self.state = replace(self.state, halvings=self.state.halvings + 1,

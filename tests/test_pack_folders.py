@@ -1,0 +1,181 @@
+"""`pack FOLDER` (issue 36): image folders and any files through a hook, in the model's input
+quantization. The expected records are computed here from first principles (Pillow's crop
+and resize, the preset's formula, TFLite's round-half-away-from-zero), not with the packer's
+own functions; every bad input is one line, exit 2, and no image."""
+from __future__ import annotations
+
+import json
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.formats.image import read_image
+
+RGB_MODEL = FIXTURES / "scale_model.tflite"  # 64x64x3 int8, scale 1/255, zero point -128
+GREY_MODEL = FIXTURES / "digits_cnn.tflite"  # 8x8x1 int8, the same quantization
+SCALE, ZERO_POINT = np.float32(1 / 255), -128
+
+
+def _quantize(values: np.ndarray) -> np.ndarray:
+    """TFLite's float -> int8: round half away from zero of x / scale (float32), + zp."""
+    scaled = (values.astype(np.float32) / SCALE).astype(np.float64)
+    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
+    return np.clip(rounded + ZERO_POINT, -128, 127).astype(np.int8)
+
+
+def _expected_pixels(path: Path, size: int, mode: str) -> np.ndarray:
+    """Centre crop to a square, bilinear resize, 0..255 floats."""
+    with Image.open(path) as im:
+        im = im.convert(mode)
+        w, h = im.size
+        side = min(w, h)
+        im = im.crop(((w - side) // 2, (h - side) // 2, (w - side) // 2 + side,
+                      (h - side) // 2 + side))
+        im = im.resize((size, size), Image.Resampling.BILINEAR)
+        return np.asarray(im, np.float32).reshape(size, size, -1)
+
+
+def _image_folder(root: Path, classes=("cat", "dog"), per_class=5, seed=0) -> list[Path]:
+    """Class subfolders of PNG and JPEG files of several sizes, colour and greyscale."""
+    rng = np.random.default_rng(seed)
+    files = []
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for k in range(per_class):
+            shape = (30 + 7 * k, 41 + 3 * k, 3)
+            pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+            image = Image.fromarray(pixels) if k % 3 else Image.fromarray(pixels[..., 0], "L")
+            path = root / c / f"{k}.{'png' if k % 2 else 'jpg'}"
+            image.save(path)
+            files.append(path)
+    return files
+
+
+@pytest.mark.parametrize("model, size, mode", [(RGB_MODEL, 64, "RGB"), (GREY_MODEL, 8, "L")])
+def test_class_folders_pack_to_the_models_own_preprocessing(model, size, mode, tmp_path,
+                                                            capsys):
+    files = _image_folder(tmp_path / "data")
+    out = tmp_path / "d.img"
+    assert main(["pack", str(tmp_path / "data"), "-o", str(out), "--model", str(model),
+                 "--val-fraction", "0"]) == 0
+    assert "classes: 0 cat, 1 dog" in capsys.readouterr().out
+    layout, arrays = read_image(out)
+    assert layout.class_names == ("cat", "dog") and layout.preprocess == "0..1 crop"
+    expected = np.stack([_quantize(_expected_pixels(f, size, mode) / np.float32(255))
+                         for f in files])
+    np.testing.assert_array_equal(arrays["x"], expected)
+    np.testing.assert_array_equal(arrays["y"], [0] * 5 + [1] * 5)
+
+
+def test_presets_and_split_folders(tmp_path):
+    """train/val/test subfolders become the splits; --normalize -1..1 is p / 127.5 - 1."""
+    for split in ("train", "val", "test"):
+        _image_folder(tmp_path / "data" / split, per_class=2, seed=len(split))
+    out = tmp_path / "d.img"
+    assert main(["pack", str(tmp_path / "data"), "-o", str(out), "--model", str(GREY_MODEL),
+                 "--normalize=-1..1", "--resize", "stretch"]) == 0
+    layout, arrays = read_image(out)
+    assert [layout.count(s) for s in ("train", "val", "test")] == [4, 4, 4]
+    first = sorted((tmp_path / "data" / "test" / "cat").iterdir())[0]
+    with Image.open(first) as im:
+        pixels = np.asarray(im.convert("L").resize((8, 8), Image.Resampling.BILINEAR),
+                            np.float32)
+    np.testing.assert_array_equal(arrays["x_test"][0, ..., 0],
+                                  _quantize(pixels / np.float32(127.5) - np.float32(1)))
+    assert layout.preprocess == "-1..1 stretch"
+
+
+@pytest.mark.parametrize("kind", ["csv", "json"])
+def test_labels_file_by_name_or_index(kind, tmp_path):
+    files = _image_folder(tmp_path / "data", per_class=3)
+    rows = [(str(f.relative_to(tmp_path / "data")), f.parent.name) for f in files]
+    labels = tmp_path / f"labels.{kind}"
+    if kind == "csv":
+        labels.write_text("file,label\n" + "".join(f"{f},{c}\n" for f, c in rows))
+    else:
+        labels.write_text(json.dumps({f: 1 if c == "cat" else 0 for f, c in rows}))
+    out = tmp_path / "d.img"
+    assert main(["pack", str(tmp_path / "data"), "-o", str(out), "--model", str(GREY_MODEL),
+                 "--labels", str(labels), "--val-fraction", "0"]) == 0
+    layout, arrays = read_image(out)
+    expected = [0] * 3 + [1] * 3 if kind == "csv" else [1] * 3 + [0] * 3
+    np.testing.assert_array_equal(arrays["y"], expected)
+
+
+HOOK = '''
+import wave
+import numpy as np
+
+def features(path):
+    """A toy front end: 64 frame log-energies of a 16-bit mono WAV, as 8x8x1."""
+    with wave.open(str(path)) as w:
+        samples = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32)
+    frames = samples[: 64 * (len(samples) // 64)].reshape(64, -1)
+    return (np.log1p((frames ** 2).mean(axis=1)) / 20.0).reshape(8, 8, 1)
+'''
+
+
+def test_wav_folder_through_a_hook(tmp_path, monkeypatch):
+    """Any modality: the hook maps a file to the model's float input, pack quantizes it."""
+    rng = np.random.default_rng(3)
+    for c in ("no", "yes"):
+        (tmp_path / "wav" / c).mkdir(parents=True)
+        for k in range(3):
+            with wave.open(str(tmp_path / "wav" / c / f"{k}.wav"), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(16000)
+                w.writeframes(rng.normal(0, 3000 * (k + 1), 16000).astype(np.int16).tobytes())
+    (tmp_path / "kws_front.py").write_text(HOOK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "d.img"
+    assert main(["pack", str(tmp_path / "wav"), "-o", str(out), "--model", str(GREY_MODEL),
+                 "--preprocess", "kws_front:features", "--val-fraction", "0"]) == 0
+    layout, arrays = read_image(out)
+    namespace: dict = {}
+    exec(HOOK, namespace)
+    files = sorted((tmp_path / "wav").rglob("*.wav"))
+    expected = np.stack([_quantize(namespace["features"](f)) for f in files])
+    np.testing.assert_array_equal(arrays["x"], expected)
+    assert layout.preprocess == "hook kws_front:features"
+
+
+def _bad_cases(root: Path) -> dict[str, tuple[list[str], str]]:
+    return {
+        "unreadable file": (["readme"], "not a readable image"),
+        "empty class": (["empty"], "is empty"),
+        "label outside the model": (["eleven"], "the model has 10 outputs"),
+        "wrong shape from a hook": (["--preprocess", f"{root}/hook.py:flat"],
+                                    "the model takes [8, 8, 1]"),
+        "hook that raises": (["--preprocess", f"{root}/hook.py:boom"], "ValueError: no"),
+        "no model": (["--no-model"], "needs --model"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_cases(Path("."))))
+def test_bad_folders_are_one_line_and_write_nothing(case, tmp_path, capsys):
+    data = tmp_path / "data"
+    _image_folder(data, per_class=2)
+    (tmp_path / "hook.py").write_text("import numpy as np\ndef flat(p):\n    return "
+                                      "np.zeros(64)\ndef boom(p):\n    raise ValueError('no')\n")
+    extra, message = _bad_cases(tmp_path)[case]
+    if extra == ["readme"]:
+        (data / "cat" / "readme.txt").write_text("not an image")
+    elif extra == ["empty"]:
+        (data / "bird").mkdir()
+    elif extra == ["eleven"]:
+        for k in range(11):
+            (data / f"class{k:02d}").mkdir()
+            (data / f"class{k:02d}" / "1.png").write_bytes((data / "cat" / "1.png").read_bytes())
+    model = [] if extra == ["--no-model"] else ["--model", str(GREY_MODEL)]
+    options = [] if extra[0] in ("readme", "empty", "eleven", "--no-model") else extra
+    out = tmp_path / "d.img"
+    assert main(["pack", str(data), "-o", str(out), *model, *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hook.py"]

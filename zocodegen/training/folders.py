@@ -1,0 +1,298 @@
+"""A folder of the user's files -> the arrays of DATA.npz, in the model's input quantization
+(``zocodegen pack FOLDER``, docs/your-model.md).
+
+Every user otherwise writes this preprocessing by hand and gets it subtly wrong: the wrong
+channel order, the wrong float range, numpy's round-half-even instead of TFLite's
+half-away-from-zero. Here the model says what it takes (shape, colour, dtype, scale and zero
+point) and one preset names the float range it was trained on.
+
+Layouts (labels are class indices; names are kept for the image header and reports):
+
+* ``FOLDER/<class>/<file>``: one subfolder per class, classes in sorted name order (as
+  Keras' ``image_dataset_from_directory``), or by number when every name is an integer;
+* ``FOLDER/{train,val,test}/<class>/<file>``: the same, per split;
+* ``--labels FILE``: a CSV (``file,label`` rows) or JSON (``{"file": label}``) naming the
+  files, relative to FOLDER; a label is a class index or a class name.
+
+Images are decoded with Pillow, converted to RGB or greyscale as the model's channels say,
+centre-cropped to the model's aspect ratio and resized (bilinear) to its height and width
+(``--resize stretch`` skips the crop). Any other modality goes through a hook,
+``--preprocess module:function`` (or ``file.py:function``): it maps a file's path to the
+float input the model was trained on, so e.g. a keyword-spotting model's own MFCC front end
+is reused, not re-implemented.
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import DataError
+from ..ir import Graph, Quantization
+from ..reference.quantize import quantize_float
+
+#: --normalize presets: 8-bit pixel values p (0..255) -> the float the model was trained on.
+MEAN_IMAGENET = np.array([0.485, 0.456, 0.406], np.float32)
+STD_IMAGENET = np.array([0.229, 0.224, 0.225], np.float32)
+NORMALIZE = {
+    "0..1": lambda p: p / np.float32(255),
+    "-1..1": lambda p: p / np.float32(127.5) - np.float32(1),
+    "0..255": lambda p: p,
+    "imagenet": lambda p: ((p / np.float32(255) - MEAN_IMAGENET[:p.shape[-1]].mean()
+                            if p.shape[-1] == 1 else p / np.float32(255) - MEAN_IMAGENET)
+                           / (STD_IMAGENET.mean() if p.shape[-1] == 1 else STD_IMAGENET)),
+}
+#: The float range of each preset over pixel values 0..255 (RGB), for --normalize auto.
+PRESET_RANGES = {name: (float(f(np.zeros((1, 3), np.float32)).min()),
+                        float(f(np.full((1, 3), 255, np.float32)).max()))
+                 for name, f in NORMALIZE.items()}
+RESIZE_MODES = ("crop", "stretch")
+SPLIT_FOLDERS = ("train", "val", "test")
+SPLIT_ARRAYS = {"train": ("x", "y"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
+
+Hook = Callable[[Path], np.ndarray]
+
+
+@dataclass(frozen=True)
+class FolderData:
+    """What :func:`read_folder` found: DATA.npz's arrays, the class names in label order,
+    and how the files were made into inputs (recorded in the image header)."""
+
+    arrays: dict[str, np.ndarray]
+    class_names: tuple[str, ...]
+    preprocess: str
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the model takes: one input's shape (without the batch), dtype and quantization."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    quant: Quantization | None
+
+    @classmethod
+    def of(cls, graph: Graph) -> "InputSpec":
+        tensor = graph.tensor(graph.inputs[0])
+        quant = tensor.quant
+        if np.dtype(tensor.dtype) == np.float32:  # the leading QUANTIZE's, for auto
+            reader = next((op for op in graph.ops if graph.inputs[0] in op.inputs), None)
+            if reader is not None and reader.type == "QUANTIZE":
+                quant = graph.tensor(reader.outputs[0]).quant
+        return cls(tuple(int(d) for d in tensor.shape[1:]), np.dtype(tensor.dtype).name, quant)
+
+
+def load_hook(spec: str) -> Hook:
+    """'module:function' or 'path/to/file.py:function' -> the function."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise DataError(f"--preprocess expects module:function or file.py:function, got "
+                        f"'{spec}'")
+    try:
+        if where.endswith(".py"):
+            found = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if found is None or not Path(where).is_file():
+                raise DataError(f"--preprocess: no file {where}")
+            module = importlib.util.module_from_spec(found)
+            found.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except DataError:
+        raise
+    except Exception as exc:  # the user's module: any failure is theirs to read, in a line
+        raise DataError(f"--preprocess: importing {where} failed: "
+                        f"{type(exc).__name__}: {exc}") from None
+    hook = getattr(module, name, None)
+    if not callable(hook):
+        raise DataError(f"--preprocess: {where} has no function {name}")
+    return hook
+
+
+def choose_normalize(spec: InputSpec, requested: str) -> str:
+    """The preset: as requested, or for auto the one whose float range is nearest the range
+    the model's input quantization covers (the range it was calibrated on)."""
+    if requested != "auto":
+        if requested not in NORMALIZE:
+            raise DataError(f"--normalize {requested}: choose one of auto, "
+                            f"{', '.join(NORMALIZE)}")
+        return requested
+    if spec.quant is None or spec.quant.per_channel:
+        raise DataError("--normalize auto needs the model's input quantization, which this "
+                        f"model does not have: choose one of {', '.join(NORMALIZE)}")
+    s, zp = spec.quant.scalar_scale, spec.quant.scalar_zero_point
+    lo, hi = (-128 - zp) * s, (127 - zp) * s
+    return min(PRESET_RANGES, key=lambda n: abs(PRESET_RANGES[n][0] - lo)
+               + abs(PRESET_RANGES[n][1] - hi))
+
+
+def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
+    """An image file -> float32 pixels (H, W, C) of 0..255 at the model's size and colour."""
+    from PIL import Image, UnidentifiedImageError
+
+    if len(spec.shape) != 3 or spec.shape[-1] not in (1, 3):
+        raise DataError(f"the model takes {list(spec.shape)}, not an image (H, W, 1 or 3): "
+                        "pass --preprocess module:function to make its input from a file")
+    height, width, channels = spec.shape
+    try:
+        with Image.open(path) as opened:
+            image = opened.convert("RGB" if channels == 3 else "L")
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable image ({type(exc).__name__}: {exc})"
+                        ) from None
+    if resize == "crop":  # the centre region of the model's aspect ratio
+        w, h = image.size
+        if w * height > h * width:
+            keep = round(h * width / height)
+            image = image.crop(((w - keep) // 2, 0, (w - keep) // 2 + keep, h))
+        else:
+            keep = round(w * height / width)
+            image = image.crop((0, (h - keep) // 2, w, (h - keep) // 2 + keep))
+    image = image.resize((width, height), Image.Resampling.BILINEAR)
+    return np.asarray(image, np.float32).reshape(height, width, channels)
+
+
+def to_input(values: np.ndarray, spec: InputSpec, what: str) -> np.ndarray:
+    """Float input -> the model's input dtype (TFLite's QUANTIZE rounding)."""
+    values = np.asarray(values, np.float32)
+    if values.shape != spec.shape and values.shape != (1, *spec.shape):
+        raise DataError(f"{what}: the input has shape {list(values.shape)}, the model takes "
+                        f"{list(spec.shape)}")
+    values = values.reshape(spec.shape)
+    if not np.isfinite(values).all():
+        raise DataError(f"{what}: the input has NaN or infinite values")
+    if spec.dtype == "float32":
+        return values
+    if spec.quant is None or spec.quant.per_channel:
+        raise DataError(f"the model's {spec.dtype} input has no per-tensor quantization to "
+                        "pack into")
+    if spec.dtype == "int8":
+        return quantize_float(values, spec.quant)
+    if spec.dtype == "uint8":  # the same rounding, the uint8 range
+        shifted = Quantization(spec.quant.scale, spec.quant.zero_point - 128)
+        return (quantize_float(values, shifted).astype(np.int16) + 128).astype(np.uint8)
+    raise DataError(f"the model's input dtype {spec.dtype} cannot be packed")
+
+
+def _class_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def _class_names(names: Sequence[str]) -> dict[str, int]:
+    """Folder name -> label: by number when every name is an integer, else sorted order."""
+    if all(n.isdigit() for n in names):
+        return {n: int(n) for n in names}
+    return {n: k for k, n in enumerate(sorted(names))}
+
+
+def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, str]]], list[str]]:
+    """split -> [(file, class name)] from class subfolders (optionally under split folders)."""
+    subfolders = _class_folders(root)
+    if not subfolders:
+        raise DataError(f"{root} has no class subfolders (FOLDER/<class>/<file>) and no "
+                        "--labels file")
+    split_roots = ({p.name: p for p in subfolders} if {p.name for p in subfolders}
+                   <= set(SPLIT_FOLDERS) else {"train": root})
+    if "train" not in split_roots:
+        raise DataError(f"{root} has {', '.join(sorted(split_roots))} but no train folder")
+    found: dict[str, list[tuple[Path, str]]] = {}
+    names: set[str] = set()
+    for split, base in split_roots.items():
+        classes = _class_folders(base)
+        if not classes:
+            raise DataError(f"{base} has no class subfolders")
+        found[split] = []
+        for folder in classes:
+            files = _files(folder)
+            if not files and split == "train":
+                raise DataError(f"class folder {folder} is empty")
+            found[split] += [(f, folder.name) for f in files]
+            names.add(folder.name)
+    return found, sorted(names)
+
+
+def _labelled_from_file(root: Path, labels: Path) -> tuple[dict[str, list[tuple[Path, str]]],
+                                                           list[str]]:
+    """{"train": [(file, label text)]} from a CSV or JSON labels file."""
+    try:
+        text = labels.read_text()
+        if labels.suffix.lower() == ".json":
+            rows = list(json.loads(text).items())
+        else:
+            rows = [tuple(r[:2]) for r in csv.reader(text.splitlines()) if r]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise DataError(f"--labels {labels}: not a readable CSV (file,label) or JSON "
+                        f"({{\"file\": label}}) ({type(exc).__name__}: {exc})") from None
+    if rows and rows[0][0].strip().lower() in ("file", "filename", "path"):
+        rows = rows[1:]  # a header row
+    if not rows:
+        raise DataError(f"--labels {labels} names no files")
+    pairs = []
+    for row in rows:
+        if len(row) != 2:
+            raise DataError(f"--labels {labels}: the row {list(row)} is not file,label")
+        name, label = str(row[0]).strip(), str(row[1]).strip()
+        if not (root / name).is_file():
+            raise DataError(f"--labels {labels}: no file {root / name}")
+        pairs.append((root / name, label))
+    return {"train": pairs}, sorted({label for _, label in pairs})
+
+
+def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | None = None,
+                normalize: str = "auto", resize: str = "crop", hook: str | None = None,
+                progress: bool = True) -> FolderData:
+    """Every file under ``root`` made into the model's input; DataError (one line) on the
+    first file, class or label that cannot be used."""
+    if resize not in RESIZE_MODES:
+        raise DataError(f"--resize {resize}: choose one of {', '.join(RESIZE_MODES)}")
+    found, names = (_labelled_from_file(root, labels) if labels is not None
+                    else _labelled_from_folders(root))
+    index = _class_names(names)
+    out_of_range = sorted((n for n, k in index.items() if k >= num_classes), key=index.get)
+    if out_of_range:
+        raise DataError(f"class '{out_of_range[0]}' would be label {index[out_of_range[0]]}, "
+                        f"but the model has {num_classes} outputs (labels 0..{num_classes - 1})")
+    if hook is not None:
+        make = load_hook(hook)
+        preprocess = f"hook {hook}"
+    else:
+        preset = choose_normalize(spec, normalize)
+        preprocess = f"{preset} {resize}"
+
+        def make(path: Path) -> np.ndarray:
+            return NORMALIZE[preset](decode_image(path, spec, resize))
+    arrays: dict[str, np.ndarray] = {}
+    total = sum(len(v) for v in found.values())
+    with tqdm(total=total, desc="pack", unit="file", disable=None if progress else True,
+              leave=False) as bar:
+        for split, pairs in found.items():
+            if not pairs:
+                continue
+            x = np.empty((len(pairs), *spec.shape), np.dtype(spec.dtype))
+            for k, (path, name) in enumerate(pairs):
+                try:
+                    values = make(path)
+                except DataError:
+                    raise
+                except Exception as exc:  # the hook is the user's code
+                    raise DataError(f"{path}: --preprocess {hook} failed: "
+                                    f"{type(exc).__name__}: {exc}") from None
+                x[k] = to_input(values, spec, str(path))
+                bar.update()
+            xk, yk = SPLIT_ARRAYS[split]
+            arrays[xk], arrays[yk] = x, np.array([index[n] for _, n in pairs], np.int64)
+    ordered = [""] * (max(index.values()) + 1)
+    for name, k in index.items():
+        ordered[k] = name
+    return FolderData(arrays, tuple(ordered), preprocess)
