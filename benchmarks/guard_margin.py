@@ -4,7 +4,8 @@ test of training/guard.py replaced, for evidence before any default changes.
     .venv/bin/python benchmarks/guard_margin.py --sigmas 2 -- MODEL --data D.npz -o RUN ...
     .venv/bin/python benchmarks/guard_margin.py --never -- MODEL --data D.npz -o RUN ...
 
-``--sigmas K`` makes the count margin K times the default's; ``--never`` rolls nothing back,
+``--sigmas K`` makes the count margin K standard deviations of a difference of two counts
+(the default is 2); ``--never`` rolls nothing back,
 so the run follows the trajectory of an unguarded run while the guard still measures it (and
 still ends on the best validated parameters). Every check (step, correct, loss sum, records)
 is written to RUN/guard_trace.jsonl, so other fall rules can be judged offline on it: a rule
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -43,7 +43,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     rule = parser.add_mutually_exclusive_group(required=True)
     rule.add_argument("--sigmas", type=float,
-                      help="the count margin in binomial standard deviations at 50 %%")
+                      help="the count margin in standard deviations (default rule: 2)")
     rule.add_argument("--never", action="store_true", help="never roll back")
     parser.add_argument("simulate", nargs=argparse.REMAINDER,
                         help="-- then the arguments of `zocodegen simulate`")
@@ -52,7 +52,9 @@ def main() -> int:
     if args.never:
         guard.Score.falls_below = lambda self, best, records: False
     else:
-        guard.fall_margin = lambda records: max(2, round(args.sigmas * math.isqrt(records) / 2))
+        default = guard.fall_margin
+        guard.fall_margin = lambda best, records: max(2, round(args.sigmas / 2
+                                                               * default(best, records)))
     out = Path(rest[rest.index("-o") + 1]) / "guard_trace.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)

@@ -113,7 +113,7 @@ def layer_cycles(session, sample, count: int) -> tuple[int, list[int]] | None:
 
 def build(path: Path, cflags: str = "") -> tuple[Path, str]:
     """The QEMU ELF and the board whose budget it holds."""
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     for board in BOARDS:
         try:
             return cached_build(path, "qemu", emulate=board, extra_cflags=cflags), board

@@ -56,7 +56,7 @@ REPLAY = CATEGORIES.index("gradient + update")
 def sizes(model: Path, options: dict, queries: int) -> tuple[int, int]:
     """SRAM (.data + .bss + arena + stack) and flash (vectors + text + rodata + data) of the
     profiling firmware the step ran on."""
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     from zocodegen.frontends import load_model
     from zocodegen.training.config import TrainConfig
     config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **options)

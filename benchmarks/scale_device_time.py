@@ -104,7 +104,7 @@ def link_seconds_per_record(model: Path) -> float:
 def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
     """One inference of ``model`` on ``board``: the median instructions over ``images``
     (int8, the model's input) under QEMU -icount, at the board's clock."""
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     from zocodegen.host.engines import run_samples
     from zocodegen.frontends import load_model
     graph = load_model(model)

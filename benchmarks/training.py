@@ -104,7 +104,7 @@ def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Pa
     """One training step's instructions under QEMU -icount with the target's budget;
     ``options``: more TrainConfig fields (e.g. bp_layers=1, estimator="int8")."""
     import numpy as np
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     from zocodegen.frontends import load_model
     from zocodegen.host.devices import Firmware
     from zocodegen.formats.image import pack_image

@@ -46,7 +46,7 @@ def profile_step(model: Path, tmp: Path, options: dict | None = None,
     """The step's instructions, per category, and how many WP / NP layers it trained;
     ``options``: more TrainConfig fields (e.g. perturbation="pool:4095")."""
     import numpy as np
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     from zocodegen.host.engines import FirmwareSession
     from zocodegen.frontends import load_model
     from zocodegen.formats.image import pack_image

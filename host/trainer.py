@@ -95,7 +95,7 @@ def open_device(port: str | None = None, native: Path | None = None,
     """The device of `--port URL`, `--native PROJECT`, `--qemu PROJECT` or `--emulated
     PROJECT` (a board project, its firmware on the emulated board), built with make when
     needed."""
-    from zocodegen.build import make
+    from zocodegen.projects import make
     if port:
         return Device(port)
     where = {"native": native, "qemu": qemu, "emulated": emulated}

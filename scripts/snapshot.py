@@ -53,7 +53,7 @@ def _models(names: list[str], shared: bool) -> list[Path]:
 
 
 def _render(model: Path, target: str, train) -> dict[str, str]:
-    from zocodegen.build import _render as render
+    from zocodegen.projects import _render as render
     from zocodegen.codegen.project import BuildOptions
     from zocodegen.errors import UserError
     emulate = "stm32f746" if target in ("native", "qemu") else target

@@ -29,7 +29,7 @@ for _path in (str(HERE), str(ROOT)):
         sys.path.insert(0, _path)
 
 from link_proxy import FaultRates, FaultyProxy  # noqa: E402
-from zocodegen.build import cached_build  # noqa: E402
+from zocodegen.projects import cached_build  # noqa: E402
 from zocodegen.cli import main as cli  # noqa: E402
 from zocodegen.formats import link as p  # noqa: E402
 from zocodegen.formats.image import pack_image  # noqa: E402

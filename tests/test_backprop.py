@@ -17,7 +17,7 @@ from conftest import softmax_driver as build_softmax_driver
 from test_training import (NEEDS_ARM, _data, _firmware_checkpoint, _image, _resolve,
                            _simulated, _simulated_with_guard)
 from test_training_math import random_logits
-from zocodegen.build import cached_build, generate
+from zocodegen.projects import cached_build, generate
 from zocodegen.cli import main
 from zocodegen.codegen.project import BuildOptions
 from zocodegen.host.engines import FirmwareSession

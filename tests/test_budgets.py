@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES, needs_arm, needs_qemu
 from test_build import TRAINING_ITEMS, _make, _reported, _sections
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image

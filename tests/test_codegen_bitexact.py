@@ -10,7 +10,7 @@ import pytest
 
 from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, SHARED_TFLITE, random_inputs,
                       reference_interpreter, resolve)
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.host.engines import run_samples
 from zocodegen.frontends import load_model
 from zocodegen.reference.executor import run

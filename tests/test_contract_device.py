@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from zocodegen.build import ARTEFACTS
+from zocodegen.projects import ARTEFACTS
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
 from zocodegen.formats.image import pack_image

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FIXTURES, random_inputs, reference_interpreter, resolve
 from test_training import NEEDS_ARM, _data, _image, _simulated
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.codegen.host_inputs import host_side_inputs
 from zocodegen.codegen.project import BuildOptions, device_graph
 from zocodegen.frontends import load_model

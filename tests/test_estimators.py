@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_training import _check_against_simulator
-from zocodegen.build import generate
+from zocodegen.projects import generate
 from zocodegen.codegen.project import BuildOptions
 from zocodegen.errors import UserError
 from zocodegen.training.config import TrainConfig

@@ -1,4 +1,4 @@
-"""``zocodegen.export.export_model``: trained weights and biases written back into a copy of the
+"""``zocodegen.model_export.export_model``: trained weights and biases written back into a copy of the
 .tflite / .onnx file they came from.
 
 Round trips: every CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED weight and bias is perturbed
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FIXTURES, random_inputs, reference_interpreter, resolve
 from zocodegen.errors import UserError
-from zocodegen.export import export_model
+from zocodegen.model_export import export_model
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.ops.table import TRAINABLE_OP_TYPES

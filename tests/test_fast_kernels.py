@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from conftest import random_inputs, shared_model
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.codegen.layers.conv import conv_kernel, folded_bias
 from zocodegen.host.engines import run_samples
 from zocodegen.frontends import load_model

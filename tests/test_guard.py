@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.datasets import digits_npz
 from zocodegen.host.engines import FirmwareSession

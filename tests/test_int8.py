@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES
 from test_training import (NEEDS_ARM, _check_against_simulator, _data, _firmware_checkpoint,
                            _image, _simulated, _simulated_with_guard)
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES
 from link_proxy import FaultRates, FaultyProxy
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.frontends import load_model
 from zocodegen.host.devices import Firmware

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, needs_qemu, shared_model
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model

@@ -179,3 +179,18 @@ def test_bad_folders_are_one_line_and_write_nothing(case, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hook.py"]
+
+
+def test_channels_first_float_model(tmp_path):
+    """An ONNX model from PyTorch: (3, H, W) float32 input, then its QuantizeLinear. The
+    preset comes from that quantizer's range (-1..1 here) and records are float32 NCHW."""
+    model = FIXTURES / "onnx_qdq_int8.onnx"
+    files = _image_folder(tmp_path / "data", per_class=2)
+    out = tmp_path / "d.img"
+    assert main(["pack", str(tmp_path / "data"), "-o", str(out), "--model", str(model),
+                 "--val-fraction", "0"]) == 0
+    layout, arrays = read_image(out)
+    assert layout.dtype == "float32" and layout.preprocess == "-1..1 crop"
+    expected = np.stack([(_expected_pixels(f, 16, "RGB") / np.float32(127.5)
+                          - np.float32(1)).transpose(2, 0, 1) for f in files])
+    np.testing.assert_array_equal(arrays["x"], expected)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLITE,
                       needs_qemu, random_inputs, reference_interpreter, resolve, shared_model)
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.codegen.project import (BuildOptions, device_graph, plan_project,
                                        resolve_input_quantize)

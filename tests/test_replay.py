@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from test_training import NEEDS_ARM, _data, _image, _resolve
-from zocodegen.build import cached_build
+from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.host.engines import FirmwareSession
 from zocodegen.errors import DataError, UserError

@@ -170,7 +170,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
 
 def test_training_before_selection_is_refused(tmp_path, image, capsys):
     """A host that skips B gets the firmware's own status, named."""
-    from zocodegen.build import cached_build
+    from zocodegen.projects import cached_build
     from zocodegen.host.devices import Firmware
     from zocodegen.formats.link import Command, train
     from zocodegen.formats.status import code

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, shared_model
-from zocodegen.build import cached_build, generate, make
+from zocodegen.projects import cached_build, generate, make
 from zocodegen.cli import main
 from zocodegen.codegen.project import BuildOptions
 from zocodegen.formats import status

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from zocodegen.build import cached_build, generate
+from zocodegen.projects import cached_build, generate
 from zocodegen.codegen.project import BuildOptions
 from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model

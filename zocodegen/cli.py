@@ -15,47 +15,43 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from . import api
 from .errors import DataError, UserError, check_finite
 from .files import atomic_writer, check_output
 from .codegen.project import BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
 from .frontends import load_model
 from .ir import Graph
-from .build import cached_build, generate
-from .cli_options import build_parser, set_train_options, train_config
+from .projects import cached_build
+from .cli_options import build_parser, train_config
 from .host.engines import run_samples
 from .flash import flash_project
 from .host.devices import open_port
 from .host.monitor import monitor
-from .host.trainer import Device, Trainer, open_device
+from .host.trainer import open_device
 from .reference.executor import run
-from .summary import format_summary, summarize
-from .target import TARGET_NAMES, load_target
+from .summary import format_summary
+from .target import TARGET_NAMES
 from .training import checkpoint
-from .training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS
-from .training.data import pack
-from .training.estimators import REGISTRY
+from .training.config import DEFAULT_BLOCKS
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
-from .training.export import export_checkpoint
 from .training.replay import replay_build
-from .training.runner import simulate
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    graph = load_model(args.model)
-    summary = summarize(graph)
+    found = api.run_inspect(args)
     budget = None
-    if args.target:
-        t = load_target(args.target)
+    if found.target:
+        t = found.target
         budget = {"target": t.name, "sram_budget_bytes": t.sram_budget_bytes,
                   "flash_bytes": t.flash_bytes}
     if args.json:
-        data = summary.as_dict()
+        data = found.summary.as_dict()
         if budget:
             data["target"] = budget
         print(json.dumps(data, indent=2))
     else:
-        print(format_summary(summary, budget))
+        print(format_summary(found.summary, budget))
 
 
 def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
@@ -158,24 +154,9 @@ def cmd_infer(args: argparse.Namespace) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> None:
-    out = args.output or Path(f"{args.model.stem}_{args.target}")
-    train = None
-    ignored = set_train_options(args)
-    if args.train == "none" and ignored:
-        raise UserError(f"{', '.join(ignored)} set training options, but --train none builds "
-                        "inference only: add --train full or --train sparse")
-    if args.train != "none":
-        if args.epochs is not None:
-            raise UserError("build needs --steps T: the firmware is generated before it sees "
-                            "the data, so it cannot count epochs")
-        if not REGISTRY[args.estimator].firmware:
-            raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
-                            f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
-        train = train_config(args, args.train)
-    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
-                                             train=train, patches=args.patches,
-                                             input_quantize=args.input_quantize,
-                                             recompute=args.recompute), out)
+    result = api.run_build(args)
+    out, plan = result.project, result.plan
+    train = plan.options.train if plan.training is not None else None
     placement = plan.placement
     if args.input_quantize == "auto" and plan.options.input_quantize == "host":
         print(f"--input-quantize auto: host (the float32 input does not fit the "
@@ -189,15 +170,15 @@ def cmd_build(args: argparse.Namespace) -> None:
     if plan.training is not None:
         items = {i.name: i.bytes for i in plan.training.ram_items()}
         print("training: " + ", ".join(f"{k} {v:,} B" for k, v in items.items()))
-        if train.bp_layers == BP_AUTO:
+        if args.bp_layers == "auto":
             chosen = sum(1 for layer in plan.training.layers
                          if layer.mode == "ZO_TRAIN_BP" and layer.defines)
             print(f"--bp-layers auto: the last {chosen} trainable layer(s) by back-propagation "
                   f"(the largest C that fits the {plan.board.name} budget)")
-        if train.mode == "sparse" and train.blocks == BLOCKS_AUTO:
+        if train.mode == "sparse" and args.blocks == "auto":
             print(f"--blocks auto: {plan.training.blocks} block(s) (the fewest that fit the "
                   f"{plan.board.name} budget)")
-        elif (train.mode == "sparse" and train.blocks == BLOCKS_FIT
+        elif (train.mode == "sparse" and args.blocks is None
               and plan.training.blocks != DEFAULT_BLOCKS):
             print(f"--blocks: {plan.training.blocks} block(s), the fewest that fit the "
                   f"{plan.board.name} budget ({DEFAULT_BLOCKS} do not; --blocks N sets them)")
@@ -207,11 +188,8 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
+    result = api.run_simulate(args)
     config = train_config(args, args.mode)
-    if args.resume and args.force:
-        raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
-    result = simulate(args.model, args.data, args.output, config, epochs=args.epochs,
-                      eval_every=args.eval_every, resume=args.resume, force=args.force)
     acc = ""
     if result.accuracy_before is not None and result.accuracy_after is not None:
         acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "
@@ -226,17 +204,11 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
 
 def cmd_pack(args: argparse.Namespace) -> None:
-    if args.checkpoint_kb is not None and args.checkpoint_kb < 0:
-        raise UserError(f"--checkpoint-kb must be >= 0, got {args.checkpoint_kb}")
-    packed = pack(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
-                  checkpoint_bytes=None if args.checkpoint_kb is None
-                  else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
-                  labels=args.labels, normalize=args.normalize, resize=args.resize,
-                  preprocess=args.preprocess)
+    packed = api.run_pack(args)
     layout = packed.layout
     counts = ", ".join(f"{layout.count(s):,} {s}" for s in IMAGE_SPLITS if layout.count(s))
-    order = ("the order of the data" if args.shuffle is None
-             else f"shuffled order (seed {args.shuffle})")
+    order = ("the order of the data" if packed.shuffled is None
+             else f"shuffled order (seed {packed.shuffled})")
     print(f"{args.output}: {counts} records of {layout.sectors_per_record} sector(s) "
           f"({list(layout.input_shape)} {layout.dtype}, {layout.num_classes} classes); train "
           f"in {order}")
@@ -262,21 +234,8 @@ def cmd_pack(args: argparse.Namespace) -> None:
               "only save a smaller (sparse) one there", file=sys.stderr)
 
 
-def _device(args: argparse.Namespace) -> Device:
-    return open_device(args.port, args.native, args.qemu, args.emulated)
-
-
 def cmd_train(args: argparse.Namespace) -> None:
-    for name in ("steps", "checkpoint_every"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if not args.image.is_file():
-        raise UserError(f"image not found: {args.image}")
-    trainer = Trainer(_device(args), args.image, args.output, steps=args.steps,
-                      checkpoint_every=args.checkpoint_every, timeout=args.timeout,
-                      force=args.force)
-    summary = trainer.run()
+    summary = api.run_train(args)
     acc = ""
     if summary.accuracy_after is not None:
         before = ("" if summary.accuracy_before is None
@@ -300,11 +259,9 @@ def cmd_monitor(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    check_output(args.output, [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)])
-    graph = load_model(args.model)
-    written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
-    print(f"{args.output}: {written} trained tensors written (step "
-          f"{checkpoint.load(args.checkpoint).step})", file=sys.stderr)
+    result = api.run_export(args)
+    print(f"{result.model}: {result.tensors} trained tensors written (step {result.step})",
+          file=sys.stderr)
 
 
 def cmd_replay(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "quantization, and size the checkpoint area for its full training")
     p.add_argument("--shuffle", type=_SEED, metavar="SEED",
                    help="permute the train split with numpy's default_rng(SEED) (default: "
-                        "the order of DATA.npz; val/test always keep theirs)")
+                        "the order of DATA.npz; a folder's, grouped by class, with seed 0; "
+                        "val/test always keep theirs)")
     p.add_argument("--checkpoint-kb", type=_integer(0), metavar="K",
                    help="checkpoint area of K KiB (default: full training of MODEL, without "
                         f"--model {DEFAULT_CHECKPOINT_BYTES // 1024} KiB)")
@@ -353,7 +354,8 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                         "0.03 scored on the validation split pick it")
     g.add_argument("--no-guard", action="store_true",
                    help="no training guard (default on: validation checks keep the best "
-                        "parameters, roll back and halve eta when validation falls)")
+                        "parameters; when two checks in a row fall below the best beyond "
+                        "noise, roll back and halve eta until the next best)")
     g.add_argument("--guard-every", type=_integer(0), default=0, metavar="K",
                    help="steps between the guard's checks (default: about 2%% of the run's "
                         "forward passes)")

@@ -353,6 +353,27 @@ def digits_npz(path: str | Path, model_input_quant: Any, seed: int = 0) -> dict[
     return _write_npz(path, model_input_quant, load_digits_split(seed))
 
 
+def digits_folder(root: str | Path, seed: int = 0, upscale: int = 1) -> dict[str, int]:
+    """The experiment's corrupted adapt and test images as a folder of PNG files, the way a
+    user's camera data arrives (docs/your-model.md): ``root/{train,test}/<digit>/<k>.png``,
+    8-bit greyscale (pixel * 255 / 16), each pixel repeated ``upscale`` times per axis.
+    Returns the file count per split."""
+    from PIL import Image
+
+    split = load_digits_split(seed)
+    counts = {}
+    for name, key in (("train", "adapt"), ("test", "test")):
+        images, labels = split[f"x_{key}"], split[f"y_{key}"]
+        for k, (image, label) in enumerate(zip(images, labels)):
+            folder = Path(root) / name / str(int(label))
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = np.rint(image * (255.0 / PIXEL_MAX)).astype(np.uint8)
+            pixels = pixels.repeat(upscale, axis=0).repeat(upscale, axis=1)
+            Image.fromarray(pixels, "L").save(folder / f"{k:04d}.png")
+        counts[name] = len(labels)
+    return counts
+
+
 def family_npz(path: str | Path, model_input_quant: Any, family: str, severity: int,
                seed: int = 0) -> dict[str, np.ndarray]:
     """:func:`digits_npz` for one grid cell: the adapt and test splits under corruption
@@ -361,7 +382,8 @@ def family_npz(path: str | Path, model_input_quant: Any, family: str, severity: 
 
 
 __all__ = ["FAMILIES", "FAMILY_PARAMS", "PIXEL_MAX", "SEVERITIES", "corrupt", "corrupt_family",
-           "dct_matrix", "digits_npz", "family_npz", "family_param", "fog", "gaussian_blur",
+           "dct_matrix", "digits_folder", "digits_npz", "family_npz", "family_param", "fog",
+           "gaussian_blur",
            "gaussian_noise", "jpeg_like", "load_digits_split", "load_family_split",
            "quantize_images", "rotate", "smooth_field", "stratified_split", "to_unit"]
 

@@ -44,6 +44,7 @@ static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint3
     zo_put_u32(h + 80, (uint32_t)(uint64_t)s->best_loss);
     zo_put_u32(h + 84, (uint32_t)((uint64_t)s->best_loss >> 32));
     zo_put_u32(h + 88, s->rollbacks);
+    zo_put_u32(h + 92, s->falling);
 }
 
 static void table_entry(const zo_train_layer *L, uint8_t *e)
@@ -105,8 +106,11 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
         return ZO_TRAIN_ERR_IO;
     }
     header_bytes(m, s, zo_get_u32(h + 48), expect);
-    /* the run's seed and the guard state are the checkpoint's own, not enforced */
-    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || zo_get_u32(h + 92) != 0u) {
+    /* the run's seed and the guard state are the checkpoint's own, not enforced, except
+     * that a pending fall count below the build's rollback count */
+    const uint32_t falls = m->guard != NULL && m->guard->guard ? m->guard->falls_to_roll_back
+                                                               : 1u;
+    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || zo_get_u32(h + 92) >= falls) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
@@ -195,5 +199,6 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
     s->best_correct = zo_get_u32(h + 76);
     s->best_loss = (int64_t)((uint64_t)zo_get_u32(h + 80) | ((uint64_t)zo_get_u32(h + 84) << 32));
     s->rollbacks = zo_get_u32(h + 88);
+    s->falling = zo_get_u32(h + 92);
     return ZO_TRAIN_OK;
 }

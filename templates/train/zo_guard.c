@@ -76,12 +76,16 @@ static uint32_t isqrt(uint32_t v)
     return r;
 }
 
-/* More than max(2, isqrt(V) / 2) fewer correct, or a loss sum 1/8 above the best's. */
+/* A fall, not noise (training/guard.py): more than max(2, isqrt(8 c (V - c) / V)) fewer
+ * correct than the best's c with a higher loss sum (two standard deviations of a difference
+ * of two counts), or a loss sum a quarter above the best's. */
 static int falls(const score *a, const zo_train_state *s, uint32_t records)
 {
-    const uint32_t half = isqrt(records) / 2u;
-    const uint32_t margin = half > 2u ? half : 2u;
-    return a->correct + margin < s->best_correct || a->loss > s->best_loss + s->best_loss / 8;
+    const uint64_t c = s->best_correct;
+    const uint32_t spread = isqrt((uint32_t)(8u * c * (records - c) / records));
+    const uint32_t margin = spread > 2u ? spread : 2u;
+    return (a->correct + margin < s->best_correct && a->loss > s->best_loss)
+           || a->loss > s->best_loss + s->best_loss / 4;
 }
 
 /* The best slot's parameters into the SRAM copies; the run's state stays as it is. */
@@ -217,12 +221,19 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         return rc;
     }
     if (better(&sc, s)) {
+        s->halvings -= s->halvings > 0u ? 1u : 0u; /* a new best undoes a halving */
+        s->falling = 0u;
         s->best_step = done;
         s->best_correct = sc.correct;
         s->best_loss = sc.loss;
         rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
         decision = ZO_DECISION_BEST;
-    } else if (falls(&sc, s, records)) {
+    } else if (!falls(&sc, s, records)) {
+        s->falling = 0u;
+    } else if (s->falling + 1u < g->falls_to_roll_back) { /* wait for the next check */
+        ++s->falling;
+    } else {
+        s->falling = 0u;
         ++s->halvings;
         ++s->rollbacks;
         rc = restore_best(m, s, img);

@@ -156,6 +156,7 @@ typedef struct {
     uint32_t every;           /* K: a check after every K steps and after the last */
     uint32_t samples;         /* at most this many validation records per check */
     uint32_t min_samples;     /* fewer validation records than this: ZO_TRAIN_ERR_VAL */
+    uint32_t falls_to_roll_back; /* checks in a row below the best before a rollback */
     uint32_t trial_steps;     /* steps of each lr trial */
     uint32_t candidate_count;
     const float *candidates;  /* smallest first */
@@ -212,6 +213,7 @@ typedef struct {
     uint32_t best_correct;
     int64_t best_loss;       /* sum of Q16 validation losses */
     uint32_t rollbacks;
+    uint32_t falling;        /* checks in a row that fell below the best (a rollback: 2) */
     zo_sample_reader read_sample;
     void *sample_context;
     uint32_t sample_count;

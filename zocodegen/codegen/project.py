@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import UserError
 from ..formats import link, status
 from ..ir import Graph

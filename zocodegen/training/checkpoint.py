@@ -16,7 +16,8 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
     76  4  their correct validation predictions
     80  8  their validation loss, sum of Q16 losses (int64)
     88  4  rollbacks so far
-    92  4  reserved (0)
+    92  4  guard checks in a row that fell below the best (a rollback needs two; 0 in
+           checkpoints written before the rule, which then read as none pending)
     96 12L per layer: op index, weight count, bias count (u32 each)
     ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases
     end 4  CRC-32 (zlib.crc32 / IEEE 802.3) of every byte before it
@@ -61,6 +62,7 @@ class Checkpoint:
     best_correct: int = 0
     best_loss: int = 0
     rollbacks: int = 0
+    falling: int = 0
 
 
 def _pad4(n: int) -> int:
@@ -85,7 +87,8 @@ def encode(ckpt: Checkpoint) -> bytes:
     total = HEADER.size + len(table) + len(data) + 4
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, ckpt.model_sha256, ckpt.step,
                        len(ckpt.layers), total, ckpt.seed, ckpt.lr, ckpt.halvings,
-                       ckpt.best_step, ckpt.best_correct, ckpt.best_loss, ckpt.rollbacks, 0)
+                       ckpt.best_step, ckpt.best_correct, ckpt.best_loss, ckpt.rollbacks,
+                       ckpt.falling)
     body = head + table + bytes(data)
     return body + struct.pack("<I", zlib.crc32(body))
 
@@ -94,7 +97,7 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
     if len(blob) < HEADER.size + 4:
         raise DataError(f"{source}: {len(blob)} bytes is too short for a checkpoint")
     (magic, version, header, sha, step, count, total, seed, lr, halvings, best_step,
-     best_correct, best_loss, rollbacks, _) = HEADER.unpack_from(blob)
+     best_correct, best_loss, rollbacks, falling) = HEADER.unpack_from(blob)
     if magic != MAGIC:
         raise DataError(f"{source}: not a zocodegen checkpoint (magic {magic!r})")
     if version != VERSION or header != HEADER.size:
@@ -118,7 +121,7 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
     if pos != total - 4:
         raise DataError(f"{source}: layer table does not match the file size")
     return Checkpoint(sha, step, seed, tuple(layers), lr, halvings, best_step, best_correct,
-                      best_loss, rollbacks)
+                      best_loss, rollbacks, falling)
 
 
 def parameters_sha256(blob: bytes) -> str:

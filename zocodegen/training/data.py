@@ -33,6 +33,8 @@ DEFAULT_CHECKPOINT_BYTES = 4 << 20
 DEFAULT_VAL_FRACTION = 0.1
 #: The fixed seed of that choice: the same DATA.npz always gives the same split.
 VALIDATION_SEED = 0
+#: A folder's train records are shuffled with this seed unless --shuffle says otherwise.
+FOLDER_SHUFFLE_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Packed:
     ignored: tuple[str, ...]  # arrays of DATA.npz that belong to no split
     val_derived: bool  # the val split was set aside from x (DATA.npz has no x_val)
     full_training_bytes: int | None  # checkpoint of the model's full training (with a model)
+    shuffled: int | None = None  # the seed the train split was permuted with
 
 
 def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
@@ -194,7 +197,9 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     :data:`DEFAULT_CHECKPOINT_BYTES`; ``checkpoint_bytes`` overrides both. Without ``x_val``,
     :func:`with_validation` sets ``val_fraction`` of the train records aside as the val split.
     ``shuffle`` then permutes the train split with ``numpy.random.default_rng(shuffle)``; by
-    default the device trains in the order of DATA.npz. Nothing is written when anything is
+    default the device trains in the order of DATA.npz, and a folder's records (grouped by
+    class, which would train a run on one class at a time) are shuffled with seed 0. Nothing
+    is written when anything is
     wrong.
     """
     source = str(data_path)
@@ -242,6 +247,8 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
             header.update(input_scale=quant.scalar_scale,
                           input_zero_point=quant.scalar_zero_point)
     found = with_validation(found, val_fraction)
+    if shuffle is None and folder:
+        shuffle = FOLDER_SHUFFLE_SEED
     if shuffle is not None:
         if shuffle < 0:
             raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
@@ -256,4 +263,5 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
                             **header, **described)
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
-    return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need)
+    return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need,
+                  shuffle)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..export import export_model
+from ..model_export import export_model
 from ..files import file_sha256
 from ..ir import Graph
 from ..ops.table import TRAINABLE_OP_TYPES

@@ -41,13 +41,21 @@ from ..reference.quantize import quantize_float
 #: --normalize presets: 8-bit pixel values p (0..255) -> the float the model was trained on.
 MEAN_IMAGENET = np.array([0.485, 0.456, 0.406], np.float32)
 STD_IMAGENET = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def _imagenet(p: np.ndarray) -> np.ndarray:
+    """(p / 255 - mean) / std per channel (H, W, C); greyscale uses the channels' means."""
+    rgb = p.shape[-1] == 3
+    mean = MEAN_IMAGENET if rgb else MEAN_IMAGENET.mean(dtype=np.float32)
+    std = STD_IMAGENET if rgb else STD_IMAGENET.mean(dtype=np.float32)
+    return (p / np.float32(255) - mean) / std
+
+
 NORMALIZE = {
     "0..1": lambda p: p / np.float32(255),
     "-1..1": lambda p: p / np.float32(127.5) - np.float32(1),
     "0..255": lambda p: p,
-    "imagenet": lambda p: ((p / np.float32(255) - MEAN_IMAGENET[:p.shape[-1]].mean()
-                            if p.shape[-1] == 1 else p / np.float32(255) - MEAN_IMAGENET)
-                           / (STD_IMAGENET.mean() if p.shape[-1] == 1 else STD_IMAGENET)),
+    "imagenet": _imagenet,
 }
 #: The float range of each preset over pixel values 0..255 (RGB), for --normalize auto.
 PRESET_RANGES = {name: (float(f(np.zeros((1, 3), np.float32)).min()),
@@ -81,11 +89,14 @@ class InputSpec:
     @classmethod
     def of(cls, graph: Graph) -> "InputSpec":
         tensor = graph.tensor(graph.inputs[0])
-        quant = tensor.quant
-        if np.dtype(tensor.dtype) == np.float32:  # the leading QUANTIZE's, for auto
-            reader = next((op for op in graph.ops if graph.inputs[0] in op.inputs), None)
-            if reader is not None and reader.type == "QUANTIZE":
-                quant = graph.tensor(reader.outputs[0]).quant
+        quant, name = tensor.quant, graph.inputs[0]
+        while np.dtype(tensor.dtype) == np.float32 and quant is None:
+            # the leading QUANTIZE's (past layout ops, e.g. an ONNX model's NCHW transpose)
+            reader = next((op for op in graph.ops if name in op.inputs), None)
+            if reader is None or reader.type not in ("QUANTIZE", "TRANSPOSE", "RESHAPE"):
+                break
+            name = reader.outputs[0]
+            quant = graph.tensor(name).quant if reader.type == "QUANTIZE" else None
         return cls(tuple(int(d) for d in tensor.shape[1:]), np.dtype(tensor.dtype).name, quant)
 
 
@@ -132,14 +143,23 @@ def choose_normalize(spec: InputSpec, requested: str) -> str:
                + abs(PRESET_RANGES[n][1] - hi))
 
 
+def channels_first(shape: tuple[int, ...]) -> bool:
+    """(C, H, W) with C of 1 or 3, as ONNX models from PyTorch take their images."""
+    return len(shape) == 3 and shape[0] in (1, 3) and shape[-1] not in (1, 3)
+
+
 def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
-    """An image file -> float32 pixels (H, W, C) of 0..255 at the model's size and colour."""
+    """An image file -> float32 pixels (H, W, C) of 0..255 at the model's size and colour
+    (for a channels-first model too: :func:`image_input` lays them out)."""
     from PIL import Image, UnidentifiedImageError
 
-    if len(spec.shape) != 3 or spec.shape[-1] not in (1, 3):
-        raise DataError(f"the model takes {list(spec.shape)}, not an image (H, W, 1 or 3): "
-                        "pass --preprocess module:function to make its input from a file")
-    height, width, channels = spec.shape
+    shape = ((*spec.shape[1:], spec.shape[0]) if channels_first(spec.shape)
+             else spec.shape)
+    if len(shape) != 3 or shape[-1] not in (1, 3):
+        raise DataError(f"the model takes {list(spec.shape)}, not an image (H, W, 1 or 3, "
+                        "or 1 or 3, H, W): pass --preprocess module:function to make its "
+                        "input from a file")
+    height, width, channels = shape
     try:
         with Image.open(path) as opened:
             image = opened.convert("RGB" if channels == 3 else "L")
@@ -156,6 +176,12 @@ def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
             image = image.crop((0, (h - keep) // 2, w, (h - keep) // 2 + keep))
     image = image.resize((width, height), Image.Resampling.BILINEAR)
     return np.asarray(image, np.float32).reshape(height, width, channels)
+
+
+def image_input(path: Path, spec: InputSpec, resize: str, preset: str) -> np.ndarray:
+    """An image file -> the model's float input: decoded, normalised, laid out."""
+    values = NORMALIZE[preset](decode_image(path, spec, resize))
+    return values.transpose(2, 0, 1) if channels_first(spec.shape) else values
 
 
 def to_input(values: np.ndarray, spec: InputSpec, what: str) -> np.ndarray:
@@ -271,7 +297,7 @@ def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | No
         preprocess = f"{preset} {resize}"
 
         def make(path: Path) -> np.ndarray:
-            return NORMALIZE[preset](decode_image(path, spec, resize))
+            return image_input(path, spec, resize, preset)
     arrays: dict[str, np.ndarray] = {}
     total = sum(len(v) for v in found.values())
     with tqdm(total=total, desc="pack", unit="file", disable=None if progress else True,

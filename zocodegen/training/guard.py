@@ -6,8 +6,10 @@ validated model, so training never ends worse (on validation) than it started.
 
 At scale the validation split is small (101 records in docs/scale.md) and a run at a good eta
 wanders by several records between checks, so a fall must stand out of that noise, and a
-rollback's halving is undone by the next new best (the "bold driver" rule): one excursion
-costs the steps since the best, not the rest of the run's eta (docs/scale.md, "The guard").
+rollback needs a fall at two checks in a row (a run at a good eta comes back from a bad
+check by itself), and its halving is undone by the next new best (the "bold driver" rule):
+an excursion costs the steps since the best, not the rest of the run's eta (docs/scale.md,
+"The guard").
 
 Every decision is made on integers (correct predictions, a sum of Q16 losses), so the
 simulator and the firmware (``templates/train/zo_guard.c``) decide identically.
@@ -29,6 +31,8 @@ LR_CANDIDATES = (0.003, 0.01, 0.03)
 CHECK_SHARE, TRIAL_SHARE = 0.02, 0.02
 #: Fewer validation records than this cannot tell a fall from noise.
 MIN_VAL_RECORDS = 16
+#: Checks in a row that must fall below the best before the guard rolls back.
+FALLS_TO_ROLL_BACK = 2
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class GuardState:
     best_step: int = NO_BEST
     best: Score = Score(0, 0)
     rollbacks: int = 0
+    falling: int = 0  # checks in a row that fell below the best, since the last rollback
 
     @property
     def started(self) -> bool:

@@ -20,7 +20,7 @@ from ..ir import Graph
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
-from .guard import GuardSchedule, GuardState, Score, lr_scale
+from .guard import FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, lr_scale
 from .plan import TrainingPlan
 from .prng import step_seed
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
@@ -236,12 +236,16 @@ class Guard:
         score = validation_score(graph, plan, params, self.x_val, self.y_val)
         event = ""
         if score.better_than(self.state.best):  # and undo one halving (bold driver)
-            self.state = replace(self.state, best_step=done, best=score,
+            self.state = replace(self.state, best_step=done, best=score, falling=0,
                                  halvings=max(0, self.state.halvings - 1))
             self.best_params, event = params, "best"
-        elif score.falls_below(self.state.best, len(self.y_val)):
+        elif not score.falls_below(self.state.best, len(self.y_val)):
+            self.state = replace(self.state, falling=0)
+        elif self.state.falling + 1 < FALLS_TO_ROLL_BACK:  # wait for the next check
+            self.state = replace(self.state, falling=self.state.falling + 1)
+        else:
             self.state = replace(self.state, halvings=self.state.halvings + 1,
-                                 rollbacks=self.state.rollbacks + 1)
+                                 rollbacks=self.state.rollbacks + 1, falling=0)
             params, event = self.best_params, "rollback"
         if last and self.state.best_step != done and event != "rollback":
             params, event = self.best_params, "restore"
@@ -280,12 +284,12 @@ def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: b
         LayerParams(layer.op_index, params[layer.weights].reshape(-1),
                     params[layer.bias] if layer.bias else np.zeros(0, np.int32))
         for layer in plan.layers), state.lr, state.halvings, state.best_step,
-        state.best.correct, state.best.loss, state.rollbacks)
+        state.best.correct, state.best.loss, state.rollbacks, state.falling)
 
 
 def guard_state(ckpt: Checkpoint) -> GuardState:
     return GuardState(ckpt.lr, ckpt.halvings, ckpt.best_step,
-                      Score(ckpt.best_correct, ckpt.best_loss), ckpt.rollbacks)
+                      Score(ckpt.best_correct, ckpt.best_loss), ckpt.rollbacks, ckpt.falling)
 
 
 def from_checkpoint(graph: Graph, plan: TrainingPlan, ckpt: Checkpoint,

@@ -1,0 +1,86 @@
+"""The Python API (issue 36, docs/api.md): it runs the example end to end, takes exactly the
+command line's options with its defaults and checks, and docs/api.md lists them as
+`zocodegen COMMAND --help` does."""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zocodegen
+from zocodegen import api
+from zocodegen.cli_options import build_parser
+from zocodegen.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+FUNCTIONS = ("inspect", "build", "pack", "simulate", "train", "export")
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_the_example_runs_end_to_end_through_the_api(tmp_path):
+    """scripts/example_api.py: pack, build, train on the native firmware, simulate, export;
+    the device's checkpoint equals the simulator's byte for byte."""
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "example_api.py"),
+                             "--engine", "native", "--steps", "8", "--queries", "4",
+                             "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "device checkpoint == simulator checkpoint: True" in result.stdout
+    assert (tmp_path / "out" / "tuned.tflite").is_file()
+
+
+def test_every_function_takes_exactly_its_commands_options():
+    commands = _subcommands()
+    for name in FUNCTIONS:
+        assert callable(getattr(zocodegen, name)), name
+        dests = {a.dest for a in commands[name]._actions if a.dest != "help"}
+        with pytest.raises(TypeError) as unknown:
+            api.options(name, {}, {"no_such_option": 1})
+        listed = set(re.search(r"its options: (.*)", str(unknown.value)).group(1).split(", "))
+        assert listed == dests, name
+
+
+def test_defaults_and_checks_are_the_command_lines(tmp_path):
+    args = api.options("simulate", {"model": "m", "data": "d", "output": tmp_path}, {})
+    cli = build_parser().parse_args(["simulate", "m", "--data", "d", "-o", str(tmp_path)])
+    assert {k: v for k, v in vars(args).items() if k != "output"} == \
+        {k: v for k, v in vars(cli).items() if k not in ("output", "command")}
+    with pytest.raises(UserError, match="queries: must be at least 1, got 0"):
+        zocodegen.simulate("m", "d", tmp_path, queries=0)
+    with pytest.raises(UserError, match="mode: choose one of full, sparse"):
+        zocodegen.simulate("m", "d", tmp_path, mode="half")
+    with pytest.raises(TypeError, match="missing required option"):
+        zocodegen.build("m")
+    with pytest.raises(TypeError, match="exactly one of port, native, qemu, emulated"):
+        zocodegen.train("image", tmp_path)
+
+
+def test_results_are_objects(tmp_path):
+    model = REPO / "tests" / "fixtures" / "digits_cnn.tflite"
+    found = zocodegen.inspect(model, target="stm32f746")
+    assert found.target.name == "stm32f746" and found.summary.as_dict()["layers"]
+    built = zocodegen.build(model, target="native", output=tmp_path / "fw", train="full",
+                            steps=4, queries=2)
+    assert built.project == tmp_path / "fw" and built.plan.options.train.steps == 4
+    assert (built.project / "manifest.json").is_file()
+
+
+def test_the_api_documentation_lists_every_option():
+    """docs/api.md's option table is api.option_table() (regenerate it with
+    `python -m zocodegen.api`), so it names what `zocodegen COMMAND --help` names."""
+    doc = (REPO / "docs" / "api.md").read_text()
+    assert api.option_table() in doc
+    commands = _subcommands()
+    for name in FUNCTIONS:
+        for action in commands[name]._actions:
+            if action.dest != "help":
+                assert f"`{action.dest}`" in api.option_table(), (name, action.dest)

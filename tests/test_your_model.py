@@ -1,0 +1,58 @@
+"""docs/your-model.md end to end (issue 36): a folder of PNG files -> pack -> simulate ->
+build -> train on the device (native firmware) -> export, with the figures the walkthrough
+quotes. The folder route must give the model exactly the inputs the DATA.npz route does."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.datasets import digits_folder, digits_npz
+from zocodegen.formats.image import read_image
+from zocodegen.frontends import load_model
+
+MODEL = FIXTURES / "digits_cnn.tflite"
+
+#: firmware builds cached per module, away from the user's cache (conftest.py)
+pytestmark = pytest.mark.usefixtures("module_build_cache")
+
+
+def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
+    counts = digits_folder(tmp_path / "photos")
+    assert counts == {"train": 539, "test": 360}
+    image = tmp_path / "photos.img"
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(image), "--model",
+                 str(MODEL)]) == 0
+    printed = capsys.readouterr().out
+    assert "486 train, 53 val, 360 test records" in printed
+    assert "train in shuffled order (seed 0)" in printed and "inputs made by: 0..1 crop" \
+        in printed
+
+    # the test split equals the DATA.npz route's, record for record (same images, as PNG)
+    graph = load_model(MODEL)
+    npz = digits_npz(tmp_path / "d.npz", graph.tensor(graph.inputs[0]).quant)
+    _, arrays = read_image(image)
+    order = np.lexsort((np.arange(len(npz["y_test"])), npz["y_test"]))  # folder: by class
+    np.testing.assert_array_equal(arrays["y_test"], npz["y_test"][order])
+    np.testing.assert_array_equal(arrays["x_test"], npz["x_test"][order])
+
+    # the walkthrough's prediction: one epoch with the defaults
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(tmp_path / "sim"),
+                 "--epochs", "1"]) == 0
+    summary = capsys.readouterr().err
+    assert "test accuracy 66.4% -> 75.8%" in summary, summary
+
+    # the device: a short run on the native firmware, then export
+    project = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full", "--steps",
+                 "24", "--queries", "20", "-o", str(project)]) == 0
+    assert main(["train", "--native", str(project), "--image", str(image), "-o",
+                 str(tmp_path / "run")]) == 0
+    trained = capsys.readouterr().out
+    assert re.search(r"step 24, test accuracy 66\.4% -> \d+\.\d%", trained), trained
+    assert main(["export", str(MODEL), str(tmp_path / "run" / "checkpoint.bin"), "-o",
+                 str(tmp_path / "tuned.tflite")]) == 0
+    assert (tmp_path / "tuned.tflite").stat().st_size == MODEL.stat().st_size

@@ -1,0 +1,232 @@
+"""The Python API: the commands of the command line as functions that return results, for
+notebooks and scripts (docs/api.md). The command line is a thin layer over these.
+
+Options are the command line's, named as its long options with ``_`` for ``-``
+(``--lr`` -> ``lr``, ``--input-quantize`` -> ``input_quantize``). Their defaults, choices and
+checks are the command line's own: each call reads them from the same argparse definitions
+(``cli_options``), so the two cannot drift apart. Bad input raises
+:class:`zocodegen.errors.UserError` (or its subclass ``DataError``) with the one line the
+command would print.
+
+    import zocodegen
+    zocodegen.build("model.tflite", target="stm32f746", train="sparse", steps=500)
+    packed = zocodegen.pack("photos/", "data.img", model="model.tflite")
+    run = zocodegen.simulate("model.tflite", "data.img", "run", epochs=1)
+    print(run.accuracy_before, run.accuracy_after)
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cli_options import build_parser, set_train_options, train_config
+from .codegen.project import BuildOptions, ProjectPlan
+from .errors import UserError
+from .files import check_output
+from .frontends import load_model
+from .host.trainer import Trainer, TrainSummary, open_device
+from .projects import generate
+from .summary import ModelSummary, summarize
+from .target import Target, load_target
+from .training import checkpoint
+from .training.data import Packed
+from .training.data import pack as pack_data
+from .training.estimators import REGISTRY
+from .training.export import export_checkpoint
+from .training.runner import RunSummary
+from .training.runner import simulate as simulate_run
+
+PathLike = str | Path
+
+
+def options(command: str, positional: dict[str, Any], given: dict[str, Any]
+            ) -> argparse.Namespace:
+    """The namespace the command line would parse: its defaults, then ``given`` checked by
+    the option's own type and choices. Unknown names raise TypeError, as for any function."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = commands.choices[command]
+    actions = {a.dest: a for a in sub._actions if a.dest != "help"}
+    namespace = argparse.Namespace(**{d: a.default for d, a in actions.items()},
+                                   **sub._defaults)
+    for name, value in {**positional, **given}.items():
+        action = actions.get(name)
+        if action is None:
+            raise TypeError(f"{command}() got an unexpected option '{name}'; its options: "
+                            f"{', '.join(sorted(d for d in actions if d not in positional))}")
+        if value is not None and action.type is not None and not isinstance(value, bool):
+            try:
+                value = action.type(str(value))
+            except argparse.ArgumentTypeError as exc:
+                raise UserError(f"{name}: {exc}") from None
+        if value is not None and action.choices is not None and value not in action.choices:
+            raise UserError(f"{name}: choose one of {', '.join(map(str, action.choices))}, "
+                            f"got {value!r}")
+        setattr(namespace, name, value)
+    missing = [d for d, a in actions.items() if a.required and getattr(namespace, d) is None]
+    if missing:
+        raise TypeError(f"{command}() missing required option(s): {', '.join(missing)}")
+    for group in sub._mutually_exclusive_groups:
+        chosen = [a.dest for a in group._group_actions if getattr(namespace, a.dest)]
+        if len(chosen) > 1 or (group.required and not chosen):
+            raise TypeError(f"{command}() takes exactly one of "
+                            f"{', '.join(a.dest for a in group._group_actions)}")
+    return namespace
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """`inspect`: the per-layer summary, and the board when one was named."""
+
+    summary: ModelSummary
+    target: Target | None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """`build`: the generated project and its plan (memory, layer code, training tables;
+    ``plan.options`` has every auto choice resolved)."""
+
+    project: Path
+    plan: ProjectPlan
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """`export`: the model file written and how many trained tensors it took."""
+
+    model: Path
+    tensors: int
+    step: int
+
+
+def inspect(model: PathLike, **given: Any) -> Inspection:
+    """Per-layer shapes, quantization, parameters and MACs of a model."""
+    args = options("inspect", {"model": model}, given)
+    return run_inspect(args)
+
+
+def run_inspect(args: argparse.Namespace) -> Inspection:
+    return Inspection(summarize(load_model(args.model)),
+                      load_target(args.target) if args.target else None)
+
+
+def build(model: PathLike, **given: Any) -> BuildResult:
+    """Generate the firmware project of a model (``train="full"|"sparse"`` for training);
+    raises BudgetError naming what to try when it does not fit the board."""
+    args = options("build", {"model": model}, given)
+    return run_build(args)
+
+
+def run_build(args: argparse.Namespace) -> BuildResult:
+    out = args.output or Path(f"{Path(args.model).stem}_{args.target}")
+    train = None
+    ignored = set_train_options(args)
+    if args.train == "none" and ignored:
+        raise UserError(f"{', '.join(ignored)} set training options, but --train none builds "
+                        "inference only: add --train full or --train sparse")
+    if args.train != "none":
+        if args.epochs is not None:
+            raise UserError("build needs --steps T: the firmware is generated before it sees "
+                            "the data, so it cannot count epochs")
+        if not REGISTRY[args.estimator].firmware:
+            raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
+                            f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
+        train = train_config(args, args.train)
+    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
+                                             train=train, patches=args.patches,
+                                             input_quantize=args.input_quantize,
+                                             recompute=args.recompute), out)
+    return BuildResult(Path(out), plan)
+
+
+def pack(data: PathLike, output: PathLike, **given: Any) -> Packed:
+    """DATA.npz or a folder of files -> the data image the device trains from."""
+    args = options("pack", {"data": data, "output": output}, given)
+    return run_pack(args)
+
+
+def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
+    return pack_data(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
+                     checkpoint_bytes=None if args.checkpoint_kb is None
+                     else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
+                     labels=args.labels, normalize=args.normalize, resize=args.resize,
+                     preprocess=args.preprocess, progress=progress)
+
+
+def simulate(model: PathLike, data: PathLike, output: PathLike, **given: Any) -> RunSummary:
+    """Train in the bit-exact simulator; RUN/ gets checkpoint.bin, metrics.csv, curves."""
+    args = options("simulate", {"model": model, "data": data, "output": output}, given)
+    return run_simulate(args)
+
+
+def run_simulate(args: argparse.Namespace) -> RunSummary:
+    config = train_config(args, args.mode)
+    if args.resume and args.force:
+        raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
+    return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
+                        eval_every=args.eval_every, resume=args.resume, force=args.force)
+
+
+def train(image: PathLike, output: PathLike, **given: Any) -> TrainSummary:
+    """Train on a device: a board (``port``), or firmware the host launches (``native``,
+    ``qemu`` or ``emulated`` naming a built project), serving it ``image``."""
+    args = options("train", {"image": image, "output": output}, given)
+    return run_train(args)
+
+
+def run_train(args: argparse.Namespace) -> TrainSummary:
+    for name in ("steps", "checkpoint_every"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if not Path(args.image).is_file():
+        raise UserError(f"image not found: {args.image}")
+    device = open_device(args.port, args.native, args.qemu, args.emulated)
+    return Trainer(device, args.image, args.output, steps=args.steps,
+                   checkpoint_every=args.checkpoint_every, timeout=args.timeout,
+                   force=args.force).run()
+
+
+def export(model: PathLike, checkpoint_path: PathLike, output: PathLike) -> ExportResult:
+    """Write a checkpoint's trained parameters into a copy of the model file (.tflite or
+    .onnx, as ``output`` names it)."""
+    args = options("export", {"model": model, "checkpoint": checkpoint_path,
+                              "output": output}, {})
+    return run_export(args)
+
+
+def run_export(args: argparse.Namespace) -> ExportResult:
+    check_output(args.output, [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)])
+    graph = load_model(args.model)
+    written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
+    return ExportResult(Path(args.output), written, checkpoint.load(args.checkpoint).step)
+
+
+def option_table() -> str:
+    """The options of every API function, from the command line's definitions (the table
+    in docs/api.md; ``python -m zocodegen.api`` prints it)."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help for a in commands._choices_actions}
+    lines = []
+    for name in ("inspect", "build", "pack", "simulate", "train", "export"):
+        sub = commands.choices[name]
+        lines += [f"### `zocodegen.{name}`", "", f"`zocodegen {name}`: {helps[name]}.", "",
+                  "| option | command line | default | meaning |", "|---|---|---|---|"]
+        for action in sub._actions:
+            if action.dest == "help":
+                continue
+            flag = action.option_strings[-1] if action.option_strings else action.metavar
+            default = "required" if action.required or not action.option_strings else (
+                "" if action.default is None else f"`{action.default}`")
+            meaning = " ".join((action.help or "").replace("%%", "%").split())
+            lines.append(f"| `{action.dest}` | `{flag}` | {default} | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(option_table())
