@@ -29,7 +29,7 @@ from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_sl
 from zocodegen.formats import link as p
 from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
-from zocodegen.training.metrics import MetricsLog, MetricsRow, plot_curves
+from zocodegen.training.metrics import MetricsLog, MetricsRow, write_curves
 
 #: Saving a checkpoint is retried this often when what arrived does not verify.
 SAVE_ATTEMPTS = 3
@@ -487,9 +487,8 @@ class Trainer:
         if any(not math.isnan(r.loss) for r in rows):
             eta = (f"auto: {self._record()['lr']:g}" if "lr" in self._record()
                    else f"{self.identity.lr:g}")
-            plot_curves(rows, self.run_dir / "curves.png",
-                        f"{self.identity.target}: {self.identity.estimator}, "
-                        f"Q={self.identity.queries}, eta={eta}")
+            write_curves(rows, self.run_dir, f"{self.identity.target}: "
+                         f"{self.identity.estimator}, Q={self.identity.queries}, eta={eta}")
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:

@@ -4,6 +4,8 @@ quotes. The folder route must give the model exactly the inputs the DATA.npz rou
 from __future__ import annotations
 
 import re
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,23 @@ MODEL = FIXTURES / "digits_cnn.tflite"
 
 #: firmware builds cached per module, away from the user's cache (conftest.py)
 pytestmark = pytest.mark.usefixtures("module_build_cache")
+
+
+def _tensorboard_tags(directory: Path) -> set[str]:
+    """The scalar tags of a TensorBoard log: TFRecord framing (length, CRC, event, CRC)
+    around tensorboardX's Event protobuf."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    tags = set()
+    for path in directory.glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack_from("<Q", data, at)
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            tags |= {value.tag for value in event.summary.value}
+            at += 12 + length + 4
+    return tags
 
 
 def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
@@ -44,6 +63,12 @@ def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
                  "--epochs", "1"]) == 0
     summary = capsys.readouterr().err
     assert "test accuracy 66.4% -> 75.8%" in summary, summary
+    confusion = np.loadtxt(tmp_path / "sim" / "confusion.csv", delimiter=",", dtype=np.int64)
+    assert confusion.sum() == 360 and np.trace(confusion) == round(0.758 * 360)
+    assert "true \\ predicted" in summary
+    tags = _tensorboard_tags(tmp_path / "sim" / "tensorboard")
+    assert {"train/loss", "train/eta", "accuracy/test", "accuracy/validation",
+            "guard/best"} <= tags, tags
 
     # the device: a short run on the native firmware, then export
     project = tmp_path / "fw"

@@ -35,6 +35,7 @@ from .target import TARGET_NAMES
 from .training import checkpoint
 from .training.config import DEFAULT_BLOCKS
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
+from .training.metrics import format_confusion
 from .training.replay import replay_build
 
 
@@ -200,7 +201,11 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     print(f"{result.steps} steps at {step}{guard}, loss {result.first_loss:.3f} -> "
           f"{result.last_loss:.3f} (mean of first / last 50 steps){acc}; "
           f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
-    print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png", file=sys.stderr)
+    if result.confusion is not None:
+        print("test split after training:\n"
+              + format_confusion(result.confusion, result.class_names), file=sys.stderr)
+    print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png, tensorboard/"
+          + (", confusion.csv" if result.confusion is not None else ""), file=sys.stderr)
 
 
 def cmd_pack(args: argparse.Namespace) -> None:

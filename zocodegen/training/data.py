@@ -45,6 +45,7 @@ class Dataset:
     y_test: np.ndarray | None = None
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
+    class_names: tuple[str, ...] = ()  # from the image header, when pack kept them
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,8 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
         if layout.num_classes > num_classes:
             raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
                             f"model has {num_classes} classes")
-        return Dataset(**_checked(source, arrays, graph, num_classes))
+        return Dataset(**_checked(source, arrays, graph, num_classes),
+                       class_names=layout.class_names)
     return Dataset(**with_validation(_checked(source, _read_npz(path), graph, num_classes)))
 
 

@@ -1,5 +1,6 @@
-"""Training curves on the host: ``metrics.csv`` (one row per step) and ``curves.png``.
-Shared by ``simulate`` and the device trainer, so both runs look alike and compare directly."""
+"""Training curves on the host: ``metrics.csv`` (one row per step), ``curves.png`` and
+TensorBoard scalars in ``tensorboard/`` (``tensorboard --logdir RUN``). Shared by
+``simulate`` and the device trainer, so both runs look alike and compare directly."""
 from __future__ import annotations
 
 import csv
@@ -89,6 +90,57 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
     window = max(1, min(window, len(v)))
     kernel = np.ones(window) / window
     return np.convolve(v, kernel, mode="valid")
+
+
+def write_curves(rows: Sequence[MetricsRow], run_dir: Path, title: str) -> None:
+    """curves.png and the TensorBoard log of a run, from its rows as they stand."""
+    plot_curves(rows, Path(run_dir) / "curves.png", title)
+    write_tensorboard(rows, Path(run_dir) / TENSORBOARD_DIR)
+
+
+#: The run's TensorBoard log, rewritten whole with curves.png: a resumed run's rows replace
+#: the steps it computes again, as they do in metrics.csv.
+TENSORBOARD_DIR = "tensorboard"
+
+
+def write_tensorboard(rows: Sequence[MetricsRow], directory: Path) -> None:
+    """Scalars per step: loss, eta, test and validation accuracy, and the guard's decisions
+    (1 at a new best, a rollback, the final restore), through tensorboardX's writer."""
+    from tensorboardX import SummaryWriter
+
+    directory = Path(directory)
+    for old in directory.glob("events.out.tfevents.*"):
+        old.unlink()
+    with SummaryWriter(str(directory)) as writer:
+        for row in rows:
+            if not np.isnan(row.loss):
+                writer.add_scalar("train/loss", row.loss, row.step)
+                writer.add_scalar("train/eta", row.lr, row.step)
+            if row.accuracy is not None:
+                writer.add_scalar("accuracy/test", row.accuracy, row.step)
+            if row.val_accuracy is not None:
+                writer.add_scalar("accuracy/validation", row.val_accuracy, row.step)
+            if row.event:
+                writer.add_scalar(f"guard/{row.event}", 1.0, row.step)
+
+
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
+    """counts[true, predicted]."""
+    counts = np.zeros((classes, classes), np.int64)
+    np.add.at(counts, (np.asarray(labels, np.int64), np.asarray(predicted, np.int64)), 1)
+    return counts
+
+
+def format_confusion(counts: np.ndarray, names: Sequence[str] = ()) -> str:
+    """The matrix as text, rows = true class, columns = predicted, with class names."""
+    names = [str(n) for n in names] or [str(k) for k in range(len(counts))]
+    width = max(4, *(len(n) for n in names), len(str(int(counts.max(initial=0)))))
+    head = " " * width + " | " + " ".join(n[:width].rjust(width) for n in names)
+    lines = ["true \\ predicted", head, "-" * len(head)]
+    for name, row in zip(names, counts):
+        lines.append(name[:width].rjust(width) + " | "
+                     + " ".join(str(int(v)).rjust(width) for v in row))
+    return "\n".join(lines)
 
 
 def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None:

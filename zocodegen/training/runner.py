@@ -14,7 +14,7 @@ from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import file_sha256, write_atomic
 from ..frontends import load_model
-from .metrics import MetricsLog, MetricsRow, plot_curves
+from .metrics import MetricsLog, MetricsRow, confusion_matrix, write_curves
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from .data import Dataset, load_dataset
@@ -32,6 +32,8 @@ class RunSummary:
     forward_evaluations: int  # query forwards (partial or full) over the run
     lr: float  # eta the run used (the --lr auto winner)
     rollbacks: int  # the training guard's
+    confusion: np.ndarray | None = None  # [true, predicted] counts on the test split
+    class_names: tuple[str, ...] = ()
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -274,9 +276,16 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         log.close()
     checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha,
                                                        guard.state if guard else state))
-    plot_curves(log.rows, out_dir / "curves.png",
-                f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
-                f"eta={'auto: ' if config.lr_auto else ''}{state.lr:g}")
+    write_curves(log.rows, out_dir, f"{Path(model_path).name}: {config.estimator}, "
+                 f"Q={config.queries}, eta={'auto: ' if config.lr_auto else ''}{state.lr:g}")
+    confusion = None
+    if has_test:
+        classes = graph.tensor(loss_head(graph)[0]).shape[-1]
+        confusion = confusion_matrix(data.y_test, simulator.predict(graph, params, data.x_test),
+                                     classes)
+        np.savetxt(out_dir / "confusion.csv", confusion, fmt="%d", delimiter=",",
+                   header="rows: true class, columns: predicted class"
+                   + (f"; classes: {', '.join(data.class_names)}" if data.class_names else ""))
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
@@ -286,7 +295,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
                       float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
                       per_step * (config.steps - first), state.lr,
-                      guard.state.rollbacks if guard else 0)
+                      guard.state.rollbacks if guard else 0, confusion, data.class_names)
 
 
 def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
