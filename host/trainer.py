@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from zocodegen.errors import DataError, UserError
@@ -29,7 +30,10 @@ from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_sl
 from zocodegen.formats import link as p
 from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
-from zocodegen.training.metrics import MetricsLog, MetricsRow, write_curves
+from zocodegen.training.metrics import (MetricsLog, MetricsRow, format_confusion,
+                                       write_curves)
+
+from .evaluation import TestConfusion
 
 #: Saving a checkpoint is retried this often when what arrived does not verify.
 SAVE_ATTEMPTS = 3
@@ -117,6 +121,7 @@ class TrainSummary:
     retransmissions: int  # requests the device sent again (answered from the cache)
     dropped_frames: int  # frames the host could not decode
     seconds: float
+    confusion: np.ndarray | None = None  # the last test evaluation's, with train --model
 
 
 def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
@@ -177,10 +182,13 @@ class Trainer:
                  max_resets: int = 5, progress: bool | None = None,
                  on_step: Callable[[p.Telemetry], None] | None = None,
                  log: Callable[[str], None] = print, force: bool = False,
-                 start: bytes | None = None):
+                 start: bytes | None = None, model: Path | None = None):
         self.device, self.image_path, self.run_dir = device, Path(image), Path(run_dir)
         self.steps, self.checkpoint_every, self.force = steps, checkpoint_every, force
         self.start = start  # a checkpoint a new run starts from (a fleet round's model)
+        self.model = model  # with it, each test evaluation's confusion matrix (evaluation.py)
+        self.confusion: np.ndarray | None = None
+        self._test: TestConfusion | None = None
         self.timeout, self.max_resets, self.progress = timeout, max_resets, progress
         self.on_step = on_step or (lambda t: None)
         self.log = log
@@ -247,7 +255,7 @@ class Trainer:
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
-            time.monotonic() - started)
+            time.monotonic() - started, self.confusion)
 
     def _connect(self) -> DeviceSession:
         port = self.device.connect()
@@ -365,10 +373,27 @@ class Trainer:
                                     p.accuracy(split)).value
             self._accuracy = correct / layout.count(name)
             row = replace(row, accuracy=self._accuracy)
+            if name == "test" and self.model is not None and self.ckpt_path.is_file():
+                self._confusion(step, correct)
         if split is not None or not math.isnan(row.loss):
             self.metrics.add(row)
         self._postfix()
         return self._accuracy if split is not None else None
+
+    def _confusion(self, step: int, correct: int) -> None:
+        """The test split's confusion matrix at this evaluation (RUN/checkpoint.bin is the
+        device's state at ``step``), printed with the class names and kept in
+        RUN/confusion.csv."""
+        if self._test is None:
+            self._test = TestConfusion(self.model, self.image_path, self.identity.model_sha256)
+        if checkpoint.load(self.ckpt_path).step != step:
+            return  # the evaluation before training: the flash parameters, no checkpoint
+        self.confusion = self._test.matrix(self.ckpt_path, correct)
+        self._say(f"step {step}: test confusion (rows true, columns predicted)\n"
+                  + format_confusion(self.confusion, self._test.names))
+        np.savetxt(self.run_dir / "confusion.csv", self.confusion, fmt="%d", delimiter=",",
+                   header=f"step {step}; rows: true class, columns: predicted class"
+                   + (f"; classes: {', '.join(self._test.names)}" if self._test.names else ""))
 
     def _command(self, session: DeviceSession, what: str, command: bytes) -> p.Done:
         done = session.run(command).done

@@ -187,7 +187,7 @@ def run_train(args: argparse.Namespace) -> TrainSummary:
     device = open_device(args.port, args.native, args.qemu, args.emulated)
     return Trainer(device, args.image, args.output, steps=args.steps,
                    checkpoint_every=args.checkpoint_every, timeout=args.timeout,
-                   force=args.force).run()
+                   force=args.force, model=args.model).run()
 
 
 def export(model: PathLike, checkpoint_path: PathLike, output: PathLike) -> ExportResult:

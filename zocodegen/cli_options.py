@@ -196,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up when the device sends nothing for S seconds (default 60)")
     p.add_argument("--force", action="store_true",
                    help="start anew: delete the run already in RUN (it is resumed otherwise)")
+    p.add_argument("--model", type=Path, metavar="MODEL",
+                   help="the firmware's model file: at each test evaluation the host predicts "
+                        "the test split from the pulled checkpoint (checked against the "
+                        "device's count) and shows the confusion matrix with class names")
     p.set_defaults(handler="train")
 
     p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")

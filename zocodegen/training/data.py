@@ -201,8 +201,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     ``shuffle`` then permutes the train split with ``numpy.random.default_rng(shuffle)``; by
     default the device trains in the order of DATA.npz, and a folder's records (grouped by
     class, which would train a run on one class at a time) are shuffled with seed 0. Nothing
-    is written when anything is
-    wrong.
+    is written when anything is wrong.
     """
     source = str(data_path)
     check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path)])
