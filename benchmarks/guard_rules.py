@@ -4,7 +4,10 @@ the rule would have rolled back. A rule that never fires on a run would have lef
 as it is (the trace is that run's trajectory); one that fires early on a run that diverges
 (e.g. a fixed eta 10x too large) catches what the guard is for.
 
-    .venv/bin/python benchmarks/guard_rules.py build/scale/ab3/*/guard_trace.jsonl
+    .venv/bin/python benchmarks/guard_rules.py benchmarks/data/guard_traces/*/guard_trace.jsonl
+
+The four traces there are the unguarded full-training runs of docs/scale.md (contrast and
+fog, seeds 1 and 2, --epochs 1 --queries 20, `guard_margin.py --never`).
 """
 from __future__ import annotations
 
@@ -25,14 +28,14 @@ def binomial_margin(best: int, records: int) -> int:
 
 
 RULES: dict[str, Rule] = {
-    "current: count by isqrt(V)/2, or loss +1/8":
+    "the rule before 2026-11-27: count by isqrt(V)/2, or loss +1/8":
         lambda c, l, bc, bl, v: c + max(2, math.isqrt(v) // 2) < bc or l > bl + bl // 8,
     "count by 2 sd of a difference, or loss +1/8":
         lambda c, l, bc, bl, v: c + binomial_margin(bc, v) < bc or l > bl + bl // 8,
     "count by 2 sd and loss above, or loss +1/8":
         lambda c, l, bc, bl, v: (c + binomial_margin(bc, v) < bc and l > bl)
         or l > bl + bl // 8,
-    "count by 2 sd and loss above, or loss +1/4":
+    "count by 2 sd and loss above, or loss +1/4 (the rule now, with 2 in a row)":
         lambda c, l, bc, bl, v: (c + binomial_margin(bc, v) < bc and l > bl)
         or l > bl + bl // 4,
     "count by 2 sd, or loss +1/4":
