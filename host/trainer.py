@@ -23,7 +23,7 @@ from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
 from zocodegen.training.guard import MIN_VAL_RECORDS
-from zocodegen.training.runner import RUN_FILES, read_run_record
+from zocodegen.training.runner import delete_run, read_run_record
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
 from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
@@ -422,8 +422,7 @@ class Trainer:
             raise UserError(f"{self.run_dir} exists and is not a directory; choose another "
                             f"-o RUN")
         if self.force:
-            for name in (*RUN_FILES, self.scalars_path.name):
-                (self.run_dir / name).unlink(missing_ok=True)
+            delete_run(self.run_dir, (self.scalars_path.name,))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         mine = _identity_record(identity)
         image_sha = file_sha256(self.image_path).hex()

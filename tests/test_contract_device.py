@@ -66,7 +66,8 @@ def _copy_run(ws: dict[str, Path], tmp_path: Path, drop: tuple[str, ...] = ()) -
 
 
 def _files(run: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.iterdir())}
+    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run.rglob("*")) if p.is_file()}
 
 
 def _one_line(capsys) -> str:

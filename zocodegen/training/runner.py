@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import file_sha256, write_atomic
 from ..frontends import load_model
-from .metrics import MetricsLog, MetricsRow, confusion_matrix, write_curves
+from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
+                      write_curves)
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from .data import Dataset, load_dataset
@@ -121,7 +123,15 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     return plan, guard.state, guard
 
 
-RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json")
+RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json",
+             "confusion.csv")
+
+
+def delete_run(out_dir: Path, extra: tuple[str, ...] = ()) -> None:
+    """--force: a run's files and its TensorBoard log (nothing else in the folder)."""
+    for name in (*RUN_FILES, *extra):
+        (out_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(out_dir / TENSORBOARD_DIR, ignore_errors=True)
 
 
 def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict:
@@ -174,8 +184,7 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
     if present and not force:
         raise UserError(f"{out_dir} holds a run ({', '.join(present)}): continue it with "
                         "--resume, or start anew with --force (deletes it)")
-    for name in present:
-        (out_dir / name).unlink()
+    delete_run(out_dir)
 
 
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
