@@ -41,13 +41,17 @@ from .training.runner import simulate as simulate_run
 PathLike = str | Path
 
 
+def _subcommands() -> argparse._SubParsersAction:
+    """The command line's subcommands, as cli_options defines them."""
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def options(command: str, positional: dict[str, Any], given: dict[str, Any]
             ) -> argparse.Namespace:
     """The namespace the command line would parse: its defaults, then ``given`` checked by
     the option's own type and choices. Unknown names raise TypeError, as for any function."""
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    sub = commands.choices[command]
+    sub = _subcommands().choices[command]
     actions = {a.dest: a for a in sub._actions if a.dest != "help"}
     namespace = argparse.Namespace(**{d: a.default for d, a in actions.items()},
                                    **sub._defaults)
@@ -208,8 +212,7 @@ def run_export(args: argparse.Namespace) -> ExportResult:
 def option_table() -> str:
     """The options of every API function, from the command line's definitions (the table
     in docs/api.md; ``python -m zocodegen.api`` prints it)."""
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = _subcommands()
     helps = {a.dest: a.help for a in commands._choices_actions}
     lines = []
     for name in ("inspect", "build", "pack", "simulate", "train", "export"):
