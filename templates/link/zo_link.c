@@ -20,93 +20,151 @@
 #define ZO_LINK_FIRST_TIMEOUT_MS 100u
 #define ZO_LINK_LAST_TIMEOUT_MS 1600u
 
-/* the i32 status that starts SECTORS / WRITTEN / BYTES / STORED */
-#define ZO_LINK_STATUS_BYTES 4u
-
 /* ---- frame decoder ------------------------------------------------------------------- */
 
-void zo_link_decoder_init(zo_link_decoder *d)
+/* Forgets the frame so far; where payloads go stays. */
+static void frame_reset(zo_link_decoder *d)
 {
-    d->fill = 0u;
-    d->overflow = 0u;
+    d->encoded = 0u;
+    d->decoded = 0u;
+    d->crc = 0u;
+    d->len = 0u;
+    d->run = 0u;
+    d->zero_pending = 0u;
+    d->full_group = 0u;
+    d->bad = 0u;
+    d->unstored = 0u;
 }
 
-/* Undoes COBS in place: each code byte c (1..255) is followed by c - 1 data bytes, and a zero
- * follows them unless c is 255 or the group is the last one. Writing never overtakes reading
- * (every group writes at most as many bytes as it read), so one buffer does. Returns the
- * decoded size, or -1 when a code byte points past the end. */
-static int32_t cobs_decode(uint8_t *buf, uint32_t n)
+void zo_link_decoder_init(zo_link_decoder *d, uint8_t *buffer, uint32_t capacity)
 {
-    uint32_t r = 0u;
-    uint32_t w = 0u;
-    while (r < n) {
-        const uint32_t code = buf[r++]; /* never 0: zeros end frames */
-        const uint32_t run = code - 1u;
-        if (run > n - r) {
-            return -1;
-        }
-        memmove(buf + w, buf + r, run);
-        w += run;
-        r += run;
-        if (code != ZO_COBS_FULL_RUN && r < n) {
-            buf[w++] = 0u;
-        }
-    }
-    return (int32_t)w;
+    d->buffer = buffer;
+    d->capacity = capacity;
+    d->bulk = 0;
+    d->bulk_bytes = 0u;
+    frame_reset(d);
 }
 
-/* The checks of docs/link.md "Frames" on a decoded body. */
-static int frame_from_body(const uint8_t *body, uint32_t size, zo_link_frame *frame)
+void zo_link_decoder_expect(zo_link_decoder *d, uint8_t *data, uint32_t bytes)
 {
-    uint32_t len;
-    if (size < ZO_LINK_HEADER_BYTES + ZO_LINK_CRC_BYTES) {
+    if (d->encoded > 0u) {
+        d->unstored = 1u; /* a frame half stored in the old place is nobody's answer */
+    }
+    d->bulk = data;
+    d->bulk_bytes = data != 0 ? bytes : 0u;
+}
+
+/* Payload byte i: to the bulk destination from ZO_LINK_STATUS_BYTES on when there is one,
+ * otherwise to the buffer; a byte with no room is not kept and the frame is UNEXPECTED. */
+static void put_payload(zo_link_decoder *d, uint32_t i, uint8_t byte)
+{
+    if (d->bulk != 0 && i >= ZO_LINK_STATUS_BYTES) {
+        if (i - ZO_LINK_STATUS_BYTES < d->bulk_bytes) {
+            d->bulk[i - ZO_LINK_STATUS_BYTES] = byte;
+        } else {
+            d->unstored = 1u;
+        }
+    } else if (i < d->capacity) {
+        d->buffer[i] = byte;
+    } else {
+        d->unstored = 1u;
+    }
+}
+
+/* One decoded body byte: header, payload (CRC'd as it passes) or CRC, by position. */
+static void put_body(zo_link_decoder *d, uint8_t byte)
+{
+    const uint32_t pos = d->decoded++;
+    uint32_t i;
+    if (pos < ZO_LINK_HEADER_BYTES) {
+        d->header[pos] = byte;
+        d->crc = zo_crc32(d->crc, &byte, 1u);
+        if (pos == ZO_LINK_HEADER_BYTES - 1u) {
+            d->len = zo_get_u16(d->header + 4);
+            if (d->len > ZO_LINK_MAX_PAYLOAD) {
+                d->bad = 1u;
+            }
+        }
+        return;
+    }
+    i = pos - ZO_LINK_HEADER_BYTES;
+    if (i < d->len) {
+        d->crc = zo_crc32(d->crc, &byte, 1u);
+        put_payload(d, i, byte);
+    } else if (i - d->len < ZO_LINK_CRC_BYTES) {
+        d->crc_bytes[i - d->len] = byte;
+    } else {
+        d->bad = 1u; /* longer than its length field says */
+    }
+}
+
+/* COBS (Cheshire & Baker): each code byte c (1..255) is followed by c - 1 data bytes, and a
+ * zero follows them unless c is 255 or the group is the frame's last. Whether a group is the
+ * last is known only at the delimiter, so its zero waits for the next code byte. */
+static void cobs_byte(zo_link_decoder *d, uint8_t byte)
+{
+    if (d->run > 0u) {
+        put_body(d, byte);
+        if (--d->run == 0u && !d->full_group) {
+            d->zero_pending = 1u;
+        }
+        return;
+    }
+    if (d->zero_pending) {
+        d->zero_pending = 0u;
+        put_body(d, 0u);
+    }
+    d->run = (uint8_t)(byte - 1u);
+    d->full_group = (byte == ZO_COBS_FULL_RUN);
+    if (d->run == 0u && !d->full_group) {
+        d->zero_pending = 1u;
+    }
+}
+
+/* The checks of docs/link.md "Frames" at the delimiter. */
+static int frame_end(const zo_link_decoder *d, zo_link_frame *frame)
+{
+    if (d->bad || d->run != 0u) {
+        return ZO_LINK_BAD; /* too long, or a code byte pointed past the end */
+    }
+    if (d->decoded < ZO_LINK_HEADER_BYTES + ZO_LINK_CRC_BYTES ||
+        d->decoded != ZO_LINK_HEADER_BYTES + (uint32_t)d->len + ZO_LINK_CRC_BYTES) {
         return ZO_LINK_BAD;
     }
-    len = zo_get_u16(body + 4);
-    if (len != size - ZO_LINK_HEADER_BYTES - ZO_LINK_CRC_BYTES || len > ZO_LINK_MAX_PAYLOAD) {
+    if (d->crc != zo_get_u32(d->crc_bytes) || d->header[1] != ZO_LINK_VERSION) {
         return ZO_LINK_BAD;
     }
-    if (zo_crc32(0u, body, ZO_LINK_HEADER_BYTES + len) !=
-        zo_get_u32(body + ZO_LINK_HEADER_BYTES + len)) {
-        return ZO_LINK_BAD;
+    if (d->unstored) {
+        return ZO_LINK_UNEXPECTED;
     }
-    if (body[1] != ZO_LINK_VERSION) {
-        return ZO_LINK_BAD;
-    }
-    frame->type = body[0];
-    frame->seq = zo_get_u16(body + 2);
-    frame->len = (uint16_t)len;
-    frame->payload = body + ZO_LINK_HEADER_BYTES;
+    frame->type = d->header[0];
+    frame->seq = zo_get_u16(d->header + 2);
+    frame->len = d->len;
+    frame->payload = d->buffer;
+    frame->data = d->bulk != 0 ? d->bulk : d->buffer + ZO_LINK_STATUS_BYTES;
     return ZO_LINK_FRAME;
 }
 
 int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
 {
-    uint32_t fill;
-    uint8_t overflow;
-    int32_t size;
+    int event;
     if (byte != 0u) {
-        if (d->fill < ZO_LINK_MAX_ENCODED) {
-            d->buf[d->fill++] = byte;
-        } else {
-            d->overflow = 1u; /* keep nothing more: memory stays bounded on endless garbage */
+        if (d->encoded <= ZO_LINK_MAX_ENCODED) {
+            d->encoded++; /* stops counting past the limit: bounded on endless garbage */
+        }
+        if (d->encoded > ZO_LINK_MAX_ENCODED) {
+            d->bad = 1u;
+        } else if (!d->bad) {
+            cobs_byte(d, byte);
         }
         return ZO_LINK_NONE;
     }
-    fill = d->fill;
-    overflow = d->overflow;
-    zo_link_decoder_init(d); /* the next frame starts after this zero; buf keeps this one */
-    if (overflow) {
-        return ZO_LINK_BAD;
-    }
-    if (fill == 0u) {
+    if (d->encoded == 0u) {
         return ZO_LINK_NONE; /* two zeros in a row, or the zero a device sends at boot */
     }
-    size = cobs_decode(d->buf, fill);
-    if (size < 0) {
-        return ZO_LINK_BAD;
-    }
-    return frame_from_body(d->buf, (uint32_t)size, frame);
+    event = frame_end(d, frame); /* a pending zero is the delimiter's: dropped */
+    frame_reset(d);
+    return event;
 }
 
 #if !defined(ZO_LINK_DECODER_ONLY)
@@ -114,35 +172,60 @@ int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame)
 
 static struct {
     zo_link_decoder rx;
-    uint8_t tx[ZO_LINK_MAX_BODY]; /* the pending request's body, kept for retransmissions */
-    uint32_t tx_bytes;
+    uint8_t rx_buffer[ZO_LINK_RESPONSE_BUFFER]; /* payloads other than READ / FETCH data */
+    uint8_t group[ZO_COBS_MAX_RUN];             /* the COBS group being sent */
+    /* The pending request, kept for retransmissions: its header and CRC, and where the
+     * caller's bytes are (they stay put until zo_link_request() returns). */
+    uint8_t header[ZO_LINK_HEADER_BYTES];
+    uint8_t crc[ZO_LINK_CRC_BYTES];
+    const uint8_t *head;
+    uint32_t head_bytes;
+    const uint8_t *data;
+    uint32_t data_bytes;
     uint16_t next_seq;
     uint8_t restart; /* RESTART received: every request fails until the next HELLO */
 } link_state;
 
-/* Writes body[0..n) as one frame, COBS-encoded on the fly: each run of non-zero bytes goes
- * out straight from the body after its code byte, so no encoded copy is kept. The runs are
- * cut exactly where Python's cobs.encode() cuts them. */
-static void send_frame(const uint8_t *body, uint32_t n)
+/* COBS on the fly, through one group: a zero byte (or 254 bytes without one) sends the group
+ * with its code byte. The groups are cut exactly where Python's cobs.encode() cuts them. */
+typedef struct {
+    uint32_t fill;
+    uint8_t after_full; /* the last group sent was a full one (code 255) */
+} cobs_writer;
+
+static void cobs_send_group(cobs_writer *w, uint8_t code)
+{
+    platform_write(&code, 1u);
+    platform_write(link_state.group, w->fill);
+    w->fill = 0u;
+    w->after_full = (code == ZO_COBS_FULL_RUN);
+}
+
+static void cobs_put(cobs_writer *w, const uint8_t *bytes, uint32_t n)
+{
+    for (uint32_t i = 0u; i < n; i++) {
+        if (bytes[i] == 0u) {
+            cobs_send_group(w, (uint8_t)(w->fill + 1u));
+            continue;
+        }
+        link_state.group[w->fill++] = bytes[i];
+        if (w->fill == ZO_COBS_MAX_RUN) {
+            cobs_send_group(w, ZO_COBS_FULL_RUN);
+        }
+    }
+}
+
+/* Sends the pending request as one frame: header, the caller's head and data, CRC. */
+static void send_request(void)
 {
     static const uint8_t delimiter = 0u;
-    uint32_t pos = 0u;
-    for (;;) {
-        uint32_t run = 0u;
-        uint8_t code;
-        while (pos + run < n && run < ZO_COBS_MAX_RUN && body[pos + run] != 0u) {
-            run++;
-        }
-        code = (uint8_t)(run + 1u);
-        platform_write(&code, 1u);
-        platform_write(body + pos, run);
-        pos += run;
-        if (pos == n) {
-            break;
-        }
-        if (run < ZO_COBS_MAX_RUN) {
-            pos++; /* the zero this group's code stands for */
-        }
+    cobs_writer w = {0u, 0u};
+    cobs_put(&w, link_state.header, ZO_LINK_HEADER_BYTES);
+    cobs_put(&w, link_state.head, link_state.head_bytes);
+    cobs_put(&w, link_state.data, link_state.data_bytes);
+    cobs_put(&w, link_state.crc, ZO_LINK_CRC_BYTES);
+    if (w.fill > 0u || !w.after_full) {
+        cobs_send_group(&w, (uint8_t)(w.fill + 1u)); /* the last group: no zero after it */
     }
     platform_write(&delimiter, 1u);
 }
@@ -150,8 +233,7 @@ static void send_frame(const uint8_t *body, uint32_t n)
 void zo_link_init(void)
 {
     static const uint8_t delimiter = 0u;
-    zo_link_decoder_init(&link_state.rx);
-    link_state.tx_bytes = 0u;
+    zo_link_decoder_init(&link_state.rx, link_state.rx_buffer, sizeof link_state.rx_buffer);
     link_state.next_seq = 0u;
     link_state.restart = 0u;
     /* docs/link.md "Frames": whatever the host received before this reset ends here, so the
@@ -170,6 +252,7 @@ int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
     const uint16_t seq = link_state.next_seq;
     uint32_t timeout_ms = ZO_LINK_FIRST_TIMEOUT_MS;
     uint32_t len;
+    uint32_t crc;
     if (link_state.restart) {
         return ZO_LINK_ERR_RESTART;
     }
@@ -178,20 +261,19 @@ int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
     }
     len = head_bytes + data_bytes;
     link_state.next_seq = (uint16_t)(seq + 1u);
-    link_state.tx[0] = type;
-    link_state.tx[1] = (uint8_t)ZO_LINK_VERSION;
-    zo_put_u16(link_state.tx + 2, seq);
-    zo_put_u16(link_state.tx + 4, (uint16_t)len);
-    if (head_bytes > 0u) {
-        memcpy(link_state.tx + ZO_LINK_HEADER_BYTES, head, head_bytes);
-    }
-    if (data_bytes > 0u) {
-        memcpy(link_state.tx + ZO_LINK_HEADER_BYTES + head_bytes, data, data_bytes);
-    }
-    zo_put_u32(link_state.tx + ZO_LINK_HEADER_BYTES + len,
-            zo_crc32(0u, link_state.tx, ZO_LINK_HEADER_BYTES + len));
-    link_state.tx_bytes = ZO_LINK_HEADER_BYTES + len + ZO_LINK_CRC_BYTES;
-    send_frame(link_state.tx, link_state.tx_bytes);
+    link_state.header[0] = type;
+    link_state.header[1] = (uint8_t)ZO_LINK_VERSION;
+    zo_put_u16(link_state.header + 2, seq);
+    zo_put_u16(link_state.header + 4, (uint16_t)len);
+    link_state.head = head;
+    link_state.head_bytes = head_bytes;
+    link_state.data = data;
+    link_state.data_bytes = data_bytes;
+    crc = zo_crc32(0u, link_state.header, ZO_LINK_HEADER_BYTES);
+    crc = zo_crc32(crc, head, head_bytes);
+    crc = zo_crc32(crc, data, data_bytes);
+    zo_put_u32(link_state.crc, crc);
+    send_request();
 
     for (;;) {
         uint8_t byte;
@@ -203,14 +285,14 @@ int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
             if (timeout_ms < ZO_LINK_LAST_TIMEOUT_MS) {
                 timeout_ms *= 2u;
             }
-            send_frame(link_state.tx, link_state.tx_bytes);
+            send_request();
             continue;
         }
         event = zo_link_decoder_feed(&link_state.rx, byte, &frame);
         if (event == ZO_LINK_BAD || (event == ZO_LINK_FRAME && frame.type == ZO_LINK_NAK)) {
             /* The dropped frame may have been the response, or the host could not read the
              * request: no point waiting for the timeout. */
-            send_frame(link_state.tx, link_state.tx_bytes);
+            send_request();
         } else if (event == ZO_LINK_FRAME && frame.seq == seq) {
             if (frame.type == (uint8_t)(type | ZO_LINK_RESPONSE)) {
                 *response = frame;
@@ -222,7 +304,7 @@ int zo_link_request(uint8_t type, const uint8_t *head, uint32_t head_bytes,
             }
         }
         /* Anything else answers an earlier request (a duplicate, or a response to a
-         * retransmission): stale, ignored. */
+         * retransmission; UNEXPECTED: one too big for this request): stale, ignored. */
     }
 }
 
@@ -316,7 +398,8 @@ void zo_link_wait(uint32_t ms)
 }
 
 /* READ and FETCH: a request of (u32 where, u16 how many) answered by a status and `bytes`
- * bytes, copied to dst. */
+ * bytes, which the decoder writes straight into dst (a dropped or stale frame may have
+ * written there too: dst holds the answer only when this returns ZO_LINK_OK). */
 static int ask_for_bytes(uint8_t type, uint32_t where, uint16_t count, uint8_t *dst,
                          uint32_t bytes)
 {
@@ -325,12 +408,10 @@ static int ask_for_bytes(uint8_t type, uint32_t where, uint16_t count, uint8_t *
     int rc;
     zo_put_u32(head, where);
     zo_put_u16(head + 4, count);
+    zo_link_decoder_expect(&link_state.rx, dst, bytes);
     rc = zo_link_request(type, head, sizeof head, 0, 0u, &answer);
-    rc = status_response(rc, &answer, bytes);
-    if (rc == ZO_LINK_OK) {
-        memcpy(dst, answer.payload + ZO_LINK_STATUS_BYTES, bytes);
-    }
-    return rc;
+    zo_link_decoder_expect(&link_state.rx, 0, 0u); /* later frames must not reach dst */
+    return status_response(rc, &answer, bytes);
 }
 
 int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)

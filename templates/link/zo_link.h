@@ -28,9 +28,11 @@
  * zo_link_hello(): whatever the firmware was doing runs to its end quickly and the command
  * loop starts over with HELLO.
  *
- * C99, no heap. Memory: the decoder buffer (ZO_LINK_MAX_ENCODED bytes) and the body of the
- * pending request, kept for retransmission (ZO_LINK_MAX_BODY bytes), plus a few bytes of
- * state; the memory report lists them as "host link buffers".
+ * C99, no heap, no frame held whole: received payloads are decoded straight into the buffer
+ * the request names (a READ's sectors into the caller's buffer), and a request is sent, and
+ * sent again, from the caller's own bytes, COBS-encoded through one group of 254 bytes. What
+ * the link keeps is under 400 bytes, however many sectors a READ carries; the memory report
+ * lists it as "host link buffers".
  */
 #ifndef ZO_LINK_H
 #define ZO_LINK_H
@@ -47,30 +49,60 @@
 #define ZO_LINK_NONE 0  /* no frame ended with this byte (an empty frame ends with nothing) */
 #define ZO_LINK_FRAME 1 /* *frame is a valid frame */
 #define ZO_LINK_BAD (-1) /* a frame ended here and was dropped */
+#define ZO_LINK_UNEXPECTED 2 /* a valid frame too big for where the caller keeps payloads */
 
 /* Results of the request layer: ZO_LINK_OK, the host's statuses (ZO_BLOCKDEV_ERR_*) or a
  * ZO_LINK_ERR_* code; every code is in zo_status.h, one range per subsystem. */
+
+/* The i32 status that starts SECTORS / WRITTEN / BYTES / STORED. */
+#define ZO_LINK_STATUS_BYTES 4u
 
 typedef struct {
     uint8_t type;
     uint16_t seq;
     uint16_t len;            /* payload bytes */
-    const uint8_t *payload;  /* inside the decoder's buffer: valid until its next byte */
+    const uint8_t *payload;  /* payload bytes 0 .. ZO_LINK_STATUS_BYTES - 1, and all of them
+                                when no bulk destination was set */
+    const uint8_t *data;     /* payload bytes from ZO_LINK_STATUS_BYTES on (len > 4 only) */
 } zo_link_frame;
 
+/* The decoder undoes COBS and checks the CRC byte by byte as the frame arrives, so no frame
+ * is ever held whole: the payload goes straight where the caller wants it (its small buffer,
+ * or the bulk destination of zo_link_decoder_expect(): a READ's sectors land in the caller's
+ * buffer). A frame is still only *reported* at its delimiter, when every check has passed. */
 typedef struct {
-    uint8_t buf[ZO_LINK_MAX_ENCODED]; /* the frame so far; decoded in place at its end */
-    uint16_t fill;
-    uint8_t overflow; /* more than ZO_LINK_MAX_ENCODED bytes: drop it at its delimiter */
+    uint8_t *buffer;           /* payloads, or their status bytes when bulk is set */
+    uint32_t capacity;
+    uint8_t *bulk;             /* payload bytes from ZO_LINK_STATUS_BYTES on, when set */
+    uint32_t bulk_bytes;
+    uint8_t header[ZO_LINK_HEADER_BYTES];
+    uint8_t crc_bytes[ZO_LINK_CRC_BYTES];
+    uint32_t encoded;          /* bytes of this frame so far, as they came (COBS) */
+    uint32_t decoded;          /* body bytes so far */
+    uint32_t crc;              /* running CRC-32 of header and payload */
+    uint16_t len;              /* the header's payload length, once decoded */
+    uint8_t run;               /* data bytes left in the current COBS group */
+    uint8_t zero_pending;      /* the group ended; a zero follows unless the frame ends */
+    uint8_t full_group;        /* code 255: no zero after this group */
+    uint8_t bad;               /* a check failed: drop the frame at its delimiter */
+    uint8_t unstored;          /* payload bytes that had no room: UNEXPECTED, not FRAME */
 } zo_link_decoder;
 
-void zo_link_decoder_init(zo_link_decoder *d);
+/* A decoder that keeps payloads of up to `capacity` bytes in buffer[]. */
+void zo_link_decoder_init(zo_link_decoder *d, uint8_t *buffer, uint32_t capacity);
 
-/* One received byte. Non-zero bytes are collected; a zero ends the frame: ZO_LINK_NONE when
- * it was empty, ZO_LINK_BAD when it is dropped (longer than ZO_LINK_MAX_ENCODED, COBS
- * error, shorter than header + CRC, length field != payload size, length above
- * ZO_LINK_MAX_PAYLOAD, CRC mismatch, version != 1), otherwise ZO_LINK_FRAME with *frame set.
- * host/link/framing.py drops exactly the same frames. */
+/* From the next frame on, payload bytes ZO_LINK_STATUS_BYTES .. go to data[0..bytes) (the
+ * first ZO_LINK_STATUS_BYTES still to the buffer); data = 0 goes back to the buffer alone.
+ * A frame under way when this is called ends as ZO_LINK_UNEXPECTED at best. */
+void zo_link_decoder_expect(zo_link_decoder *d, uint8_t *data, uint32_t bytes);
+
+/* One received byte. Non-zero bytes are decoded as they come; a zero ends the frame:
+ * ZO_LINK_NONE when it was empty, ZO_LINK_BAD when it is dropped (longer than
+ * ZO_LINK_MAX_ENCODED, COBS error, shorter than header + CRC, length field != payload size,
+ * length above ZO_LINK_MAX_PAYLOAD, CRC mismatch, version != 1), ZO_LINK_UNEXPECTED when it
+ * is valid but its payload did not fit where the caller keeps payloads (a stale answer: no
+ * request the caller is waiting for has it), otherwise ZO_LINK_FRAME with *frame set (valid
+ * until the next byte). host/link/framing.py drops exactly the same frames. */
 int zo_link_decoder_feed(zo_link_decoder *d, uint8_t byte, zo_link_frame *frame);
 
 /* ---- requests (docs/link.md "Sequence numbers, timeouts, retries", "Requests") ---------- */

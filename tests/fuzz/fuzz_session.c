@@ -41,6 +41,7 @@ static int timeout_pending;
 
 /* The device's own frames, decoded to learn the request waiting for its answer. */
 static zo_link_decoder outgoing;
+static uint8_t outgoing_payload[ZO_LINK_MAX_PAYLOAD]; /* any request the firmware sends */
 static uint8_t pending_type;
 static uint16_t pending_seq;
 static uint32_t cycles;
@@ -179,7 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     timeout_pending = 0;
     pending_type = 0u;
     pending_seq = 0u;
-    zo_link_decoder_init(&outgoing);
+    zo_link_decoder_init(&outgoing, outgoing_payload, sizeof outgoing_payload);
     memset(&image, 0, sizeof image);
     memset(&state, 0, sizeof state);
     active = 0;

@@ -38,10 +38,11 @@ from .training_regions import EVERY, RECOMPUTE_MODES
 
 BUILD_TARGETS = ("native", "qemu") + TARGET_NAMES
 STACK_BYTES = 8192
-#: Static buffers of templates/link/zo_link.c: the frame decoder's (ZO_LINK_MAX_ENCODED) and
-#: the pending request's body, kept for retransmission (ZO_LINK_MAX_BODY); docs/link.md.
-LINK_RX_BYTES = link.MAX_ENCODED
-LINK_TX_BYTES = link.MAX_BODY
+#: Static buffers of templates/link/zo_link.c: the payload of an answer that is not READ /
+#: FETCH data (those are decoded straight into the caller's buffer) and the COBS group being
+#: sent (a request goes out from the caller's bytes); docs/link.md.
+LINK_RX_BYTES = link.RESPONSE_BUFFER
+LINK_TX_BYTES = 254
 #: C types of output 0 that the accuracy command ('A') takes the argmax of.
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
 TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
@@ -210,8 +211,8 @@ def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
     return [RamItem("arena", align_up(arena.arena_bytes, ITEM_ALIGNMENT), what),
             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
-                    f"frame decoder {LINK_RX_BYTES} B + pending request {LINK_TX_BYTES} B "
-                    "(static)", memory=stack_memory)]
+                    f"answer payloads {LINK_RX_BYTES} B + COBS group {LINK_TX_BYTES} B "
+                    "(static; sectors go straight to their buffer)", memory=stack_memory)]
 
 
 def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan:

@@ -71,9 +71,15 @@ VERSION = 1
 HEADER_BYTES = 6  # type u8, version u8, sequence u16, payload length u16
 CRC_BYTES = 4
 SECTOR = 512
-MAX_SECTORS = 4  # sectors per READ / WRITE
-MAX_FETCH = 2048  # bytes per FETCH / PUT
+#: Sectors per READ / WRITE. The device decodes a READ's answer straight into the caller's
+#: buffer and sends from it, so this costs no device memory; 16 (8 KB) keeps the turnaround of
+#: a request under 3 % of its time at the default 1,228,800 baud (docs/benchmarks.md "Link").
+MAX_SECTORS = 16
+MAX_FETCH = MAX_SECTORS * SECTOR  # bytes per FETCH / PUT
 MAX_PAYLOAD = MAX_SECTORS * SECTOR + 16
+#: Payload bytes the device keeps of an answer that is not READ / FETCH data: a COMMAND (its
+#: byte and at most a u32 argument) or a status.
+RESPONSE_BUFFER = 16
 MAX_BODY = HEADER_BYTES + MAX_PAYLOAD + CRC_BYTES
 #: COBS adds one byte per started run of 254; decoders refuse longer frames.
 MAX_ENCODED = MAX_BODY + MAX_BODY // 254 + 1
@@ -350,7 +356,8 @@ def c_header() -> str:
              "/* frames */"]
     sizes = {"VERSION": VERSION, "HEADER_BYTES": HEADER_BYTES, "CRC_BYTES": CRC_BYTES,
              "SECTOR_BYTES": SECTOR, "MAX_SECTORS": MAX_SECTORS, "MAX_CHUNK": MAX_FETCH,
-             "MAX_PAYLOAD": MAX_PAYLOAD, "MAX_BODY": MAX_BODY, "MAX_ENCODED": MAX_ENCODED}
+             "MAX_PAYLOAD": MAX_PAYLOAD, "MAX_BODY": MAX_BODY, "MAX_ENCODED": MAX_ENCODED,
+             "RESPONSE_BUFFER": RESPONSE_BUFFER}
     lines += [f"#define ZO_LINK_{name} {value}{u}" for name, value in sizes.items()]
     lines += ["", "/* requests; the response to request type t has type t | ZO_LINK_RESPONSE */"]
     lines += [f"#define ZO_LINK_{r.name} 0x{r.value:02X}{u}" for r in Request]
