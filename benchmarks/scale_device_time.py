@@ -22,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from zocodegen.formats import link
+
 CLOCKS = {"stm32f746": 216e6, "stm32h7b3": 280e6}
-BAUD = 115200
+BAUD = link.DEFAULT_BAUD
 
 
 @dataclass(frozen=True)
@@ -85,20 +87,22 @@ def seconds_at(step: int, shape: RunShape, costs: Costs) -> tuple[float, float]:
             link + step * shape.batch * costs.link + records * costs.link)
 
 
-def link_seconds_per_record(model: Path) -> float:
-    """A record over the host link: its sectors in READs of up to 4 sectors, each a request
-    and a response frame (COBS-framed: 6 B header, 4 B CRC, 1 B per 254, the zero), 10 bits
-    a byte (8N1) at BAUD."""
+def link_seconds_per_record(model: Path, baud: int = BAUD,
+                            max_sectors: int = link.MAX_SECTORS) -> float:
+    """A record over the host link: its sectors in READs of up to ``max_sectors``, each a
+    request and a response frame (COBS-framed: 6 B header, 4 B CRC, 1 B per 254, the zero),
+    10 bits a byte (8N1) at ``baud``."""
     from zocodegen.frontends import load_model
     graph = load_model(model)
     t = graph.tensor(graph.inputs[0])
     record = int(np.prod(t.shape[1:])) + 8  # input bytes, label and CRC
     sectors = -(-record // 512)
-    reads = -(-sectors // 4)
+    reads = -(-sectors // max_sectors)
     request = 6 + 6 + 4 + 2
-    response = [6 + 4 + 512 * min(4, sectors - 4 * k) + 4 for k in range(reads)]
+    response = [6 + 4 + 512 * min(max_sectors, sectors - max_sectors * k) + 4
+                for k in range(reads)]
     wire = sum(request + r + r // 254 + 2 for r in response)
-    return wire * 10 / BAUD
+    return wire * 10 / baud
 
 
 def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:

@@ -22,17 +22,18 @@ from pathlib import Path
 import serial
 
 from zocodegen.errors import UserError
+from zocodegen.formats.link import DEFAULT_BAUD
 from .link.server import LinkError, Port
 
 #: How long a read waits before the host checks that the firmware process still runs.
 POLL_SECONDS = 0.05
-BAUD = 115200
 
 
-def open_port(url: str) -> Port:
-    """A pyserial port for ``url`` (a device path, ``socket://host:port``, ...)."""
+def open_port(url: str, baud: int = DEFAULT_BAUD) -> Port:
+    """A pyserial port for ``url`` (a device path, ``socket://host:port``, ...) at ``baud``
+    (a pty or a socket ignores it)."""
     try:
-        return serial.serial_for_url(url, baudrate=BAUD, timeout=POLL_SECONDS,
+        return serial.serial_for_url(url, baudrate=baud, timeout=POLL_SECONDS,
                                      write_timeout=10)
     except (serial.SerialException, ValueError, OSError) as exc:
         raise UserError(f"cannot open port {url}: {exc}") from None
@@ -48,12 +49,14 @@ class DeviceExited(LinkError):
 
 class Firmware:
     """A native or QEMU firmware process with its link port; ``start`` again after it exited
-    is a device reset."""
+    is a device reset. ``baud``: the host's line speed, which an emulated board checks the
+    firmware's USART divider against (native and QEMU lines have none)."""
 
-    def __init__(self, kind: str, artefact: Path, icount: bool = True):
+    def __init__(self, kind: str, artefact: Path, icount: bool = True,
+                 baud: int = DEFAULT_BAUD):
         if kind not in ("native", "qemu", "emulated"):
             raise ValueError(kind)
-        self.kind, self.artefact, self.icount = kind, Path(artefact), icount
+        self.kind, self.artefact, self.icount, self.baud = kind, Path(artefact), icount, baud
         self.proc: subprocess.Popen | None = None
         self.port: Port | None = None
         self._stderr = None
@@ -68,7 +71,8 @@ class Firmware:
         if self.kind == "emulated":  # ZOCODEGEN_EMULATOR_REPORT: where it writes its report
             report = os.environ.get("ZOCODEGEN_EMULATOR_REPORT")
             return [sys.executable, "-m", "zocodegen.host.emulator", "--board",
-                    self.artefact.parent.name, *(["--report-json", report] if report else []),
+                    self.artefact.parent.name, "--baud", str(self.baud),
+                    *(["--report-json", report] if report else []),
                     str(self.artefact)]
         return [str(self.artefact)]
 
@@ -103,7 +107,7 @@ class Firmware:
         while True:  # QEMU waits for us (wait=on) before it starts the CPU
             self.alive()
             try:
-                return serial.serial_for_url(f"socket://127.0.0.1:{tcp_port}", baudrate=BAUD,
+                return serial.serial_for_url(f"socket://127.0.0.1:{tcp_port}",
                                              timeout=POLL_SECONDS, write_timeout=10)
             except serial.SerialException:
                 if time.monotonic() > deadline:

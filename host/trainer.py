@@ -44,13 +44,13 @@ class Device:
 
     restartable = False
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, baud: int = p.DEFAULT_BAUD):
+        self.url, self.baud = url, baud
         self.port: Port | None = None
 
     def connect(self) -> Port:
         if self.port is None:
-            self.port = open_port(self.url)
+            self.port = open_port(self.url, self.baud)
         return self.port
 
     def alive(self) -> None:
@@ -95,20 +95,21 @@ class LaunchedDevice(Device):
 
 
 def open_device(port: str | None = None, native: Path | None = None,
-                qemu: Path | None = None, emulated: Path | None = None) -> Device:
+                qemu: Path | None = None, emulated: Path | None = None,
+                baud: int = p.DEFAULT_BAUD) -> Device:
     """The device of `--port URL`, `--native PROJECT`, `--qemu PROJECT` or `--emulated
     PROJECT` (a board project, its firmware on the emulated board), built with make when
-    needed."""
+    needed; `--baud` for a board's line and an emulated one."""
     from zocodegen.projects import make
     if port:
-        return Device(port)
+        return Device(port, baud)
     where = {"native": native, "qemu": qemu, "emulated": emulated}
     kind = next((k for k, project in where.items() if project is not None), "qemu")
     project = where[kind]
     if project is None or not (Path(project) / "Makefile").is_file():
         raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
     goal = "firmware" if kind == "emulated" else kind
-    return LaunchedDevice(Firmware(kind, make(Path(project), goal)))
+    return LaunchedDevice(Firmware(kind, make(Path(project), goal), baud=baud))
 
 
 @dataclass(frozen=True)

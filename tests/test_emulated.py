@@ -18,6 +18,7 @@ from test_training import NEEDS_ARM, _data, _image, _simulated
 from zocodegen.projects import cached_build
 from zocodegen.codegen.host_inputs import host_side_inputs
 from zocodegen.codegen.project import BuildOptions, device_graph
+from zocodegen.formats.link import DEFAULT_BAUD
 from zocodegen.frontends import load_model
 from zocodegen.host.emulator.clocks import SETTLE_INSTRUCTIONS, BoardFault, F7Clocks, H7Clocks
 from zocodegen.host.emulator.machine import (BOARDS, CPACR_FPU, SCB_CPACR, USART1, USART_BRR,
@@ -42,7 +43,7 @@ def test_the_board_boots_to_full_speed_and_reports_its_clocks(board):
     mhz = target_data(board)["clock_hz"] // 1_000_000  # what the board promises
     assert f"SYSCLK {mhz} MHz" in done.stderr, done.stderr
     baud = float(done.stderr.split("USART1 ")[1].split(" baud")[0])
-    assert abs(baud - 115200) < 0.02 * 115200
+    assert abs(baud - DEFAULT_BAUD) < 0.02 * DEFAULT_BAUD
     assert "the host closed the line" in done.stderr  # it waited for HELLO's answer
 
 
@@ -168,13 +169,18 @@ def test_the_usart_is_checked_against_the_clock_it_runs_and_its_pins(board):
     emulated.report.fault = None
     apb2 = emulated.clocks.APB2ENR
     emulated.clocks.write(apb2, 1 << 4, 0)
-    emulated._write_word(USART1 + USART_BRR, 938)  # the 108 MHz divider, on the reset clock
+    emulated._write_word(USART1 + USART_BRR, 88)  # the 108 MHz divider, on the reset clock
     with pytest.raises(BoardFault, match="baud"):
         emulated._write_word(USART1 + USART_CR1, 0x0D)
     emulated.regs[USART1 + USART_CR1] = 0
     hsi = emulated.clocks.hsi_hz
-    emulated._write_word(USART1 + USART_BRR, (hsi + 57600) // 115200)
-    emulated._write_word(USART1 + USART_CR1, 0x0D)
+    emulated._write_word(USART1 + USART_BRR, hsi // 115200)  # 115200 baud: not the host's
+    with pytest.raises(BoardFault, match="the host's 1228800"):
+        emulated._write_word(USART1 + USART_CR1, 0x0D)
+    emulated.regs[USART1 + USART_CR1] = 0
+    m = hsi // DEFAULT_BAUD  # 13 on the F746's 16 MHz HSI: oversampling by 8
+    emulated._write_word(USART1 + USART_BRR, (2 * m & ~0xF) | ((2 * m & 0xF) >> 1))
+    emulated._write_word(USART1 + USART_CR1, 0x800D)
     with pytest.raises(BoardFault, match="alternate function"):
         emulated._write_word(USART1 + USART_TDR, 0)  # the pins were never handed over
 
@@ -229,7 +235,7 @@ def _lose_wait_states(board, word, value):
 
 TAMPERS = {
     "brr": (lambda b, w, v: v + v // 10 if w == USART1 + USART_BRR else v,
-            r"USART1_BRR = \d+ .* needs (938|1215)"),
+            r"USART1_BRR = \d+ .* needs f_ck / (88|114)"),
     "wait_states": (_lose_wait_states, r"FLASH_ACR LATENCY 3: needs [67] wait states"),
     "af": (lambda b, w, v: v + (1 << 4) if w == b.gpio_base + 0x24 else v,
            r"PA9 .* GPIOA_AFRH AF\d+ \(needs AF7\)"),
@@ -248,6 +254,29 @@ def test_a_wrong_register_write_fails_the_boot_naming_it(board, tamper):
     report = _Tampered(board, _firmware("digits_cnn.tflite", board), change).run()
     assert report.status == 131
     assert re.search(message, report.fault), report.fault
+
+
+@NEEDS_ARM
+def test_the_build_baud_is_what_the_board_runs_and_the_host_must_match(tmp_path, capsys):
+    """`build --baud 921600`: firmware.h and platformio.ini carry it, the emulated board's
+    USART1 makes it, and a host at the default rate is told the two ends differ."""
+    from zocodegen.cli import main
+    from zocodegen.projects import make
+    board, out = "stm32f746", tmp_path / "fw"
+    model = str(FIXTURES / "digits_cnn.tflite")
+    assert main(["build", model, "--target", board, "--baud", "921600", "-o", str(out)]) == 0
+    assert "#define FIRMWARE_BAUD 921600u" in (out / "include" / "firmware.h").read_text()
+    assert "monitor_speed = 921600" in (out / "platformio.ini").read_text()
+    elf = make(out, "firmware")
+    assert Board(board, elf, _UnansweredHost(), baud=921600).run().fault == \
+        "the host closed the line"
+    report = Board(board, elf, _UnansweredHost()).run()
+    assert report.status == 131 and "the host's 1228800" in report.fault, report.fault
+    capsys.readouterr()
+    assert main(["build", model, "--target", board, "--baud", "20000000",
+                 "-o", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "USART1 cannot make it" in err and "108 MHz" in err
 
 
 @pytest.mark.parametrize("board", BOARDS)

@@ -19,6 +19,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from zocodegen.formats.link import DEFAULT_BAUD
+from zocodegen.target import usart_divisor
+
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("stm32f746", "stm32h7b3")
 
@@ -151,6 +154,7 @@ def write_project(root: Path, target: str, arena_region=None, arena_bytes=ARENA_
     platform_dir.mkdir(parents=True)
     (root / "include").mkdir()
     shutil.copy(REPO / "templates" / "project" / "platform.h", root / "include" / "platform.h")
+    (root / "include" / "firmware.h").write_text(f"#define FIRMWARE_BAUD {DEFAULT_BAUD}u\n")
     for name in PLATFORM_FILES(target):
         (platform_dir / name.rsplit("/", 1)[1].removesuffix(".j2")).write_text(
             render(name, target=target, target_info=target_info(target)))
@@ -345,7 +349,7 @@ def platformio_config(tmp_path: Path, target: str):
     from platformio.project.config import ProjectConfig
     path = tmp_path / "platformio.ini"
     path.write_text(render("templates/project/platformio.ini.j2", target=target,
-                           target_info=target_info(target)))
+                           target_info=target_info(target), baud=DEFAULT_BAUD))
     return path, ProjectConfig(str(path))
 
 
@@ -371,7 +375,7 @@ def test_platformio_ini(tmp_path, target):
     assert config.get(env, "build_src_filter") == [
         "+<*> -<platform/> +<platform/%s/>" % target]
     assert config.get(env, "upload_protocol") == "stlink"
-    assert config.get(env, "monitor_speed") == 115200
+    assert config.get(env, "monitor_speed") == DEFAULT_BAUD
     assert config.get(env, "extra_scripts") == [
         "post:pio_link_flags.py"]
     flags = config.get(env, "build_flags")
@@ -437,7 +441,8 @@ def test_h7b3_board_json(tmp_path):
 def test_f746_uses_platformio_board_id():
     info = target_info("stm32f746")
     assert info["platformio_board"] == info["platformio_board_id"] == "disco_f746ng"
-    ini = render("templates/project/platformio.ini.j2", target="stm32f746", target_info=info)
+    ini = render("templates/project/platformio.ini.j2", target="stm32f746", target_info=info,
+                 baud=DEFAULT_BAUD)
     assert "boards/" not in ini
 
 
@@ -470,7 +475,7 @@ H7B3_LIMITS = dict(
     # in rev 10), VOS0: AXI clock upper bound of 0..6 wait states, and WRHIGHFREQ for each
     flash_bands=(42, 84, 126, 168, 210, 252, 280), wrhighfreq=(0, 0, 1, 1, 2, 2, 3),
 )
-BAUD = 115200
+BAUD = DEFAULT_BAUD  # the host link's default, zocodegen/formats/link.py
 
 
 def board_defines(target: str) -> dict[str, int]:
@@ -521,15 +526,15 @@ def test_f746_clock_plan_arithmetic():
     assert core // d["ZO_APB2_DIV"] == d["ZO_PCLK2_HZ"] == 108_000_000 <= lim["pclk2_max"]
     assert d["ZO_FLASH_WS"] == wait_states(core, lim["flash_bands"]) == 7
     brr, error = brr_error(d["ZO_PCLK2_HZ"])
-    assert brr == d["ZO_VCP_BRR"] == 938 and error < 0.02
-    assert brr_error(lim["hsi"])[0] == 139  # the fallback clock
+    assert brr == usart_divisor(d["ZO_PCLK2_HZ"], BAUD) == 88 and error < 0.02
+    assert brr_error(lim["hsi"]) == (13, pytest.approx(0.0016, abs=1e-4))  # fallback, OVER8
     clock = info["clock"]
     assert (clock["hse_hz"], clock["pll"]["m"], clock["pll"]["n"], clock["pll"]["p"],
             clock["pll"]["q"]) == (lim["hse"], m, n, p, q)
     assert (clock["ahb_div"], clock["apb1_div"], clock["apb2_div"], clock["flash_wait_states"]) \
         == (d["ZO_AHB_DIV"], d["ZO_APB1_DIV"], d["ZO_APB2_DIV"], d["ZO_FLASH_WS"])
     assert clock["usart1_kernel_hz"] == d["ZO_PCLK2_HZ"] and clock["usart1_brr"] == brr
-    assert "938" in info["vcp"]["notes"] and "PCLK2" in info["vcp"]["notes"]
+    assert "BRR 88" in info["vcp"]["notes"] and "PCLK2" in info["vcp"]["notes"]
 
 
 def test_h7b3_clock_plan_arithmetic():
@@ -557,15 +562,15 @@ def test_h7b3_clock_plan_arithmetic():
     assert d["ZO_FLASH_WS"] == ws == 6
     assert d["ZO_FLASH_WRHIGHFREQ"] == lim["wrhighfreq"][ws] == 3
     brr, error = brr_error(d["ZO_PCLK2_HZ"])
-    assert brr == d["ZO_VCP_BRR"] == 1215 and error < 0.02
-    assert brr_error(lim["hsi"])[0] == 556  # the fallback clock
+    assert brr == usart_divisor(d["ZO_PCLK2_HZ"], BAUD) == 114 and error < 0.02
+    assert brr_error(lim["hsi"])[0] == 52  # the fallback clock
     clock = info["clock"]
     assert (clock["hse_hz"], clock["pll1"]["m"], clock["pll1"]["n"], clock["pll1"]["p"]) \
         == (lim["hse"], m, n, p)
     assert clock["supply"] == "direct SMPS" and clock["voltage_scale"] == "VOS0"
     assert (clock["flash_wait_states"], clock["flash_wrhighfreq"]) == (ws, 3)
     assert clock["usart1_kernel_hz"] == d["ZO_PCLK2_HZ"] and clock["usart1_brr"] == brr
-    assert "1215" in info["vcp"]["notes"] and "pclk2" in info["vcp"]["notes"]
+    assert "BRR 114" in info["vcp"]["notes"] and "pclk2" in info["vcp"]["notes"]
 
 
 HARNESS_COMMON = r"""
@@ -641,7 +646,7 @@ int main(int argc, char **argv)
     printf("status=%d sysclk=%lu core=%lu usart=%lu brr=%lu violations=%d\n",
            (int)zo_clocks.status, (unsigned long)zo_clocks.sysclk_hz,
            (unsigned long)zo_clocks.core_hz, (unsigned long)zo_clocks.usart_hz,
-           (unsigned long)((zo_clocks.usart_hz + 57600u) / 115200u), violations);
+           (unsigned long)((zo_clocks.usart_hz + 614400u) / 1228800u), violations);
     for (int i = 0; i < nreg; i++) {
         printf("reg %08lx=%08lx\n", (unsigned long)reg_addr[i], (unsigned long)reg_val[i]);
     }
@@ -915,18 +920,18 @@ def clock_model(tmp_path_factory):
 
 @needs_cc
 @pytest.mark.parametrize("target,scenario,status,core,usart,brr", [
-    ("stm32f746", "ok", "ZO_CLOCK_OK", 216_000_000, 108_000_000, 938),
-    ("stm32f746", "no_hse", "ZO_CLOCK_FAIL_HSE", 16_000_000, 16_000_000, 139),
-    ("stm32f746", "no_overdrive", "ZO_CLOCK_FAIL_OVERDRIVE", 16_000_000, 16_000_000, 139),
-    ("stm32f746", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 16_000_000, 16_000_000, 139),
-    ("stm32f746", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 16_000_000, 16_000_000, 139),
-    ("stm32h7b3", "ok", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 1215),
-    ("stm32h7b3", "cr3_locked_smps", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 1215),
-    ("stm32h7b3", "cr3_locked_ldo", "ZO_CLOCK_FAIL_SUPPLY", 64_000_000, 64_000_000, 556),
-    ("stm32h7b3", "no_vos", "ZO_CLOCK_FAIL_VOLTAGE", 64_000_000, 64_000_000, 556),
-    ("stm32h7b3", "no_hse", "ZO_CLOCK_FAIL_HSE", 64_000_000, 64_000_000, 556),
-    ("stm32h7b3", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 64_000_000, 64_000_000, 556),
-    ("stm32h7b3", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 64_000_000, 64_000_000, 556),
+    ("stm32f746", "ok", "ZO_CLOCK_OK", 216_000_000, 108_000_000, 88),
+    ("stm32f746", "no_hse", "ZO_CLOCK_FAIL_HSE", 16_000_000, 16_000_000, 13),
+    ("stm32f746", "no_overdrive", "ZO_CLOCK_FAIL_OVERDRIVE", 16_000_000, 16_000_000, 13),
+    ("stm32f746", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 16_000_000, 16_000_000, 13),
+    ("stm32f746", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 16_000_000, 16_000_000, 13),
+    ("stm32h7b3", "ok", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 114),
+    ("stm32h7b3", "cr3_locked_smps", "ZO_CLOCK_OK", 280_000_000, 140_000_000, 114),
+    ("stm32h7b3", "cr3_locked_ldo", "ZO_CLOCK_FAIL_SUPPLY", 64_000_000, 64_000_000, 52),
+    ("stm32h7b3", "no_vos", "ZO_CLOCK_FAIL_VOLTAGE", 64_000_000, 64_000_000, 52),
+    ("stm32h7b3", "no_hse", "ZO_CLOCK_FAIL_HSE", 64_000_000, 64_000_000, 52),
+    ("stm32h7b3", "no_pll_lock", "ZO_CLOCK_FAIL_PLL", 64_000_000, 64_000_000, 52),
+    ("stm32h7b3", "no_switch", "ZO_CLOCK_FAIL_SWITCH", 64_000_000, 64_000_000, 52),
 ])
 def test_clock_init_on_register_model(clock_model, target, scenario, status, core, usart, brr):
     """clock_init() follows the manuals' sequence on a register model of the chip (no

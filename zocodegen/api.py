@@ -142,7 +142,7 @@ def run_build(args: argparse.Namespace) -> BuildResult:
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
-                                             recompute=args.recompute), out)
+                                             recompute=args.recompute, baud=args.baud), out)
     return BuildResult(Path(out), plan)
 
 
@@ -188,7 +188,7 @@ def run_train(args: argparse.Namespace) -> TrainSummary:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not Path(args.image).is_file():
         raise UserError(f"image not found: {args.image}")
-    device = open_device(args.port, args.native, args.qemu, args.emulated)
+    device = open_device(args.port, args.native, args.qemu, args.emulated, baud=args.baud)
     return Trainer(device, args.image, args.output, steps=args.steps,
                    checkpoint_every=args.checkpoint_every, timeout=args.timeout,
                    force=args.force, model=args.model).run()

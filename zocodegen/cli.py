@@ -254,9 +254,9 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_monitor(args: argparse.Namespace) -> None:
     if args.port:
-        monitor(open_port(args.port), args.duration)
+        monitor(open_port(args.port, args.baud), args.duration)
         return
-    device = open_device(emulated=args.emulated)  # the board project's firmware, emulated
+    device = open_device(emulated=args.emulated, baud=args.baud)  # the board project's firmware, emulated
     try:
         monitor(device.connect(), args.duration)
     finally:
@@ -366,10 +366,11 @@ def cmd_fleet_join(args: argparse.Namespace) -> None:
                         "--insecure for a server started with --insecure")
     if args.ca is not None and not args.ca.is_file():
         raise UserError(f"--ca {args.ca}: file not found")
-    DeviceClient(lambda: open_device(args.port, args.native, args.qemu), args.image,
-                 args.build, args.state)  # refuse a bad image or build now, in one line
+    DeviceClient(lambda: open_device(args.port, args.native, args.qemu, baud=args.baud),
+                 args.image, args.build, args.state)  # refuse a bad image or build now
     key, public = security.device_key(args.state / "keys") if secure else (None, None)
-    node = node_config(args.image, args.build, args.state, args.port, args.native, args.qemu)
+    node = node_config(args.image, args.build, args.state, args.port, args.native, args.qemu,
+                       baud=args.baud)
     with Flower(args.state / "flower") as flower:
         print(f"fleet: joining {args.superlink}"
               + (f" as the device whose public key is {public}" if secure else "")

@@ -12,6 +12,7 @@ from .version import __version__
 from .errors import UserError
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
+from .formats.link import DEFAULT_BAUD
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "1 %% of a step's MACs or the build does not fit otherwise "
                         "(default), on for the least SRAM, off")
     _add_memory_options(p)
+    _add_baud(p, "the host link's baud rate on the board's ST-LINK VCP (native and QEMU "
+                 "have no baud rate)")
     _add_train_options(p, default_queries=50)
     p.set_defaults(handler="build")
 
@@ -209,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start board project DIR's firmware on its emulated board and "
                             "watch it (docs/emulated.md)")
     p.add_argument("--duration", type=_SECONDS, metavar="S", help="stop after S seconds")
+    _add_baud(p)
     p.set_defaults(handler="monitor")
 
     p = sub.add_parser("export", help="write trained parameters into a copy of the model")
@@ -258,6 +262,14 @@ def _add_device_options(p: argparse.ArgumentParser, emulated: bool = True) -> No
                                 "emulated board (docs/emulated.md)")
     p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
                    help="the data image made by `zocodegen pack` (never modified)")
+    _add_baud(p)
+
+
+def _add_baud(p: argparse.ArgumentParser,
+              what: str = "the board's baud rate: the one its firmware was built with "
+                          "(--port, --emulated)") -> None:
+    p.add_argument("--baud", type=int, default=DEFAULT_BAUD, metavar="BAUD",
+                   help=f"{what} (default {DEFAULT_BAUD}; docs/link.md \"Baud rate\")")
 
 
 def _add_fleet_parser(sub) -> None:

@@ -64,3 +64,28 @@ def budget_text(name: str) -> str:
     data = target_data(name)
     names = " + ".join(m["name"].replace("_", " ") for m in data["memories"] if m["planner"])
     return f"{data['sram_budget_bytes'] // 1024} KB {names}"
+
+
+#: How far the USART's rate may be from the line's (a UART receiver samples each bit in its
+#: middle; 2 % leaves margin over ten bits for the other end's error too).
+BAUD_TOLERANCE = 0.02
+
+
+def usart_divisor(kernel_hz: int, baud: int) -> int:
+    """m with kernel_hz / m nearest ``baud``: BRR = m oversampling by 16 (m >= 16), by 8 for
+    m = 8..15 (platform_stm32.c vcp_usart_init()); 0 when no m is within BAUD_TOLERANCE."""
+    m = (kernel_hz + baud // 2) // baud
+    if m < 8 or m > 0xFFFF or abs(kernel_hz / m - baud) > BAUD_TOLERANCE * baud:
+        return 0
+    return m
+
+
+def check_baud(name: str, baud: int) -> None:
+    """Refuse a --baud the board's USART1 cannot make at full speed. (On the reset clock,
+    where the firmware stays when the crystal does not start, the default still works but
+    not every rate does: 921,600 is 2.1 % off at the F746's 16 MHz; docs/link.md.)"""
+    hz = target_data(name)["clock"]["usart1_kernel_hz"]
+    if usart_divisor(hz, baud) == 0:
+        raise UserError(f"--baud {baud}: {name}'s USART1 cannot make it within "
+                        f"{BAUD_TOLERANCE:.0%} at its kernel clock of {hz / 1e6:g} MHz "
+                        "(kernel / m, m = 8..65535)")

@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from zocodegen.formats.link import DEFAULT_BAUD
 from .clocks import MHZ, BoardFault
 from .machine import BOARDS, Board
 
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zocodegen.host.emulator",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--board", choices=BOARDS, required=True)
+    parser.add_argument("--baud", type=int, default=DEFAULT_BAUD,
+                        help="the host's baud rate, which the firmware's USART1 must make "
+                             f"(default {DEFAULT_BAUD})")
     parser.add_argument("--report", action="store_true",
                         help="print the clocks and instructions on stderr at the end")
     parser.add_argument("--report-json", type=Path, metavar="FILE",
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("elf", type=Path)
     args = parser.parse_args(argv)
     try:
-        board = Board(args.board, args.elf, StdioLine())
+        board = Board(args.board, args.elf, StdioLine(), args.baud)
         report = board.run()
     except BoardFault as exc:
         print(f"emulated {args.board}: {exc}", file=sys.stderr)

@@ -24,7 +24,8 @@ from unicorn import (UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_CODE, UC_HOOK_INSN_INVA
 from unicorn.arm_const import (UC_ARM_REG_LR, UC_ARM_REG_MSP, UC_ARM_REG_PC, UC_ARM_REG_SP,
                                UC_CPU_ARM_CORTEX_M7)
 
-from zocodegen.target import TARGET_NAMES, target_data
+from zocodegen.formats.link import DEFAULT_BAUD
+from zocodegen.target import BAUD_TOLERANCE, TARGET_NAMES, target_data, usart_divisor
 
 from .clocks import MHZ, BoardFault, ClockTree, F7Clocks, H7Clocks
 
@@ -36,6 +37,7 @@ BOARDS = tuple(name for name in TARGET_NAMES if "emulator" in target_data(name))
 USART1 = 0x40011000  # the same on both families (RM0385 / RM0455 memory maps)
 USART_CR1, USART_BRR, USART_ISR, USART_ICR, USART_RDR, USART_TDR, USART_PRESC = (
     0x00, 0x0C, 0x1C, 0x20, 0x24, 0x28, 0x2C)
+CR1_OVER8 = 1 << 15
 ISR_RXNE, ISR_TC, ISR_TXE, ISR_TEACK, ISR_REACK = 1 << 5, 1 << 6, 1 << 7, 1 << 21, 1 << 22
 DWT_CYCCNT, DHCSR, SCB_CCSIDR, SCB_CPACR = 0xE0001004, 0xE000EDF0, 0xE000ED80, 0xE000ED88
 CPACR_FPU = 0xF << 20  # CP10 and CP11 full access (ARMv7-M ARM B3.2.20)
@@ -86,7 +88,7 @@ def thumb_instructions(code: bytes) -> int:
 class Board:
     """One emulated board running one firmware ELF."""
 
-    def __init__(self, name: str, elf: Path, line: Line):
+    def __init__(self, name: str, elf: Path, line: Line, baud: int = DEFAULT_BAUD):
         if name not in BOARDS:
             raise ValueError(f"no emulated board {name}; there are {', '.join(BOARDS)}")
         facts = target_data(name)
@@ -97,7 +99,7 @@ class Board:
             "usart_presc"]
         self.name, self.line, self.facts = name, line, facts
         self.clocks = FAMILIES[emulator["family"]](facts["clock"]["hse_hz"])
-        self.vcp = facts["vcp"]
+        self.vcp, self.baud = facts["vcp"], baud  # baud: the host's end of the line
         self.regs = dict(CORE_RESET)  # the other peripherals' plain registers
         self.report = Report()
         self.instructions = self.cycle_base = self.idle_cycles = 0
@@ -366,18 +368,23 @@ class Board:
             self.tx.clear()
 
     def _check_usart(self) -> None:
-        """At USART enable: the divider gives the configured baud within 2 % of the kernel
-        clock the RCC model runs."""
+        """At USART enable: the divider gives the host's baud rate within 2 % of the kernel
+        clock the RCC model runs (BRR, and OVER8: USARTDIV = BRR[15:4] and BRR[2:0] << 1,
+        rate 2 f_ck / USARTDIV; RM0385 31.5.4)."""
         clocks = self.clocks.clocks()
         brr = self.regs.get(USART1 + USART_BRR, 0)
+        over8 = bool(self.regs.get(USART1 + USART_CR1, 0) & CR1_OVER8)
         presc = self.regs.get(USART1 + USART_PRESC, 0) if self.usart_presc else 0
         kernel = clocks.usart1 // [1, 2, 4, 6, 8, 10, 12, 16, 32, 64, 128, 256][min(presc, 11)]
-        baud = kernel / brr if brr else 0.0
-        want = self.vcp["baud"]
-        if abs(baud - want) > 0.02 * want:
-            raise BoardFault(f"USART1_BRR = {brr} at a {kernel / MHZ:g} MHz kernel clock gives "
-                             f"{baud:.0f} baud: {want} within 2 % needs "
-                             f"{(kernel + want // 2) // want}")
+        divider = ((brr & ~0xF) | ((brr & 0x7) << 1)) / 2 if over8 else brr
+        baud = kernel / divider if divider >= (8 if over8 else 16) else 0.0
+        want = self.baud
+        if abs(baud - want) > BAUD_TOLERANCE * want:
+            raise BoardFault(f"USART1_BRR = {brr}{' with OVER8' if over8 else ''} at a "
+                             f"{kernel / MHZ:g} MHz kernel clock gives {baud:.0f} baud: the "
+                             f"host's {want} within 2 % needs f_ck / "
+                             f"{usart_divisor(kernel, want) or 'no divider'} (the firmware's "
+                             "--baud and the host's must be the same)")
         self.report.sysclk_hz, self.report.usart_baud = clocks.sysclk, baud
 
     def _check_pins(self) -> None:

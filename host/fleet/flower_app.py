@@ -17,6 +17,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from zocodegen.errors import DataError, UserError
+from zocodegen.formats.link import DEFAULT_BAUD
 from ..link.server import LinkError
 from ..trainer import open_device
 from .client import DeviceClient
@@ -134,7 +135,8 @@ def train(message: Message, context: Context) -> Message:
         client = DeviceClient(
             lambda: open_device(str(node.get("port", "")) or None,
                                 Path(str(node["native"])) if node.get("native") else None,
-                                Path(str(node["qemu"])) if node.get("qemu") else None),
+                                Path(str(node["qemu"])) if node.get("qemu") else None,
+                                baud=int(node.get("baud", DEFAULT_BAUD))),
             Path(str(node["image"])), Path(str(node["build"])), Path(str(node["state"])),
             log=lambda text: print(text, flush=True))
         update = client.train(instruction)

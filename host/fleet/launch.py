@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from zocodegen.errors import UserError
+from zocodegen.formats.link import DEFAULT_BAUD
 from .security import ServerKeys, enrolled_keys
 
 APP = Path(__file__).with_name("app")
@@ -246,12 +247,13 @@ def run_config(model: Path, build: Path, out: Path, rounds: int, steps: int,
 
 
 def node_config(image: Path, build: Path, state: Path, port: str | None = None,
-                native: Path | None = None, qemu: Path | None = None) -> dict:
+                native: Path | None = None, qemu: Path | None = None,
+                baud: int = DEFAULT_BAUD) -> dict:
     """A SuperNode's node configuration: its device, data image, build and state."""
     node = {"image": str(Path(image).resolve()), "build": str(Path(build).resolve()),
             "state": str(Path(state).resolve())}
     if port:
-        node["port"] = port
+        node["port"], node["baud"] = port, baud
     elif native:
         node["native"] = str(Path(native).resolve())
     elif qemu:

@@ -1,6 +1,6 @@
 /*
  * platform.h for both STM32 Cortex-M7 boards (zocodegen): the ST-LINK virtual COM port on a
- * polled USART (115200 8N1), the DWT cycle counter (platform_cycles() and the timeouts of
+ * polled USART (8N1 at the build's --baud, FIRMWARE_BAUD), the DWT cycle counter (platform_cycles() and the timeouts of
  * platform_read_byte()), the L1 caches. The USART, GPIO and core
  * registers are the same IP on the STM32F7 and STM32H7; what differs (clock tree, RCC enable
  * bits, pins, kernel clock frequency) comes from board.h, one per target, whose comment says
@@ -12,11 +12,12 @@
  * complete in time; clock_measure() then decodes the RCC registers into zo_clocks. Every
  * frequency used at run time (the USART baud-rate divider, the DWT timeouts,
  * platform_cycles_per_second()) comes from zo_clocks, never from the nominal ZO_CORE_HZ, so
- * a board whose crystal does not start still talks at 115200 baud. In a debugger:
+ * a board whose crystal does not start still talks at FIRMWARE_BAUD. In a debugger:
  * `print zo_clocks` (core_hz, usart_hz, and status = the step where clock_init() stopped).
  */
 #include <stdint.h>
 
+#include "firmware.h" /* FIRMWARE_BAUD */
 #include "platform.h"
 
 #ifndef ZO_CACHES
@@ -144,6 +145,7 @@ static uint32_t zo_apb_divider(uint32_t field)
 #define USART_CR1_UE  (1u << 0)
 #define USART_CR1_RE  (1u << 2)
 #define USART_CR1_TE  (1u << 3)
+#define USART_CR1_OVER8 (1u << 15)
 #define USART_ISR_PE  (1u << 0)
 #define USART_ISR_FE  (1u << 1)
 #define USART_ISR_NE  (1u << 2)
@@ -215,18 +217,29 @@ static void vcp_usart_init(void)
 {
     board_serial_clocks();
 
-    /* 8N1, oversampling by 16 (FIFO off on the H7): BRR = f_ck / baud, rounded, from the
-     * kernel clock actually running (zo_clocks.usart_hz, set by clock_measure()). At full
-     * speed: F7 PCLK2 108 MHz -> 938 (-0.05 %); H7 rcc_pclk2 140 MHz -> 1215 (+0.02 %). On
-     * the reset clock: F7 16 MHz -> 139 (+0.08 %); H7 64 MHz -> 556 (-0.08 %). */
+    /* 8N1 (FIFO off on the H7) at f_ck / m, m = f_ck / baud rounded, from the kernel clock
+     * actually running (zo_clocks.usart_hz, set by clock_measure()). Oversampling by 16 takes
+     * BRR = m for m >= 16; by 8 (OVER8) it reaches m = 8..15, as USARTDIV = 2m with its low
+     * nibble shifted right by one and BRR[3] clear (RM0385 31.5.4, RM0455 "USART baud rate
+     * generation"). At 1,228,800 baud: F7 PCLK2 108 MHz -> 88 (-0.12 %), H7 rcc_pclk2
+     * 140 MHz -> 114 (-0.06 %); on the reset clock F7 16 MHz -> 13 by 8 (+0.16 %), H7
+     * 64 MHz -> 52 (+0.16 %). `zocodegen build --baud` refuses a rate either clock misses by
+     * more than 2 %. */
+    const uint32_t m = (zo_clocks.usart_hz + FIRMWARE_BAUD / 2u) / FIRMWARE_BAUD;
+    uint32_t over8 = 0u;
     USART_CR1 = 0u;
     USART_CR2 = 0u;
     USART_CR3 = 0u;
 #if defined(ZO_USART_HAS_PRESC)
     USART_PRESC = 0u;
 #endif
-    USART_BRR = (zo_clocks.usart_hz + ZO_BAUD / 2u) / ZO_BAUD;
-    USART_CR1 = USART_CR1_TE | USART_CR1_RE | USART_CR1_UE;
+    if (m >= 16u) {
+        USART_BRR = m;
+    } else {
+        USART_BRR = ((2u * m) & ~0xFu) | (((2u * m) & 0xFu) >> 1);
+        over8 = USART_CR1_OVER8;
+    }
+    USART_CR1 = over8 | USART_CR1_TE | USART_CR1_RE | USART_CR1_UE;
     while ((USART_ISR & USART_ISR_TEACK) == 0u) {
     }
 

@@ -4,14 +4,15 @@
  * Serial link: the ST-LINK/V2-1 virtual COM port, wired to USART1 with TX = PA9 and
  * RX = PB7 (UM1907 "USB virtual COM port" and the I/O assignment table), both alternate
  * function AF7 (STM32F746xx datasheet DS10916, table 12 "Alternate function mapping").
- * 115200 baud, 8 data bits, no parity, 1 stop bit, polled, no flow control.
+ * The build's --baud (FIRMWARE_BAUD in firmware.h, default 1,228,800), 8 data bits, no parity,
+ * 1 stop bit, polled, no flow control.
  *
  * Clock: clock_init() runs the core at 216 MHz: HSE 25 MHz crystal (UM1907 clock sources;
  * oscillator mode, HSEBYP = 0, as ST's STM32CubeF7 projects for this kit start it) -> PLL
  * /25 x432 /2, voltage scale 1
  * with over-drive (needed above 180 MHz), 7 flash wait states, AHB /1 = 216 MHz, APB1 /4 =
  * 54 MHz, APB2 /2 = 108 MHz (the datasheet maxima: 216, 54, 108 MHz). USART1's kernel clock
- * is PCLK2 (RCC_DCKCFGR2.USART1SEL = 00), so BRR = 108 MHz / 115200 = 938. Every wait has a
+ * is PCLK2 (RCC_DCKCFGR2.USART1SEL = 00), so BRR = 108 MHz / 1,228,800 = 88. Every wait has a
  * timeout; on a timeout clock_init() leaves SYSCLK on the 16 MHz HSI and says which step
  * failed, and clock_measure() reads back what actually runs, which is what the baud-rate
  * divider, the DWT timeouts and platform_cycles_per_second() use (zo_clocks in
@@ -59,8 +60,6 @@
 #define ZO_CORE_HZ        (ZO_SYSCLK_HZ / ZO_AHB_DIV)     /* 216 MHz */
 #define ZO_PCLK1_HZ       (ZO_CORE_HZ / ZO_APB1_DIV)      /* 54 MHz */
 #define ZO_PCLK2_HZ       (ZO_CORE_HZ / ZO_APB2_DIV)      /* 108 MHz: USART1's kernel clock */
-#define ZO_BAUD           115200u
-#define ZO_VCP_BRR        ((ZO_PCLK2_HZ + ZO_BAUD / 2u) / ZO_BAUD) /* 938 */
 
 #if ZO_HSE_HZ % ZO_PLL_M != 0 || ZO_PLL_VCO_IN_HZ < 1000000u || ZO_PLL_VCO_IN_HZ > 2000000u
 #error "PLL input (HSE / PLLM) must be 1..2 MHz (RM0385 5.3.2, PLLM)"

@@ -4,7 +4,8 @@
  * Serial link: the STLINK-V3E virtual COM port, wired to USART1 with TX = PA9 and
  * RX = PA10 (UM2569 "Virtual COM port (VCP)" and the kit's I/O assignment), both alternate
  * function AF7 (STM32H7B3xI datasheet DS13139, "Port A alternate functions" table).
- * 115200 baud, 8 data bits, no parity, 1 stop bit, polled, no flow control.
+ * The build's --baud (FIRMWARE_BAUD in firmware.h, default 1,228,800), 8 data bits, no parity,
+ * 1 stop bit, polled, no flow control.
  *
  * Supply: the kit powers the core from the MCU's internal SMPS step-down converter, with no
  * LDO and no external core supply: RM0455's "direct SMPS supply" configuration (PWR chapter,
@@ -21,7 +22,7 @@
  * WRHIGHFREQ = 11, CPU (CDCPRE /1) and AXI/AHB (HPRE /1) at 280 MHz, every APB (CDPPRE,
  * CDPPRE1, CDPPRE2, SRDPPRE /2) at 140 MHz (DS13139 maxima at VOS0: CPU 280, AXI/AHB 280,
  * APB 140 MHz). USART1's kernel clock is rcc_pclk2 (RCC_CDCCIP2R.USART16910SEL = 000), so
- * BRR = 140 MHz / 115200 = 1215. Every wait has a timeout; on a timeout clock_init() leaves
+ * BRR = 140 MHz / 1,228,800 = 114. Every wait has a timeout; on a timeout clock_init() leaves
  * sys_ck on the 64 MHz HSI and says which step failed, and clock_measure() reads back what
  * actually runs, which is what the baud-rate divider, the DWT timeouts and
  * platform_cycles_per_second() use (zo_clocks in platform_stm32.c; `print zo_clocks`).
@@ -71,8 +72,6 @@
 #define ZO_CORE_HZ        (ZO_SYSCLK_HZ / ZO_CDCPRE_DIV)  /* 280 MHz */
 #define ZO_HCLK_HZ        (ZO_CORE_HZ / ZO_HPRE_DIV)      /* 280 MHz: AXI clock, flash clock */
 #define ZO_PCLK2_HZ       (ZO_HCLK_HZ / ZO_APB_DIV)       /* 140 MHz: USART1's kernel clock */
-#define ZO_BAUD           115200u
-#define ZO_VCP_BRR        ((ZO_PCLK2_HZ + ZO_BAUD / 2u) / ZO_BAUD) /* 1215 */
 
 #if ZO_HSE_HZ % ZO_PLL1_M != 0 || ZO_PLL1_REF_HZ < 2000000u || ZO_PLL1_REF_HZ > 4000000u \
     || ZO_PLL1_RGE != 1u

@@ -24,8 +24,8 @@ from ..planner import (ArenaPlan, BudgetError, Placement, RamItem, budget_messag
 from ..planner.lifetimes import align_up
 from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
-from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, load_target, roomier_targets,
-                      target_data)
+from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_target,
+                      roomier_targets, target_data)
 from ..training.backprop import largest_bp_layers
 from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
@@ -69,6 +69,7 @@ class BuildOptions:
     # when they cost under 1 % of a step's MACs or the build does not fit otherwise; on
     # for the least SRAM; off never
     recompute: str = "auto"
+    baud: int = link.DEFAULT_BAUD  # the host link's line on a board (firmware.h FIRMWARE_BAUD)
 
     @property
     def board(self) -> str:
@@ -259,6 +260,8 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
         raise UserError(f"unknown target '{options.target}'; choose one of "
                         f"{', '.join(BUILD_TARGETS)}")
     board = load_target(options.board)
+    if options.target in TARGET_NAMES:
+        check_baud(board.name, options.baud)
     arena = build_arena(graph, options, board)
     code, training, items = _layout(graph, arena, board, options.train, options.recompute)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
@@ -409,7 +412,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
         flash_data_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
         emulated=dict(name=board.name, sram_kb=board.sram_budget_bytes // 1024),
         ram_bytes=board.sram_budget_bytes, flash_bytes=board.flash_bytes,
-        firmware=options.target in TARGET_NAMES,
+        firmware=options.target in TARGET_NAMES, baud=options.baud,
         firmware_note=(f"{options.target} ELF + bin   build/{options.target}/firmware.elf"
                        if options.target in TARGET_NAMES else
                        "(not for this target: regenerate with --target "

@@ -71,6 +71,13 @@ VERSION = 1
 HEADER_BYTES = 6  # type u8, version u8, sequence u16, payload length u16
 CRC_BYTES = 4
 SECTOR = 512
+#: The line's default baud rate, the build's and the host's (--baud). An ST-LINK/V2-1 VCP (the
+#: F746 kit's) forwards 1,228,800 baud without losing bytes, and loses some at 1,843,200
+#: (ST community, "STLink VCP works: 1,228,800 baud rate", 2017); the H7B3 kit's STLINK-V3E is
+#: faster, but one default serves both boards and every host. Both USART1s make it within
+#: 0.2 % (F746: 108 MHz / 88; H7B3: 140 MHz / 114); docs/link.md "Baud rate".
+DEFAULT_BAUD = 1_228_800
+
 #: Sectors per READ / WRITE. The device decodes a READ's answer straight into the caller's
 #: buffer and sends from it, so this costs no device memory; 16 (8 KB) keeps the turnaround of
 #: a request under 3 % of its time at the default 1,228,800 baud (docs/benchmarks.md "Link").
