@@ -1,0 +1,151 @@
+"""Host-link throughput benchmark (not a test): what a READ-bound job costs on the wire before
+and after the faster link (docs/link.md), per board line rate, and what the native and QEMU
+firmware actually reach when a test split is evaluated over the link.
+
+    .venv/bin/python benchmarks/link_throughput.py            # prints the markdown tables
+    .venv/bin/python benchmarks/link_throughput.py --write    # also updates docs/benchmarks.md
+
+Wire model: a record's sectors go in READs of up to `max_sectors`, each a request frame and a
+response frame (COBS: 6 B header, 4 B CRC, 1 B per 254, the zero), 10 bits a byte (8N1), plus
+a turnaround per READ (the host answering and, on a board, the ST-LINK's USB frames: 1 ms
+polling each way, so 2 ms is assumed; 0 is the line alone). Before: 4 sectors at 115,200
+baud; now: zocodegen.formats.link.MAX_SECTORS at DEFAULT_BAUD.
+
+Measured: the firmware of the 64x64 model (tests/fixtures/scale_model.tflite) built natively
+and for QEMU (no -icount), an image of RECORDS random test records, and the accuracy command
+`A` over them, timed on the host: native shows what the Python host serves (a pty has no line
+rate), QEMU adds the emulated UART. Runtime: about a minute.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from zocodegen.formats import link  # noqa: E402
+
+MODELS = {"digits 8x8x1": 64, "scale 64x64x3": 64 * 64 * 3, "scale_128 128x128x3": 128 * 128 * 3}
+BEFORE = (4, 115_200)
+NOW = (link.MAX_SECTORS, link.DEFAULT_BAUD)
+TURNAROUND = 0.002  # seconds per READ on a board (assumed: USB full-speed polling both ways)
+RECORDS = 300
+MARK = "<!-- link-throughput -->"
+
+
+def record_seconds(input_bytes: int, max_sectors: int, baud: int,
+                   turnaround: float) -> float:
+    """One record (input, label, CRC) over the link: wire bytes at baud plus turnarounds."""
+    record = input_bytes + 8
+    sectors = -(-record // link.SECTOR)
+    reads = -(-sectors // max_sectors)
+    request = link.HEADER_BYTES + 6 + link.CRC_BYTES + 2
+    wire = 0
+    for k in range(reads):
+        body = link.HEADER_BYTES + 4 + link.SECTOR * min(max_sectors, sectors - max_sectors * k) \
+            + link.CRC_BYTES
+        wire += request + body + body // 254 + 2
+    return wire * 10 / baud + reads * turnaround
+
+
+def model_table() -> str:
+    rows = ["| record | before: 4 sectors, 115,200 baud | now: "
+            f"{NOW[0]} sectors, {NOW[1]:,} baud | speed-up | 1000-record evaluation, "
+            "before -> now |", "|---|---:|---:|---:|---:|"]
+    for name, size in MODELS.items():
+        for turnaround in (0.0, TURNAROUND):
+            before = record_seconds(size, *BEFORE, turnaround)
+            now = record_seconds(size, *NOW, turnaround)
+            kb = (size + 8) / 1024
+            rows.append(f"| {name}, {turnaround * 1000:g} ms turnaround | {kb / before:.1f} "
+                        f"KB/s | {kb / now:.1f} KB/s | {before / now:.1f}x | "
+                        f"{_duration(1000 * before)} -> {_duration(1000 * now)} |")
+    return "\n".join(rows)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.1f} s"
+
+
+def measured(engine: str, records: int) -> tuple[float, int]:
+    """(seconds, correct) of `A` over ``records`` test records on ``engine`` firmware."""
+    from zocodegen.formats.link import Split, accuracy, command, Command
+    from zocodegen.host.blocks import ImageBlocks
+    from zocodegen.host.devices import Firmware
+    from zocodegen.host.link.server import DeviceSession, HostLink
+    from zocodegen.projects import cached_build
+    from zocodegen.training.config import TrainConfig
+    from zocodegen.training.data import pack
+    model = REPO / "tests" / "fixtures" / "scale_model.tflite"
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        data, image = Path(tmp) / "data.npz", Path(tmp) / "image.img"
+        x = rng.integers(-128, 128, (records, 64, 64, 3), dtype=np.int8)
+        y = rng.integers(0, 10, records)
+        np.savez(data, x=x[:8], y=y[:8], x_test=x, y_test=y)
+        pack(data, image, model, progress=False)
+        elf = cached_build(model, engine, emulate="stm32h7b3",
+                           train=TrainConfig(steps=1, queries=1))
+        firmware = Firmware(engine, elf, icount=False)
+        try:
+            session = DeviceSession(HostLink(firmware.start()), ImageBlocks(image))
+            session.hello()
+            session.run(command(Command.OPEN))
+            start = time.perf_counter()
+            done = session.run(accuracy(Split.TEST)).done
+            seconds = time.perf_counter() - start
+            session.run(command(Command.QUIT))
+        finally:
+            firmware.close()
+    return seconds, done.value
+
+
+def measured_table(records: int) -> str:
+    size = 64 * 64 * 3 + 8
+    rows = [f"| firmware | {records} records | KB/s | 1000-record evaluation |",
+            "|---|---:|---:|---:|"]
+    for engine in ("native", "qemu"):
+        seconds, _ = measured(engine, records)
+        rows.append(f"| {engine} | {seconds:.2f} s | {records * size / 1024 / seconds:.0f} | "
+                    f"{_duration(seconds * 1000 / records)} |")
+    return "\n".join(rows)
+
+
+def report(records: int) -> str:
+    return "\n".join([
+        MARK, "", f"Measured {datetime.date.today()} by `benchmarks/link_throughput.py`.", "",
+        "Board lines (wire model: frames and COBS exactly, 8N1, and the turnaround per READ):",
+        "", model_table(), "",
+        "Measured over the link (the 64x64 model's firmware, `A` over random test records; "
+        "compute included):", "", measured_table(records), "", MARK])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=RECORDS)
+    parser.add_argument("--write", action="store_true",
+                        help="replace the section between the marks in docs/benchmarks.md")
+    args = parser.parse_args()
+    text = report(args.records)
+    print(text)
+    if args.write:
+        doc = REPO / "docs" / "benchmarks.md"
+        old = doc.read_text()
+        if MARK in old:
+            head, _, rest = old.partition(MARK)
+            _, _, tail = rest.partition(MARK)
+            doc.write_text(head + text + tail)
+        else:
+            doc.write_text(old.rstrip("\n") + "\n\n## Link\n\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
