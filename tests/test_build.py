@@ -63,18 +63,19 @@ def test_project_layout_and_native_build(tmp_path, capsys):
     assert "void model_run_from(int first_layer)" in model_c
     assert "malloc" not in model_c
     _make(out, "native")
-    # the memory report's "host link buffers" are zo_link.h's two buffers
+    # the memory report's "host link buffers" are zo_link.c's two: the payload of answers
+    # that are not READ / FETCH data, and the COBS group a request goes out through
     probe = tmp_path / "probe.c"
     probe.write_text('#include <stdio.h>\n#include "zo_link.h"\n'
-                     'int main(void) { printf("%u %u", (unsigned)ZO_LINK_MAX_ENCODED, '
-                     '(unsigned)ZO_LINK_MAX_BODY); return 0; }\n')
+                     'int main(void) { printf("%u %u", (unsigned)ZO_LINK_RESPONSE_BUFFER, '
+                     '254u); return 0; }\n')
     subprocess.run(["cc", "-std=c99", "-I", str(out / "include"), str(probe), "-o",
                     str(tmp_path / "probe")], check=True)
     rx, tx = map(int, subprocess.run([str(tmp_path / "probe")], capture_output=True,
                                      text=True, check=True).stdout.split())
     report = json.loads((out / "memory_report.json").read_text())
     items = {i["name"]: i["bytes"] for i in report["sram"]["items"]}
-    assert items["host link buffers"] == rx + tx == 2083 + 2074
+    assert items["host link buffers"] == rx + tx == 16 + 254
 
 
 def test_over_budget_refusal(tmp_path, capsys):

@@ -256,7 +256,8 @@ def cmd_monitor(args: argparse.Namespace) -> None:
     if args.port:
         monitor(open_port(args.port, args.baud), args.duration)
         return
-    device = open_device(emulated=args.emulated, baud=args.baud)  # the board project's firmware, emulated
+    # the board project's firmware, emulated
+    device = open_device(emulated=args.emulated, baud=args.baud)
     try:
         monitor(device.connect(), args.duration)
     finally:
