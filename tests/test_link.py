@@ -123,6 +123,46 @@ def test_faulty_line_same_checkpoint(tmp_path, graph, image, simulated):
     assert _accuracies(tmp_path / "run") == _accuracies(simulated)
 
 
+SCALE = FIXTURES / "scale_model.tflite"
+
+
+def test_faulty_line_with_many_sectors_per_request(tmp_path):
+    """The 64x64 model's records are 25 sectors (READs of 16 and 9, decoded straight into
+    the input tensor) and its checkpoint about 950 (WRITEs of 16): through a line that corrupts,
+    drops, duplicates and delays whole frames, and flips or loses a byte in 10^5, training
+    ends with the simulator's checkpoint. (At the other tests' 5 in 10^4 an 8 KB frame
+    would almost never arrive whole: docs/link.md "Baud rate".)"""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, size=(12, 64, 64, 3)).astype(np.int8)
+    y = rng.integers(0, 10, size=12)
+    image = tmp_path / "scale.img"
+    pack_image(image, x[:6], y[:6], x_test=x[6:], y_test=y[6:], num_classes=10,
+               checkpoint_bytes=1 << 19)
+    train = ["--steps", "2", "--queries", "2", "--batch", "2", "--lr", "0.01", "--no-guard"]
+    sim = tmp_path / "sim"
+    assert main(["simulate", str(SCALE), "--data", str(image), "-o", str(sim), *train]) == 0
+    config = TrainConfig(steps=2, queries=2, batch=2, lr=0.01)
+    firmware = Firmware("native", cached_build(SCALE, "native", train=config, sanitize=True),
+                        icount=False)
+    rates = FaultRates(frame_corrupt=0.05, frame_drop=0.05, frame_duplicate=0.05,
+                       frame_delay=0.05, delay_seconds=0.15, byte_corrupt=1e-5,
+                       byte_drop=1e-5)
+    proxy = FaultyProxy(firmware.start(), rates, seed=11)
+    try:
+        trainer = Trainer(Device(proxy.url), image, tmp_path / "run", checkpoint_every=2,
+                          timeout=30, progress=False)
+        proxy.host_connected()
+        summary = trainer.run()
+    finally:
+        proxy.close()
+        firmware.close()
+    c = proxy.counts
+    assert min(c.corrupted, c.dropped, c.duplicated, c.delayed) > 0, c
+    assert summary.retransmissions > 0
+    assert (tmp_path / "run/checkpoint.bin").read_bytes() == \
+        (sim / "checkpoint.bin").read_bytes()
+
+
 def test_killed_firmware_resumes_identically(tmp_path, graph, image, simulated):
     """The firmware is killed after step 3 (last checkpoint: step 2); the host restarts it,
     it loads the checkpoint, and the run ends byte-identical, each step logged once."""
