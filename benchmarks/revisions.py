@@ -124,8 +124,15 @@ def hook_sources() -> list[tuple[str, dict[str, str]]]:
     return sources
 
 
+def _template(checkout: Path, rel: str) -> Path:
+    """A profiling template in a checkout, under its name there: main.c.j2 became main.c
+    when it stopped being a template."""
+    path = checkout / rel
+    return path if path.exists() else path.with_suffix("")
+
+
 def _install_hook(checkout: Path) -> str:
-    if all(PROFILE_MACRO in (checkout / rel).read_text() for rel in PROFILE_TEMPLATES):
+    if all(PROFILE_MACRO in _template(checkout, rel).read_text() for rel in PROFILE_TEMPLATES):
         return ""
     for source, texts in hook_sources():
         patch = profile_patch(texts)
