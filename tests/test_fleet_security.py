@@ -148,3 +148,22 @@ def test_serve_beyond_localhost_wants_enrolled_devices(build, tmp_path, capsys):
                  str(tmp_path / "out")]) == 2
     assert "--devices DIR" in _one_line(capsys)
     assert not (tmp_path / "out" / "flower").exists()  # refused before Flower started
+
+
+def test_private_keys_are_created_owner_only(tmp_path, monkeypatch):
+    """A device key is 0600 from the moment its file exists: the temporary file is created
+    with those permissions (files.atomic_writer), not narrowed after the bytes are in."""
+    import os
+    created = []
+    real_open = os.open
+
+    def watching_open(path, flags, mode=0o777, *args, **kwargs):
+        if flags & os.O_CREAT:
+            created.append((str(path), mode))
+        return real_open(path, flags, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watching_open)
+    private, public = security.device_key(tmp_path / "keys")
+    monkeypatch.undo()
+    assert os.stat(private).st_mode & 0o777 == 0o600
+    assert any(mode == 0o600 and ".tmp" in path for path, mode in created), created

@@ -41,16 +41,20 @@ def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
 
 @contextmanager
 def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
-                  check: Callable[[Path], None] | None = None) -> Iterator[IO]:
+                  check: Callable[[Path], None] | None = None,
+                  permissions: int = 0o666) -> Iterator[IO]:
     """Open a temporary file beside ``path``; when the block ends without an error (and
     ``check(temporary)`` accepts it), move it to ``path``. ``sync``: on disk before the rename
-    (checkpoints survive a power cut). OSError becomes a one-line UserError."""
+    (checkpoints survive a power cut). ``permissions`` (less the umask) are the file's from
+    its creation: a key written 0o600 is never readable by others, not even for a moment.
+    OSError becomes a one-line UserError."""
     path = Path(path)
     # the suffix stays last: readers (ONNX, numpy) tell formats apart by it
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, mode.replace("w", "x")) as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, permissions)
+        with open(fd, mode) as f:
             yield f
             f.flush()
             if sync:
@@ -67,8 +71,8 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
             pass
 
 
-def write_atomic(path: Path, data: bytes, sync: bool = False) -> None:
-    with atomic_writer(path, sync=sync) as f:
+def write_atomic(path: Path, data: bytes, sync: bool = False, permissions: int = 0o666) -> None:
+    with atomic_writer(path, sync=sync, permissions=permissions) as f:
         f.write(data)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,8 +54,7 @@ def _private_key(path: Path) -> ec.EllipticCurvePrivateKey:
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    write_atomic(path, data, sync=True)
-    os.chmod(path, 0o600)
+    write_atomic(path, data, sync=True, permissions=0o600)
 
 
 def _name(common: str) -> x509.Name:
