@@ -301,6 +301,11 @@ def test_the_memory_the_board_uses_agrees_with_the_memory_report(board, tmp_path
     assert used["arena_bytes"] == planned["arena"]
     assert used["stack_bytes"] == planned["stack"]
     assert 0 < used["stack_used_bytes"] <= planned["stack"], used
+    # The polled USART keeps up at the default baud rate: within a frame, the firmware reads
+    # each byte in under half the core cycles a byte lasts (at 1 instruction a cycle; the
+    # M7 issues up to 2), so it does not overrun unless its CPI exceeds 2.
+    cycles_per_byte = target_data(board)["clock_hz"] * 10 / DEFAULT_BAUD
+    assert 0 < used["rx_gap_instructions"] < cycles_per_byte / 2, used
 
 
 def test_monitor_emulated_watches_the_board(tmp_path, capsys):

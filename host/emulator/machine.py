@@ -73,6 +73,9 @@ class Report:
     stack_bytes: int = 0  # reserved by the linker script (_sstack.._estack)
     stack_used_bytes: int = 0  # the deepest the stack went (painted at main's entry)
     arena_bytes: int = 0  # .zo_arena as linked
+    #: The most instructions between two reads of USART1_RDR while more bytes were waiting
+    #: (inside a frame): a polled receiver that takes longer than a byte lasts overruns.
+    rx_gap_instructions: int = 0
 
 
 def thumb_instructions(code: bytes) -> int:
@@ -104,6 +107,7 @@ class Board:
         self.report = Report()
         self.instructions = self.cycle_base = self.idle_cycles = 0
         self.rx = bytearray()
+        self._rx_mark: int | None = None  # instructions at the last RDR read with bytes left
         self.pins_checked = False
         self._fpu_watch = None
         self.tx = bytearray()
@@ -309,7 +313,14 @@ class Board:
         if word == USART1 + USART_ISR:
             return self._usart_status()
         if word == USART1 + USART_RDR:
-            return self.rx.pop(0) if self.rx else 0
+            if not self.rx:
+                return 0
+            if self._rx_mark is not None:
+                self.report.rx_gap_instructions = max(self.report.rx_gap_instructions,
+                                                      self.instructions - self._rx_mark)
+            byte = self.rx.pop(0)
+            self._rx_mark = self.instructions if self.rx else None
+            return byte
         return self.regs.get(word, 0)
 
     def _write(self, uc, offset, size, value, base):
