@@ -71,6 +71,13 @@ class Method:
     options: tuple[str, ...]
     board: str | None  # where it runs, for device hours (None: not a device method)
     mode: str = "full"
+    #: what makes its runs differ from another build's (bp-256: how many layers fitted), in
+    #: their directory names, so a changed method never reuses the old one's runs
+    variant: str = ""
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.key}-{self.variant}" if self.variant else self.key
 
 
 OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3")
@@ -116,7 +123,7 @@ def bp_fits_method(model: Path) -> Method:
         raise SystemExit(f"{model}: not even its last layer's back-propagation fits 256 KB")
     return Method("bp-256", f"BP of the last {low} layers (what fits 256 KB)",
                   ("--bp-layers", str(low), "--layers", f"{count - low}-{count - 1}"),
-                  "stm32f746")
+                  "stm32f746", variant=f"c{low}")
 
 
 @dataclass(frozen=True)
@@ -189,7 +196,7 @@ def method_costs(method: Method, images: np.ndarray, cache: dict) -> dt.Costs | 
     """A method's costs on its board (scale_device_time.py), measured once and cached."""
     if method.board is None:
         return None
-    key = f"{method.key}:{MODEL.name}:{QUERIES}:{method.board}"
+    key = f"{method.run_name}:{MODEL.name}:{QUERIES}:{method.board}"
     if key not in cache:
         options: dict = {}
         if method.key == "hybrid-1":
@@ -206,9 +213,11 @@ def method_costs(method: Method, images: np.ndarray, cache: dict) -> dt.Costs | 
         else:
             step = dt.step_seconds(MODEL, method.board, method.mode, QUERIES, options or None)
         cache[key] = dict(step=step, forward=dt.forward_seconds(MODEL, method.board, images),
-                          link=dt.link_seconds_per_record(MODEL), block_steps=blocks)
-    return dt.Costs(**{k: tuple(v) if isinstance(v, list) else v
-                       for k, v in cache[key].items()})
+                          block_steps=blocks)
+    # the link is not measured, only modelled: always today's link (docs/link.md)
+    return dt.Costs(link=dt.link_seconds_per_record(MODEL),
+                    **{k: tuple(v) if isinstance(v, list) else v
+                       for k, v in cache[key].items() if k != "link"})
 
 
 def costs_128(images: np.ndarray, cache: dict) -> dt.Costs:
@@ -218,9 +227,9 @@ def costs_128(images: np.ndarray, cache: dict) -> dt.Costs:
     if key not in cache:
         big = images.repeat(2, axis=1).repeat(2, axis=2)
         cache[key] = dict(step=dt.step_seconds(MODEL_128, "stm32h7b3", "full", QUERIES),
-                          forward=dt.forward_seconds(MODEL_128, "stm32h7b3", big),
-                          link=dt.link_seconds_per_record(MODEL_128))
-    return dt.Costs(**cache[key])
+                          forward=dt.forward_seconds(MODEL_128, "stm32h7b3", big))
+    return dt.Costs(link=dt.link_seconds_per_record(MODEL_128),
+                    **{k: v for k, v in cache[key].items() if k != "link"})
 
 
 def run_seconds(result: dict, costs: dt.Costs) -> tuple[float, float, float | None]:
@@ -424,13 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         data_path(root, c)
     if args.seeds:
         seeds = tuple(int(k) for k in args.seeds.split(","))
-    jobs = [(Run(c, m.key, s), m) for c in cells for m in methods for s in seeds]
+    jobs = [(Run(c, m.run_name, s), m) for c in cells for m in methods for s in seeds]
     if args.report:
         jobs = [(run, m) for run, m in jobs if (run.directory(root) / "result.json").is_file()]
     started = time.perf_counter()
     with ThreadPoolExecutor(args.workers) as pool:
         done = list(pool.map(lambda job: execute(job[0], job[1], root, budget), jobs))
-    results = {(run.corruption, run.method, run.seed): r for (run, _), r in zip(jobs, done)}
+    results = {(run.corruption, m.key, run.seed): r for (run, m), r in zip(jobs, done)}
     print(f"{len(jobs)} runs in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     times_path = root / "device_time.json"
     cache = json.loads(times_path.read_text()) if times_path.is_file() else {}
