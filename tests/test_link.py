@@ -4,7 +4,6 @@ delays; a killed firmware and a restarted host resume and end identical; bad ima
 checkpoints, lines and ports get one clear line."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -80,6 +79,21 @@ def _launched(graph, engine: str = "native", sanitize: bool = False) -> Launched
     return LaunchedDevice(Firmware(engine, artefact, icount=False))
 
 
+def _train_through_faults(firmware: Firmware, rates: FaultRates, seed: int, image: Path,
+                          run: Path):
+    """`zocodegen train`'s Trainer on ``firmware`` behind a FaultyProxy; (summary, the
+    faults that happened)."""
+    proxy = FaultyProxy(firmware.start(), rates, seed=seed)
+    try:
+        trainer = Trainer(Device(proxy.url), image, run, checkpoint_every=2, timeout=30,
+                          progress=False)
+        proxy.host_connected()
+        return trainer.run(), proxy.counts
+    finally:
+        proxy.close()
+        firmware.close()
+
+
 @pytest.mark.parametrize("engine", [pytest.param("native", id="native"),
                                     pytest.param("qemu", id="qemu", marks=NEEDS_ARM)])
 def test_train_command_equals_simulator(engine, tmp_path, image, simulated, capsys):
@@ -106,16 +120,7 @@ def test_faulty_line_same_checkpoint(tmp_path, graph, image, simulated):
     rates = FaultRates(frame_corrupt=0.03, frame_drop=0.03, frame_duplicate=0.03,
                        frame_delay=0.03, delay_seconds=0.15, byte_corrupt=0.0005,
                        byte_drop=0.0005)
-    proxy = FaultyProxy(firmware.start(), rates, seed=7)
-    try:
-        trainer = Trainer(Device(proxy.url), image, tmp_path / "run", checkpoint_every=2,
-                          timeout=30, progress=False)
-        proxy.host_connected()
-        summary = trainer.run()
-    finally:
-        proxy.close()
-        firmware.close()
-    c = proxy.counts
+    summary, c = _train_through_faults(firmware, rates, 7, image, tmp_path / "run")
     assert min(c.corrupted, c.dropped, c.duplicated, c.delayed) > 0, c
     assert summary.retransmissions > 0 and summary.dropped_frames > 0
     assert (tmp_path / "run/checkpoint.bin").read_bytes() == \
@@ -147,16 +152,7 @@ def test_faulty_line_with_many_sectors_per_request(tmp_path):
     rates = FaultRates(frame_corrupt=0.05, frame_drop=0.05, frame_duplicate=0.05,
                        frame_delay=0.05, delay_seconds=0.15, byte_corrupt=1e-5,
                        byte_drop=1e-5)
-    proxy = FaultyProxy(firmware.start(), rates, seed=11)
-    try:
-        trainer = Trainer(Device(proxy.url), image, tmp_path / "run", checkpoint_every=2,
-                          timeout=30, progress=False)
-        proxy.host_connected()
-        summary = trainer.run()
-    finally:
-        proxy.close()
-        firmware.close()
-    c = proxy.counts
+    summary, c = _train_through_faults(firmware, rates, 11, image, tmp_path / "run")
     assert min(c.corrupted, c.dropped, c.duplicated, c.delayed) > 0, c
     assert summary.retransmissions > 0
     assert (tmp_path / "run/checkpoint.bin").read_bytes() == \
