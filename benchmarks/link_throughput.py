@@ -5,10 +5,11 @@ firmware actually reach when a test split is evaluated over the link.
     .venv/bin/python benchmarks/link_throughput.py            # prints the markdown tables
     .venv/bin/python benchmarks/link_throughput.py --write    # also updates docs/benchmarks.md
 
-Wire model: a record's sectors go in READs of up to `max_sectors`, each a request frame and a
-response frame (COBS: 6 B header, 4 B CRC, 1 B per 254, the zero), 10 bits a byte (8N1), plus
-a turnaround per READ (the host answering and, on a board, the ST-LINK's USB frames: 1 ms
-polling each way, so 2 ms is assumed; 0 is the line alone). Before: 4 sectors at 115,200
+Wire model (scale_device_time.record_link_seconds): a record's sectors go in READs of up to
+`max_sectors`, each a request frame and a response frame (COBS: 6 B header, 4 B CRC, 1 B per
+254, the zero), 10 bits a byte (8N1), plus a turnaround per READ (the host answering and, on
+a board, the ST-LINK's USB frames: 1 ms polling each way, so 2 ms is assumed; 0 is the line
+alone). Before: 4 sectors at 115,200
 baud; now: zocodegen.formats.link.MAX_SECTORS at DEFAULT_BAUD.
 
 Measured: the firmware of the 64x64 model (tests/fixtures/scale_model.tflite) built natively
@@ -38,27 +39,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from zocodegen.formats import link  # noqa: E402
 import revisions  # noqa: E402
+import scale_device_time as dt  # noqa: E402
 
 MODELS = {"digits 8x8x1": 64, "scale 64x64x3": 64 * 64 * 3, "scale_128 128x128x3": 128 * 128 * 3}
 BEFORE = (4, 115_200)
 TURNAROUND = 0.002  # seconds per READ on a board (assumed: USB full-speed polling both ways)
 RECORDS = 300
 MARK = "<!-- link-throughput -->"
-
-
-def record_seconds(input_bytes: int, max_sectors: int, baud: int,
-                   turnaround: float) -> float:
-    """One record (input, label, CRC) over the link: wire bytes at baud plus turnarounds."""
-    record = input_bytes + 8
-    sectors = -(-record // link.SECTOR)
-    reads = -(-sectors // max_sectors)
-    request = link.HEADER_BYTES + 6 + link.CRC_BYTES + 2
-    wire = 0
-    for k in range(reads):
-        body = link.HEADER_BYTES + 4 + link.SECTOR * min(max_sectors, sectors - max_sectors * k) \
-            + link.CRC_BYTES
-        wire += request + body + body // 254 + 2
-    return wire * 10 / baud + reads * turnaround
 
 
 def model_table() -> str:
@@ -68,8 +55,8 @@ def model_table() -> str:
             "before -> now |", "|---|---:|---:|---:|---:|"]
     for name, size in MODELS.items():
         for turnaround in (0.0, TURNAROUND):
-            before = record_seconds(size, *BEFORE, turnaround)
-            now = record_seconds(size, *now_link, turnaround)
+            before = dt.record_link_seconds(size, BEFORE[1], BEFORE[0], turnaround)
+            now = dt.record_link_seconds(size, now_link[1], now_link[0], turnaround)
             kb = (size + 8) / 1024
             rows.append(f"| {name}, {turnaround * 1000:g} ms turnaround | {kb / before:.1f} "
                         f"KB/s | {kb / now:.1f} KB/s | {before / now:.1f}x | "

@@ -95,14 +95,21 @@ def link_seconds_per_record(model: Path, baud: int = BAUD,
     from zocodegen.frontends import load_model
     graph = load_model(model)
     t = graph.tensor(graph.inputs[0])
-    record = int(np.prod(t.shape[1:])) + 8  # input bytes, label and CRC
+    return record_link_seconds(int(np.prod(t.shape[1:])), baud, max_sectors)
+
+
+def record_link_seconds(input_bytes: int, baud: int = BAUD,
+                        max_sectors: int = link.MAX_SECTORS, turnaround: float = 0.0) -> float:
+    """One record of ``input_bytes`` (plus label and CRC) over the link: the frames of its
+    READs, 10 bits a byte, plus ``turnaround`` seconds per READ (the answer's latency)."""
+    record = input_bytes + 8  # input bytes, label and CRC
     sectors = -(-record // 512)
     reads = -(-sectors // max_sectors)
     request = 6 + 6 + 4 + 2
     response = [6 + 4 + 512 * min(max_sectors, sectors - max_sectors * k) + 4
                 for k in range(reads)]
     wire = sum(request + r + r // 254 + 2 for r in response)
-    return wire * 10 / baud
+    return wire * 10 / baud + reads * turnaround
 
 
 def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
