@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
+from doc_sections import replace_section  # noqa: E402
 from training import kb, memory, step_instructions  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
@@ -80,13 +81,7 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    if MARK_START in doc:
-        head, rest = doc.split(MARK_START, 1)
-        doc = head + MARK_START + "\n" + text + "\n" + MARK_END + rest.split(MARK_END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + MARK_START + "\n" + text + "\n" + MARK_END + "\n"
-    DOC.write_text(doc)
+    replace_section(DOC, MARK_START, MARK_END, text)
 
 
 def main() -> None:

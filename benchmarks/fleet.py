@@ -33,6 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from doc_sections import replace_section  # noqa: E402
 from zocodegen.cli import main as zocodegen  # noqa: E402
 from zocodegen.datasets import fleet_shares  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
@@ -252,12 +253,8 @@ def plot(res: dict) -> None:
 
 
 def publish(key: str, text: str) -> None:
-    start, end = MARKS[key]
-    doc = DOC.read_text()
-    head, rest = doc.split(start, 1)
-    _, tail = rest.split(end, 1)
-    stamp = f"\n_Measured {datetime.date.today().isoformat()} by `benchmarks/fleet.py`._\n\n"
-    DOC.write_text(head + start + stamp + text + "\n" + end + tail)
+    stamp = f"_Measured {datetime.date.today().isoformat()} by `benchmarks/fleet.py`._\n\n"
+    replace_section(DOC, *MARKS[key], stamp + text)
 
 
 def parse_arguments() -> argparse.Namespace:

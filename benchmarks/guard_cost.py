@@ -13,7 +13,6 @@ full forwards look cheaper than they are, so the table also gives the share in M
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from doc_sections import replace_section  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.ops.table import macs as op_macs  # noqa: E402
 from zocodegen.training.config import TrainConfig  # noqa: E402
@@ -30,13 +30,14 @@ from zocodegen.training.plan import training_plan  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
 #: (label, model, steps T, Q, validation records available)
+FIXTURES = REPO / "tests" / "fixtures"
 CASES = [
-    ("digits CNN, simulate defaults, 1 epoch of 486 records", REPO / "tests/fixtures/digits_cnn.tflite",
+    ("digits CNN, simulate defaults, 1 epoch of 486 records", FIXTURES / "digits_cnn.tflite",
      486, 100, 53),
-    ("digits CNN, device defaults (Q = 50)", REPO / "tests/fixtures/digits_cnn.tflite", 486, 50, 53),
-    ("digits ResNet, simulate defaults", REPO / "tests/fixtures/digits_resnet.tflite", 486, 100, 53),
+    ("digits CNN, device defaults (Q = 50)", FIXTURES / "digits_cnn.tflite", 486, 50, 53),
+    ("digits ResNet, simulate defaults", FIXTURES / "digits_resnet.tflite", 486, 100, 53),
     ("kws (DS-CNN), device, 1000 steps", SHARED / "kws_ref_model.tflite", 1000, 50, 500),
-    ("MCUNet-in1 class fixture, device, 1000 steps", REPO / "tests/fixtures/mcunet_in1.tflite",
+    ("MCUNet-in1 class fixture, device, 1000 steps", FIXTURES / "mcunet_in1.tflite",
      1000, 50, 500),
 ]
 
@@ -68,7 +69,7 @@ def cost(model: Path, steps: int, queries: int, val: int) -> dict:
 
 def table() -> str:
     rows = ["| run | V | K | checks | trial steps | run forwards | trials | checks' forwards "
-            "| share (forwards) | share (MACs) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| share (forwards) | share (MACs) |", "|---|" + "---:|" * 9]
     for label, model, steps, queries, val in CASES:
         if not model.is_file():
             rows.append(f"| {label} | (model not here: {model.name}) | | | | | | | | |")
@@ -87,17 +88,12 @@ def main() -> None:
     text = table()
     print(text)
     if args.write:
-        doc = REPO / "docs" / "benchmarks.md"
-        body = doc.read_text()
-        block = f"<!-- guard:start -->\n{text}\n<!-- guard:end -->"
-        if "<!-- guard:start -->" in body:
-            body = re.sub(r"<!-- guard:start -->.*<!-- guard:end -->", block, body, flags=re.S)
-        else:
-            body += ("\n## What the training guard and `--lr auto` cost\n\n"
-                     "`benchmarks/guard_cost.py`: forward passes of the lr trials (3 candidates) "
-                     "and the guard's checks as a share of the run's own, at the defaults.\n\n"
-                     + block + "\n")
-        doc.write_text(body)
+        replace_section(REPO / "docs" / "benchmarks.md", "<!-- guard:start -->",
+                        "<!-- guard:end -->", text,
+                        "## What the training guard and `--lr auto` cost\n\n"
+                        "`benchmarks/guard_cost.py`: forward passes of the lr trials (3 "
+                        "candidates) and the guard's checks as a share of the run's own, at "
+                        "the defaults.")
 
 
 if __name__ == "__main__":

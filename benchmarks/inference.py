@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import revisions  # noqa: E402
+from doc_sections import replace_section  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
 MODELS = [SHARED / "kws_ref_model.tflite",
@@ -391,12 +391,9 @@ def main() -> None:
         for r in rows + (before or []):
             if r.get("layers"):
                 print(layer_table(r))
-    block = f"{BEGIN}\n{text}\n{END}"
-    print(block)
+    print(f"{BEGIN}\n{text}\n{END}")
     if args.write:
-        doc = DOC.read_text() if DOC.is_file() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
-        DOC.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                              flags=re.S))
+        replace_section(DOC, BEGIN, END, text, "# Benchmarks")
 
 
 if __name__ == "__main__":

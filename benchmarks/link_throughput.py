@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from zocodegen.formats import link  # noqa: E402
 import revisions  # noqa: E402
+from doc_sections import replace_section  # noqa: E402
 import scale_device_time as dt  # noqa: E402
 
 MODELS = {"digits 8x8x1": 64, "scale 64x64x3": 64 * 64 * 3, "scale_128 128x128x3": 128 * 128 * 3}
@@ -136,11 +137,11 @@ def worker(job_file: str, answer: str) -> None:
 
 def report(records: int, baseline: str | None = None) -> str:
     return "\n".join([
-        MARK, "", f"Measured {datetime.date.today()} by `benchmarks/link_throughput.py`.", "",
+        "", f"Measured {datetime.date.today()} by `benchmarks/link_throughput.py`.", "",
         "Board lines (wire model: frames and COBS exactly, 8N1, and the turnaround per READ):",
         "", model_table(), "",
         "Measured over the link (the 64x64 model's firmware, `A` over random test records; "
-        "compute included):", "", measured_table(records, baseline), "", MARK])
+        "compute included):", "", measured_table(records, baseline), ""])
 
 
 def main() -> None:
@@ -157,14 +158,7 @@ def main() -> None:
     text = report(args.records, args.baseline)
     print(text)
     if args.write:
-        doc = REPO / "docs" / "benchmarks.md"
-        old = doc.read_text()
-        if MARK in old:
-            head, _, rest = old.partition(MARK)
-            _, _, tail = rest.partition(MARK)
-            doc.write_text(head + text + tail)
-        else:
-            doc.write_text(old.rstrip("\n") + "\n\n## Link\n\n" + text + "\n")
+        replace_section(REPO / "docs" / "benchmarks.md", MARK, MARK, text, "## Link")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from zocodegen.codegen.host_inputs import host_quantizable, quantize_inputs_on_host  # noqa: E402,E501
+from doc_sections import replace_section  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.ops.table import macs  # noqa: E402
 from zocodegen.planner import plan_arena  # noqa: E402
@@ -91,9 +92,7 @@ def table(rows: list[dict]) -> str:
 
 
 def write(text: str) -> None:
-    doc = DOC.read_text()
-    start, end = doc.index(MARKS[0]) + len(MARKS[0]), doc.index(MARKS[1])
-    DOC.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+    replace_section(DOC, *MARKS, text)
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 import scale  # noqa: E402
+from doc_sections import replace_section  # noqa: E402
 import scale_device_time as dt  # noqa: E402
 
 MODEL = ROOT / "tests" / "fixtures" / "scale_model.tflite"
@@ -282,7 +283,7 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
                     if results.get((c, m.key, s))] for m in methods}
     link = next((c.link for c in costs.values() if c is not None), None) \
         or dt.link_seconds_per_record(MODEL)
-    lines = [BEGIN, "", "## At the paper's scale: accuracy gained and device hours spent", "",
+    lines = ["", "## At the paper's scale: accuracy gained and device hours spent", "",
              f"`{MODEL.relative_to(ROOT)}` (MCUNet-class, 64x64x3, docs/scale.md) adapted to "
              f"{', '.join(cells)} at severity {SEVERITY} (CIFAR-10-C definitions), "
              f"seeds {', '.join(map(str, SEEDS))}, `{' '.join(budget)}` and otherwise the "
@@ -345,7 +346,7 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
         lines.append("| FP32 ceiling | " + " | ".join(pct(ceilings.get(c, float("nan")))
                                                       for c in cells) + " |")
     return lines + ["", f"Accuracy against device hours, per corruption: "
-                    f"{', '.join(f'[{c}](scale/{c}.png)' for c in cells)}.", "", END]
+                    f"{', '.join(f'[{c}](scale/{c}.png)' for c in cells)}.", ""]
 
 
 def plot(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
@@ -389,18 +390,6 @@ def plot(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
         plt.close(fig)
 
 
-def write_doc(lines: list[str]) -> None:
-    text = DOC.read_text()
-    block = "\n".join(lines)
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        title, _, body = text.partition("\n")
-        text = f"{title}\n\n{block}\n{body}"
-    DOC.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update docs/experiment.md")
@@ -415,12 +404,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: report (and with --write, write) the finished runs")
     parser.add_argument("--seeds", help="comma-separated seeds to run (default: "
                         f"{','.join(map(str, SEEDS))}; the report reads whatever ran)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS,
+                        help=f"the budget in epochs (default {EPOCHS}); other budgets keep "
+                        "their runs in build/scale/epochs-E and write no docs")
     args = parser.parse_args(argv)
     cells = (corruptions_available() if args.cells == "table7"
              else tuple(args.cells.split(",")) if args.cells else CELLS)
-    budget = ("--epochs", str(EPOCHS), "--queries", str(QUERIES))
+    budget = ("--epochs", str(args.epochs), "--queries", str(QUERIES))
     seeds = SEEDS
-    root = RUNS
+    root = RUNS if args.epochs == EPOCHS else RUNS / f"epochs-{args.epochs}"
     if args.quick:
         cells = cells if args.cells else cells[:2]
         seeds, budget, root = SEEDS[:1], ("--steps", "100", "--queries", str(QUERIES)), \
@@ -452,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = json.loads(CEILINGS.read_text()) if CEILINGS.is_file() else {}
     lines = report(cells, methods, results, costs, ceilings, budget)
     print("\n".join(lines))
-    if args.write and not args.quick:
-        write_doc(lines)
+    if args.write and not args.quick and args.epochs == EPOCHS:
+        replace_section(DOC, BEGIN, END, "\n".join(lines))
         plot(cells, methods, results, costs, ceilings)
     return 0
 

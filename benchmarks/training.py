@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import revisions  # noqa: E402
+from doc_sections import replace_section  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "models"
 MCUNET = REPO / "tests" / "fixtures" / "mcunet_in1.tflite"
@@ -268,12 +269,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
-        doc = (re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                      flags=re.S)
-               if BEGIN in doc else doc.rstrip() + "\n\n" + block + "\n")
-        DOC.write_text(doc)
+        replace_section(DOC, BEGIN, END, text)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import re
 import subprocess
 import sys
 import tempfile
 from contextlib import redirect_stdout
 from pathlib import Path
+
+from doc_sections import replace_section
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "models"
@@ -87,14 +88,7 @@ def publish(text: str, write: bool, heading: str, begin: str, end: str) -> None:
     print(text)
     if not write:
         return
-    doc = DOC.read_text()
-    block = f"{begin}\n{text}\n{end}"
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc,
-                     flags=re.S)
-    else:
-        doc = doc.rstrip() + f"\n\n{heading}\n\n{block}\n"
-    DOC.write_text(doc)
+    replace_section(DOC, begin, end, text, heading)
 
 
 def table(results: list[dict]) -> list[str]:
