@@ -3,10 +3,13 @@
 A result goes to a temporary name beside its destination and is renamed over it only once it
 is complete (and, where asked, checked and on disk), so a crash, a full disk or a refused check
 leaves the old file, or nothing, under the final name. A missing parent folder is created, the
-same for every command.
+same for every command. The temporary name carries the writer's process id: what a power cut
+or a kill left behind is removed by the next write of the same file, once no process of that
+id is alive, so a long training run does not collect one stale checkpoint per crash.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import uuid
@@ -50,9 +53,10 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
     OSError becomes a one-line UserError."""
     path = Path(path)
     # the suffix stays last: readers (ONNX, numpy) tell formats apart by it
-    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, permissions)
         with open(fd, mode) as f:
             yield f
@@ -69,6 +73,27 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
             tmp.unlink(missing_ok=True)
         except OSError:  # its folder could not be made: nothing was written
             pass
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporaries of ``path`` whose writer is no longer alive (an interrupted
+    write), keeping those of live processes (another writer may be mid-file)."""
+    for stale in path.parent.glob(f".{glob.escape(path.stem)}.*-*.tmp{glob.escape(path.suffix)}"):
+        pid = stale.name[len(path.stem) + 2:].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name != "posix":  # Windows' kill(pid, 0) would end it
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists, another user's; or cannot tell: keep it
+        return True
+    return True
 
 
 def write_atomic(path: Path, data: bytes, sync: bool = False, permissions: int = 0o666) -> None:
