@@ -64,7 +64,7 @@ def server(tmp_path_factory, build):
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     said = {"root": root, "port": port, "ca": root / "out" / "keys" / "ca.crt",
             "devices": devices, "log": root / "out" / "flower" / "logs" / "superlink.log",
-            "lines": lines}
+            "lines": lines, "proc": proc}
     _wait_for_line(said, "enrolled.pub")  # ready once the enrolled key is in
     yield said
     proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops the Flower processes it started
@@ -167,3 +167,15 @@ def test_private_keys_are_created_owner_only(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert os.stat(private).st_mode & 0o777 == 0o600
     assert any(mode == 0o600 and ".tmp" in path for path, mode in created), created
+
+
+def test_a_terminated_server_stops_the_flower_processes(server):
+    """Last in this file (it ends the module's server): `kill` (SIGTERM, what systemd and
+    `docker stop` send) unwinds `fleet serve` as Ctrl-C does, so the SuperLink it started is
+    stopped too and its port closes, rather than left listening with nobody to stop it."""
+    proc = server["proc"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 128 + signal.SIGTERM
+    _wait_for_line(server, "zocodegen: terminated", 10)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server["port"]), timeout=2).close()

@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -428,13 +432,40 @@ COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,
             "fleet_local": cmd_fleet_local}
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (``kill``, ``systemctl stop``, ``docker stop``). A BaseException, as
+    KeyboardInterrupt is, so that no ``except Exception`` takes it for an error to handle."""
+
+
+@contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """While a command runs, SIGTERM unwinds it as Ctrl-C does, so what it started is stopped
+    (Flower's processes, an emulator) and what it writes stays whole. Python's default is to
+    die on the spot, leaving a `fleet serve`'s SuperLink listening with nobody to stop it.
+    Only the main thread may set handlers; called from another one (a test, a notebook's
+    worker) the process's handling is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        COMMANDS[args.handler](args)
+        with _terminate_unwinds():
+            COMMANDS[args.handler](args)
     except UserError as exc:
         message = " ".join(str(exc).split("\n"))  # the contract is one line
         print(f"zocodegen: error: {message}", file=sys.stderr)
@@ -451,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("zocodegen: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("zocodegen: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except Exception as exc:  # an internal bug: say so, keep the traceback for debugging
         if os.environ.get("ZOCODEGEN_DEBUG"):
             traceback.print_exc()
