@@ -24,6 +24,9 @@ folder to start over after changing the engine or the data).
     .venv/bin/python benchmarks/experiment.py --write    # also update docs/experiment.md + PNGs
     .venv/bin/python benchmarks/experiment.py --quick    # a tiny smoke grid (about a minute)
     .venv/bin/python benchmarks/experiment.py --write --workers 1   # on a shared machine
+
+This file runs the grid; what it runs is experiment_grid.py, its tables experiment_report.py
+and its curves experiment_plots.py.
 """
 from __future__ import annotations
 
