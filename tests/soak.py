@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -65,6 +66,9 @@ class Report:
     host_lives: int = 0
     line: dict = field(default_factory=dict)  # faults of the line, by kind
     identical: bool = False
+    #: temporaries of checkpoint.bin still in the run folder at the end (a torn write's is
+    #: removed by the next host life's write of the file)
+    stale_temporaries: list = field(default_factory=list)
 
 
 class PowerCut(BaseException):
@@ -150,14 +154,16 @@ def soak(steps: int, out: Path, seed: int = 0, faults: Faults = Faults(),
     started = time.monotonic()
     run = out / "run"
     real_write = checkpoint.write_atomic
+    dead = _ended_process()
 
     def write(path: Path, data: bytes, sync: bool = False) -> None:
         """The host's checkpoint writes (checkpoint.bin, best.bin); power is lost in some at
         a random byte: the file being written keeps what reached the disk."""
         if rng.random() < faults.torn_file:
             report.torn_files += 1
-            path.with_name(f".{path.stem}.soak.tmp{path.suffix}").write_bytes(
-                data[:rng.randrange(len(data))])
+            # named as files.atomic_writer names it, by a host process that has since died
+            path.with_name(f".{path.stem}.{dead}-{rng.getrandbits(48):012x}.tmp{path.suffix}"
+                           ).write_bytes(data[:rng.randrange(len(data))])
             raise PowerCut
         real_write(path, data, sync)
 
@@ -188,6 +194,7 @@ def soak(steps: int, out: Path, seed: int = 0, faults: Faults = Faults(),
         break
     report.steps = steps
     report.seconds = time.monotonic() - started
+    report.stale_temporaries = sorted(p.name for p in run.glob(".checkpoint.*.tmp*"))
     report.identical = ((run / "checkpoint.bin").read_bytes()
                         == (simulated / "checkpoint.bin").read_bytes())
     (out / "report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
@@ -207,6 +214,14 @@ def _tear_slots(trainer: Trainer, device: SoakDevice, rng: random.Random, faults
             device.kill()
         return status
     trainer.blocks.write = write
+
+
+def _ended_process() -> int:
+    """The id of a process that has ended: what a host that lost power leaves in the names
+    of its temporaries."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 def _step(run: Path) -> int:

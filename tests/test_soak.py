@@ -16,6 +16,7 @@ def test_short_soak_ends_as_the_simulator(tmp_path):
     report = soak.soak(40, tmp_path / "soak", seed=1, faults=faults, checkpoint_every=5,
                        log=lambda text: None)
     assert report.identical, report
+    assert not report.stale_temporaries, report
     assert min(report.device_resets, report.host_kills, report.torn_slots,
                report.torn_files) > 0, report
     assert min(report.line.values()) > 0, report.line
