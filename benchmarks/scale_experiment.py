@@ -7,6 +7,7 @@ back-propagation ceiling; then device hours to accuracy on each board.
     .venv/bin/python benchmarks/scale_experiment.py --write      # the grid; docs/experiment.md
     .venv/bin/python benchmarks/scale_experiment.py --quick      # two cells, one seed, short
     .venv/bin/python benchmarks/scale_experiment.py --methods ours,sparse --workers 1
+    .venv/bin/python benchmarks/scale_experiment.py --methods ours --cells contrast --epochs 3
 
 Every run is `zocodegen simulate` (the bit-exact simulator: simulator == native == QEMU
 checkpoints are tested), cached in build/scale/ and resumable: a finished run (RUN/result.json)
