@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +104,11 @@ def module_build_cache(tmp_path_factory):
     mp.setenv("ZOCODEGEN_CACHE", str(tmp_path_factory.mktemp("zocache")))
     yield
     mp.undo()
+
+
+def ended_pid() -> int:
+    """The id of a process that has ended: what a writer killed mid-file leaves in the names
+    of its temporaries (zocodegen/files.py)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid

@@ -17,7 +17,6 @@ import argparse
 import json
 import random
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ for _path in (str(HERE), str(ROOT)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from conftest import ended_pid  # noqa: E402
 from link_proxy import FaultRates, FaultyProxy  # noqa: E402
 from zocodegen.projects import cached_build  # noqa: E402
 from zocodegen.cli import main as cli  # noqa: E402
@@ -154,7 +154,7 @@ def soak(steps: int, out: Path, seed: int = 0, faults: Faults = Faults(),
     started = time.monotonic()
     run = out / "run"
     real_write = checkpoint.write_atomic
-    dead = _ended_process()
+    dead = ended_pid()
 
     def write(path: Path, data: bytes, sync: bool = False) -> None:
         """The host's checkpoint writes (checkpoint.bin, best.bin); power is lost in some at
@@ -214,14 +214,6 @@ def _tear_slots(trainer: Trainer, device: SoakDevice, rng: random.Random, faults
             device.kill()
         return status
     trainer.blocks.write = write
-
-
-def _ended_process() -> int:
-    """The id of a process that has ended: what a host that lost power leaves in the names
-    of its temporaries."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
 
 
 def _step(run: Path) -> int:

@@ -3,20 +3,12 @@ all or nothing, and what an interrupted write left behind does not pile up."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
+from conftest import ended_pid
 from zocodegen.errors import UserError
 from zocodegen.files import atomic_writer, write_atomic
-
-
-def _dead_pid() -> int:
-    """The id of a process that has ended."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -49,9 +41,9 @@ def test_temporaries_of_ended_writers_are_removed_by_the_next_write(tmp_path):
     next write of that file removes it. A live writer's temporary (another process mid-file)
     and other files' temporaries stay."""
     path = tmp_path / "checkpoint.bin"
-    dead = tmp_path / f".checkpoint.{_dead_pid()}-0123456789ab.tmp.bin"
+    dead = tmp_path / f".checkpoint.{ended_pid()}-0123456789ab.tmp.bin"
     live = tmp_path / f".checkpoint.{os.getppid()}-0123456789ab.tmp.bin"
-    other = tmp_path / f".best.{_dead_pid()}-0123456789ab.tmp.bin"
+    other = tmp_path / f".best.{ended_pid()}-0123456789ab.tmp.bin"
     for stale in (dead, live, other):
         stale.write_bytes(b"torn")
     write_atomic(path, b"new")
