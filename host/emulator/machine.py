@@ -108,6 +108,9 @@ class Board:
         self.instructions = self.cycle_base = self.idle_cycles = 0
         self.rx = bytearray()
         self._rx_mark: int | None = None  # instructions at the last RDR read with bytes left
+        #: ISR reads with nothing received since the firmware last sent a byte: the first is
+        #: a transmitter's wait for TXE, a second one a receiver's wait for the host.
+        self._empty_polls = 0
         self.pins_checked = False
         self._fpu_watch = None
         self.tx = bytearray()
@@ -349,6 +352,7 @@ class Board:
         if word == USART1 + USART_TDR:
             if not self.pins_checked:
                 self._check_pins()
+            self._empty_polls = 0
             self.tx.append(value & 0xFF)
             if len(self.tx) >= 4096:
                 self._flush()
@@ -363,6 +367,9 @@ class Board:
         cr1 = self.regs.get(USART1 + USART_CR1, 0)
         status = ISR_TXE | ISR_TC | (ISR_TEACK if cr1 & 8 else 0) | (ISR_REACK if cr1 & 4 else 0)
         if not self.rx:
+            self._empty_polls += 1
+            if self._empty_polls == 1:  # sending: the line is not waited on per byte
+                return status
             self._flush()  # the firmware waits for an answer: what it said must be out
             got = self.line.receive(IDLE_SECONDS)
             if got is None:
