@@ -15,7 +15,7 @@ import time
 import tty
 from dataclasses import dataclass, field
 
-from zocodegen.host.link.server import Port
+from zocodegen.host.link.server import Port, read_some
 
 
 @dataclass
@@ -79,8 +79,8 @@ class FaultyProxy:
         os.write(self._master, data)
 
     def _from_device(self) -> bytes:
-        try:
-            return self.device.read(4096)
+        try:  # not read(4096): it would hold every response for the port's whole timeout
+            return read_some(self.device)
         except Exception:  # noqa: BLE001 - the firmware went away; the test notices
             time.sleep(0.05)
             return b""

@@ -149,9 +149,9 @@ def test_faulty_line_with_many_sectors_per_request(tmp_path):
     config = TrainConfig(steps=2, queries=2, batch=2, lr=0.01)
     firmware = Firmware("native", cached_build(SCALE, "native", train=config, sanitize=True),
                         icount=False)
-    rates = FaultRates(frame_corrupt=0.05, frame_drop=0.05, frame_duplicate=0.05,
-                       frame_delay=0.05, delay_seconds=0.15, byte_corrupt=1e-5,
-                       byte_drop=1e-5)
+    rates = FaultRates(frame_corrupt=0.02, frame_drop=0.02, frame_duplicate=0.02,
+                       frame_delay=0.02, delay_seconds=0.15, byte_corrupt=1e-5,
+                       byte_drop=1e-5)  # about 2,900 frames: some 60 of each fault
     summary, c = _train_through_faults(firmware, rates, 11, image, tmp_path / "run")
     assert min(c.corrupted, c.dropped, c.duplicated, c.delayed) > 0, c
     assert summary.retransmissions > 0

@@ -73,7 +73,7 @@ class HostLink:
             if time.monotonic() > deadline:
                 raise LinkError(f"the device sent nothing valid for {self.timeout:.0f} s")
             try:
-                data = _read_some(self.port)
+                data = read_some(self.port)
             except (SerialException, OSError) as exc:
                 self._line_failed(exc)
             if data:
@@ -125,7 +125,7 @@ class HostLink:
         raise LinkError(f"the serial line failed: {exc}") from None
 
 
-def _read_some(port: Port) -> bytes:
+def read_some(port: Port) -> bytes:
     """What has arrived: waits up to the port's read timeout for the first byte, then takes
     whatever else is buffered without waiting (a plain ``read(4096)`` would wait the whole
     timeout for bytes that are not coming, once per round trip)."""
