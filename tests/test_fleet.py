@@ -108,7 +108,7 @@ def _expected_rounds(model: FleetModel, record: dict, data: dict[str, tuple]) ->
         if kept:
             params = _averaged([(_simulated_device(model, params, p["seed"],
                                                    entry["first_step"], *data[p["device"]]),
-                                 p["samples"]) for p in kept])
+                                 p["weight"]) for p in kept])
     return params
 
 
@@ -209,17 +209,16 @@ def _fake_update(model: FleetModel, start: bytes, **changes) -> Update:
     return dataclasses.replace(make_update(start, end, None, 10), **changes)
 
 
-def _pulling(model: FleetModel, start: bytes, bound: int) -> Update:
-    """A consistent delta (its CRC is right) that moves one weight 1 LSB further than K steps
-    of update clipping (--max-step 2) can."""
+def _pulling(model: FleetModel, start: bytes, by: int, samples: int = 10) -> Update:
+    """A consistent delta (its CRC is right) that moves the first weight by ``by`` LSB,
+    towards zero."""
     ckpt = checkpoint.decode(start)
     first = ckpt.layers[0]
     weights = first.weights.copy()
-    weights[0] = np.int8(int(weights[0]) + bound + 1 if weights[0] < 0 else
-                         int(weights[0]) - bound - 1)
+    weights[0] = np.int8(int(weights[0]) + by if weights[0] < 0 else int(weights[0]) - by)
     end = dataclasses.replace(ckpt, step=ckpt.step + K, layers=(
         dataclasses.replace(first, weights=weights), *ckpt.layers[1:]))
-    return make_update(start, checkpoint.encode(end), None, 10)
+    return make_update(start, checkpoint.encode(end), None, samples)
 
 
 def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
@@ -234,7 +233,7 @@ def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
     server.receive(3, dataclasses.replace(good, model_sha256="00" * 32))
     server.receive(4, dataclasses.replace(good, samples=0))
     server.left_out(5, "no answer within the 1 s deadline")
-    server.receive(6, _pulling(model, starts[6], bound=K * 2))
+    server.receive(6, _pulling(model, starts[6], by=K * 2 + 1))  # K steps of 2 LSB, + 1
     entry = server.finish()
     reasons = {p["node"]: p["reason"] for p in entry["participants"]}
     assert reasons[0] == ""
@@ -247,6 +246,26 @@ def test_garbage_from_a_device_is_left_out(fleet_build, tmp_path):
     assert [p["accepted"] for p in entry["participants"]] == [True] + [False] * 6
     assert _same(server.params, simulator.initial_params(model.graph, model.plan))
 
+
+def test_a_device_claiming_many_records_weighs_at_most_four_times_the_median(fleet_build,
+                                                                              tmp_path):
+    """Two devices claim 10 records and move nothing; a third claims 10^9 and pulls a weight
+    by the most a delta may (K steps of 2 LSB). Uncapped it would take the average all the
+    way; capped at 4 x the median claim it weighs 40 of 60."""
+    model = FleetModel.load(MODEL, fleet_build)
+    server = FleetServer(model, tmp_path / "out", K, rounds=2)
+    server.begin()
+    starts = {node: server.instruction(node)["checkpoint"] for node in range(3)}
+    server.receive(0, _fake_update(model, starts[0]))
+    server.receive(1, _fake_update(model, starts[1]))
+    server.receive(2, _pulling(model, starts[2], by=K * 2, samples=10**9))
+    entry = server.finish()
+    assert [(p["samples"], p["weight"]) for p in entry["participants"]] == [
+        (10, 10), (10, 10), (10**9, 40)]
+    before = checkpoint.decode(starts[0]).layers[0].weights[0]
+    after = checkpoint.decode(model.checkpoint(server.params, K, 1)).layers[0].weights[0]
+    moved = abs(int(after) - int(before))
+    assert moved == round(K * 2 * 40 / 60), moved
 
 def test_a_restarted_server_resumes_from_its_last_round(fleet_build, tmp_path):
     model = FleetModel.load(MODEL, fleet_build)

@@ -19,7 +19,8 @@ import numpy as np
 from zocodegen.errors import DataError, UserError
 from zocodegen.training import checkpoint
 from zocodegen.training.simulator import Params, initial_params, predict
-from .updates import LEVEL, FleetModel, Update, fedavg, parameter_delta, reconstruct
+from .updates import (LEVEL, FleetModel, Update, fedavg, fedavg_weights, parameter_delta,
+                      reconstruct)
 
 #: Bytes of an instruction besides the parameters and their hash: round, first step, steps,
 #: seed (u32 each)
@@ -38,7 +39,8 @@ class Outcome:
     download: int = 0  # bytes sent to it
     upload: int = 0  # bytes it sent (0: nothing usable arrived)
     kind: str = ""
-    samples: int = 0
+    samples: int = 0  # the training records it claims
+    weight: int = 0  # its FedAvg weight: the claim, capped (fedavg_weights)
     accepted: bool = False
     reason: str = ""  # why it was left out
 
@@ -189,9 +191,12 @@ class FleetServer:
         a round nobody finished keeps the model."""
         nodes = sorted(self._accepted)
         if nodes:
+            weights = fedavg_weights([self._outcomes[n].samples for n in nodes])
+            for n, weight in zip(nodes, weights):
+                self._outcomes[n] = replace(self._outcomes[n], weight=weight)
             self.previous = (self.params_sha256, self._layers)
-            self._set_params(fedavg([(self._accepted[n], self._outcomes[n].samples)
-                                     for n in nodes]))
+            self._set_params(fedavg([(self._accepted[n], weight)
+                                     for n, weight in zip(nodes, weights)]))
         outcomes = [self._outcomes[n] for n in sorted(self._outcomes)]
         answered = sum(1 for o in outcomes if o.upload)
         entry = {"round": self.round, "first_step": self.round * self.steps,

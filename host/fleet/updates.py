@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,8 +281,21 @@ def reconstruct(model: FleetModel, start: bytes, steps: int, update: Update) -> 
     return model.params(blob, "the rebuilt checkpoint")
 
 
+#: A device weighs at most this many times the round's lower median claim of training
+#: records: one that claims far more records than the others cannot dominate the average,
+#: and an honest device with up to 4x the typical data keeps its full weight.
+WEIGHT_CAP = 4
+
+
+def fedavg_weights(claims: list[int]) -> list[int]:
+    """The FedAvg weight of each device: the training records it claims, at most WEIGHT_CAP
+    times the round's lower median claim (with two devices, the smaller one's)."""
+    cap = WEIGHT_CAP * statistics.median_low(claims)
+    return [min(claim, cap) for claim in claims]
+
+
 def fedavg(contributions: list[tuple[Params, int]]) -> Params:
-    """FedAvg (weighted by training records) of integer parameters: the weighted mean in
+    """FedAvg (weighted by fedavg_weights) of integer parameters: the weighted mean in
     float64, summed in the order given, rounded half away from zero, saturated to the
     tensor's integer type."""
     total = sum(weight for _, weight in contributions)
