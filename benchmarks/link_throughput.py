@@ -5,7 +5,7 @@ firmware actually reach when a test split is evaluated over the link.
     .venv/bin/python benchmarks/link_throughput.py            # prints the markdown tables
     .venv/bin/python benchmarks/link_throughput.py --write    # also updates docs/benchmarks.md
 
-Wire model (scale_device_time.record_link_seconds): a record's sectors go in READs of up to
+Wire model (host/device_time.record_link_seconds): a record's sectors go in READs of up to
 `max_sectors`, each a request frame and a response frame (COBS: 6 B header, 4 B CRC, 1 B per
 254, the zero), 10 bits a byte (8N1), plus a turnaround per READ (the host answering and, on
 a board, the ST-LINK's USB frames: 1 ms polling each way, so 2 ms is assumed; 0 is the line
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from zocodegen.formats import link  # noqa: E402
 import revisions  # noqa: E402
 from doc_sections import replace_section  # noqa: E402
-import scale_device_time as dt  # noqa: E402
+from zocodegen.host import device_time as dt  # noqa: E402
 
 MODELS = {"digits 8x8x1": 64, "scale 64x64x3": 64 * 64 * 3, "scale_128 128x128x3": 128 * 128 * 3}
 BEFORE = (4, 115_200)

@@ -12,7 +12,7 @@ back-propagation ceiling; then device hours to accuracy on each board.
 Every run is `zocodegen simulate` (the bit-exact simulator: simulator == native == QEMU
 checkpoints are tested), cached in build/scale/ and resumable: a finished run (RUN/result.json)
 is never run again, an unfinished one starts anew, and several invocations may share the
-cache (each takes the runs of its --methods). Device time: benchmarks/scale_device_time.py.
+cache (each takes the runs of its --methods). Device time: host/device_time.py.
 MeZO (``--methods mezo``) is not in the default grid: at equal forwards it costs about 5 CPU
 minutes a step here (docs/scale.md).
 """
@@ -38,7 +38,10 @@ for _p in (str(HERE), str(ROOT)):
 
 import scale  # noqa: E402
 from doc_sections import replace_section  # noqa: E402
-import scale_device_time as dt  # noqa: E402
+from zocodegen.formats.link import DEFAULT_BAUD  # noqa: E402
+from zocodegen.frontends import load_model  # noqa: E402
+from zocodegen.host import device_time as dt  # noqa: E402
+from zocodegen.training.config import TrainConfig  # noqa: E402
 
 MODEL = ROOT / "tests" / "fixtures" / "scale_model.tflite"
 MODEL_128 = ROOT / "tests" / "fixtures" / "scale_model_128.tflite"
@@ -195,7 +198,7 @@ def curve(metrics: Path) -> list[tuple[int, float]]:
 
 # ------------------------------------------------------------------------- device time
 def method_costs(method: Method, images: np.ndarray, cache: dict) -> dt.Costs | None:
-    """A method's costs on its board (scale_device_time.py), measured once and cached."""
+    """A method's costs on its board (host/device_time.py), measured once and cached."""
     if method.board is None:
         return None
     key = f"{method.run_name}:{MODEL.name}:{QUERIES}:{method.board}"
@@ -209,15 +212,16 @@ def method_costs(method: Method, images: np.ndarray, cache: dict) -> dt.Costs | 
             options.update(bp_layers=c, layers=tuple(range(first, first + c)))
         blocks: list[float] = []
         if method.mode == "sparse":
-            blocks = [dt.step_seconds(MODEL, method.board, "sparse", QUERIES, {"block": b})
-                      for b in range(BLOCKS)]
+            blocks = [dt.step_seconds(MODEL, method.board, TrainConfig(
+                queries=QUERIES, mode="sparse", block=b)) for b in range(BLOCKS)]
             step = blocks[0]
         else:
-            step = dt.step_seconds(MODEL, method.board, method.mode, QUERIES, options or None)
+            step = dt.step_seconds(MODEL, method.board, TrainConfig(
+                queries=QUERIES, mode=method.mode, **options))
         cache[key] = dict(step=step, forward=dt.forward_seconds(MODEL, method.board, images),
                           block_steps=blocks)
     # the link is not measured, only modelled: always today's link (docs/link.md)
-    return dt.Costs(link=dt.link_seconds_per_record(MODEL),
+    return dt.Costs(link=dt.link_seconds_per_record(load_model(MODEL)),
                     **{k: tuple(v) if isinstance(v, list) else v
                        for k, v in cache[key].items() if k != "link"})
 
@@ -228,9 +232,10 @@ def costs_128(images: np.ndarray, cache: dict) -> dt.Costs:
     key = f"ours:{MODEL_128.name}:{QUERIES}:stm32h7b3"
     if key not in cache:
         big = images.repeat(2, axis=1).repeat(2, axis=2)
-        cache[key] = dict(step=dt.step_seconds(MODEL_128, "stm32h7b3", "full", QUERIES),
+        cache[key] = dict(step=dt.step_seconds(MODEL_128, "stm32h7b3",
+                                               TrainConfig(queries=QUERIES)),
                           forward=dt.forward_seconds(MODEL_128, "stm32h7b3", big))
-    return dt.Costs(link=dt.link_seconds_per_record(MODEL_128),
+    return dt.Costs(link=dt.link_seconds_per_record(load_model(MODEL_128)),
                     **{k: v for k, v in cache[key].items() if k != "link"})
 
 
@@ -283,7 +288,7 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
     runs = {m.key: [results[(c, m.key, s)] for c in common for s in SEEDS
                     if results.get((c, m.key, s))] for m in methods}
     link = next((c.link for c in costs.values() if c is not None), None) \
-        or dt.link_seconds_per_record(MODEL)
+        or dt.link_seconds_per_record(load_model(MODEL))
     lines = ["", "## At the paper's scale: accuracy gained and device hours spent", "",
              f"`{MODEL.relative_to(ROOT)}` (MCUNet-class, 64x64x3, docs/scale.md) adapted to "
              f"{', '.join(cells)} at severity {SEVERITY} (CIFAR-10-C definitions), "
@@ -293,8 +298,8 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
              f"({', '.join(common)}). Device hours: every "
              "training step, lr trial step, block trial step, guard check and held-out record "
              "the run's log shows, at the instructions measured under QEMU `-icount` and the "
-             f"board's clock, plus {link:.2f} s per record over the link at {dt.BAUD} baud "
-             "(benchmarks/scale_device_time.py).", "",
+             f"board's clock, plus {link:.2f} s per record over the link at {DEFAULT_BAUD} baud "
+             "(host/device_time.py, as `zocodegen device-time` adds them up).", "",
              "| board | method | before | after | gain (points) | device hours: compute + "
              "link | hours to 90 % of the gain | guard rollbacks |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -102,33 +102,14 @@ def memory(model: Path, target: str, mode: str, tmp: Path, options: tuple[str, .
 
 def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Path,
                       options: dict | None = None) -> int:
-    """One training step's instructions under QEMU -icount with the target's budget;
-    ``options``: more TrainConfig fields (e.g. bp_layers=1, estimator="int8")."""
-    import numpy as np
-    from zocodegen.projects import cached_build
-    from zocodegen.frontends import load_model
-    from zocodegen.host.devices import Firmware
-    from zocodegen.formats.image import pack_image
-    from zocodegen.host.trainer import LaunchedDevice, Trainer
+    """One training step's instructions under QEMU -icount with the target's budget
+    (host/device_time.py); ``options``: more TrainConfig fields (e.g. bp_layers=1,
+    estimator="int8")."""
+    from zocodegen.host.device_time import step_instructions as measure
     from zocodegen.training.config import TrainConfig
-    graph = load_model(model)
-    x = graph.tensor(graph.inputs[0])
-    rng = np.random.default_rng(0)
-    data = rng.integers(-128, 128, size=(2,) + tuple(x.shape[1:])).astype(np.int8)
-    image = tmp / f"{model.stem}.img"
-    classes = graph.tensor(graph.outputs[0]).size
-    pack_image(image, data, np.arange(2) % classes, num_classes=classes,
-               checkpoint_bytes=1 << 20)
-    config = TrainConfig(**{"steps": 1, "queries": queries, "mode": mode,
+    config = TrainConfig(**{"queries": queries, "mode": mode,
                             "block": 0 if mode == "sparse" else None, **(options or {})})
-    elf = cached_build(model, "qemu", emulate=target, train=config)
-    records = []
-    tag = "_".join(f"{k}{v}" for k, v in sorted((options or {}).items()))
-    run = tmp / f"run_{target}_{model.stem}_{mode}_{queries}_{tag}"  # new: nothing to resume
-    Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image, run,
-            checkpoint_every=1, timeout=600, progress=False, on_step=records.append,
-            log=lambda s: None).run()
-    return records[-1].cycles
+    return measure(model, target, config, tmp)
 
 
 def measure_rows(job: dict) -> list[dict]:

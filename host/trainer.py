@@ -575,7 +575,7 @@ class Trainer:
             self._say(f"guard: step {e.step}: the result is the best validated parameters")
 
     def _say(self, text: str) -> None:
-        if self.bar is not None:
+        if self.bar is not None and not self.bar.disable:  # a disabled bar still prints
             self.bar.write(text)
         else:
             self.log(text)

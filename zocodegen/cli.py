@@ -30,6 +30,7 @@ from .projects import cached_build
 from .cli_options import build_parser, train_config
 from .host.engines import run_samples
 from .flash import flash_project
+from .host import device_time
 from .host.devices import open_port
 from .host.monitor import monitor
 from .host.trainer import open_device
@@ -425,10 +426,17 @@ def cmd_flash(args: argparse.Namespace) -> None:
           "--port PORT (its ST-LINK virtual COM port, /dev/ttyACM0 on Linux)")
 
 
+
+def cmd_device_time(args: argparse.Namespace) -> None:
+    estimate = device_time.estimate(args.run, args.target, args.baud,
+                                    lambda text: print(text, file=sys.stderr))
+    print("\n".join(device_time.describe(args.run, estimate)))
+
 COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,
             "simulate": cmd_simulate, "pack": cmd_pack, "train": cmd_train,
             "monitor": cmd_monitor, "export": cmd_export, "replay": cmd_replay,
-            "flash": cmd_flash, "fleet_serve": cmd_fleet_serve, "fleet_join": cmd_fleet_join,
+            "flash": cmd_flash, "device_time": cmd_device_time,
+            "fleet_serve": cmd_fleet_serve, "fleet_join": cmd_fleet_join,
             "fleet_local": cmd_fleet_local}
 
 

@@ -232,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the device's checkpoint: replay as many steps and compare bytes")
     p.set_defaults(handler="replay")
 
+    p = sub.add_parser("device-time", help="how long a simulated run takes on a board: its "
+                       "steps, trials and checks at the instructions measured under QEMU "
+                       "-icount, plus the link's time for its records")
+    p.add_argument("run", type=Path, metavar="RUN",
+                   help="the folder `zocodegen simulate -o RUN` wrote")
+    p.add_argument("--target", required=True, choices=TARGET_NAMES,
+                   help="the board, at its clock")
+    _add_baud(p, "the link's baud rate")
+    p.set_defaults(handler="device_time")
+
     p = sub.add_parser("flash", help=f"upload a {'/'.join(TARGET_NAMES)} project to its board "
                                      "through the ST-LINK (PlatformIO's pio run -t upload)")
     p.add_argument("project", type=Path, metavar="DIR",

@@ -1,15 +1,21 @@
-"""The device-hours model of the paper-scale grid (benchmarks/scale_device_time.py): every
-step, trial and check a run's log shows is counted once, at its cost (issue 32)."""
+"""The device-hours model (host/device_time.py, `zocodegen device-time`): every step, trial
+and check a run's log shows is counted once, at its cost (issue 32)."""
 from __future__ import annotations
 
-import sys
+import json
+import shutil
+from dataclasses import replace
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.datasets import digits_npz
+from zocodegen.frontends import load_model
+from zocodegen.host import device_time as dt
+from zocodegen.training.config import TrainConfig
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-import scale_device_time as dt  # noqa: E402
+DIGITS = FIXTURES / "digits_cnn.tflite"
 
 LOG = """lr trial 0.003: 18 steps, validation 23/101 correct, loss 2.3859
 lr trial 0.01: 18 steps, validation 23/101 correct, loss 2.2948
@@ -56,12 +62,46 @@ def test_link_time_of_a_64x64_record():
     """12,296 bytes (image, label, CRC) are 25 sectors: 7 READs of up to 4 sectors at 115200
     baud before (1.14 s), 2 READs of up to 16 at the default 1,228,800 baud now."""
     model = FIXTURES / "scale_model.tflite"
-    before = dt.link_seconds_per_record(model, baud=115200, max_sectors=4)
+    before = dt.link_seconds_per_record(load_model(model), baud=115200, max_sectors=4)
     wire = 7 * 18 + sum(r + r // 254 + 2 for r in [6 + 4 + 512 * n + 4
                                                     for n in (4, 4, 4, 4, 4, 4, 1)])
     assert before == pytest.approx(wire * 10 / 115200)
     assert 1.1 < before < 1.2
-    now = dt.link_seconds_per_record(model)
+    now = dt.link_seconds_per_record(load_model(model))
     wire = 2 * 18 + sum(r + r // 254 + 2 for r in [6 + 4 + 512 * n + 4 for n in (16, 9)])
     assert now == pytest.approx(wire * 10 / 1_228_800)
     assert before / now > 10
+
+
+@pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                    reason="needs gcc-arm-none-eabi and qemu-system-arm")
+def test_device_time_of_a_simulated_run(tmp_path, capsys):
+    """`zocodegen device-time RUN --target stm32f746` adds up what the run recorded it did
+    (run.json agrees with the lines the simulator printed, which are what the device logs)
+    at the instructions measured under QEMU -icount; a step's a + b Q holds from Q = 2."""
+    data = tmp_path / "d.npz"
+    graph = load_model(DIGITS)
+    digits_npz(data, graph.tensor(graph.inputs[0]).quant)
+    run = tmp_path / "run"
+    assert main(["simulate", str(DIGITS), "--data", str(data), "-o", str(run), "--steps",
+                 "40", "--queries", "3"]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((run / "run.json").read_text())
+    shape = dt.recorded_shape(record)
+    assert shape == dt.run_shape(printed, 40, 1)
+    assert shape.lr_trials == 3 and shape.val_records > 0 and shape.guard_every > 0
+    assert main(["device-time", str(run), "--target", "stm32f746"]) == 0
+    out = capsys.readouterr().out
+    assert f"{shape.lr_trials} lr trials of {shape.lr_trial_steps} steps" in out, out
+    assert "of device time" in out and "test accuracy" in out, out
+    config = TrainConfig(queries=3)
+    counts = [dt.step_instructions(DIGITS, "stm32f746", replace(config, queries=q), tmp_path)
+              for q in (1, 2, 3, 5)]
+    # a + b Q from Q = 2, within 1 % (a step's instructions depend a little on its data)
+    assert abs(counts[1] + 3 * (counts[2] - counts[1]) - counts[3]) < 0.01 * counts[3], counts
+    assert counts[0] < 2 * counts[1] - counts[2]  # Q = 1 is below that line
+
+
+def test_device_time_refuses_what_is_not_a_run(tmp_path, capsys):
+    assert main(["device-time", str(tmp_path), "--target", "stm32f746"]) == 2
+    assert "run.json not found" in capsys.readouterr().err

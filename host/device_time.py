@@ -1,0 +1,299 @@
+"""How long a run takes on a board (`zocodegen device-time RUN --target BOARD`): what the
+board would spend on a finished `zocodegen simulate` run, from instructions measured under
+``qemu-system-arm -icount`` at the board's clock, plus the host link's time for every record
+the device reads (docs/your-model.md "Device time").
+
+A run on the device is more than its training steps. It spends, in order:
+
+* ``--lr auto``: each candidate's trial steps, then a validation check (R records) each;
+* sparse ``--block auto``: a held-out baseline of S records, then per block S trial steps
+  (one epoch of the trial subset at N = 1) and S held-out records;
+* the guard's baseline check, then T training steps with a check of R records every K steps.
+
+A training step costs its instructions (measured at Q = 1 and 2 and extrapolated: a + b Q,
+since only the queries repeat) and the link time of its N samples; a checked or scored record
+costs one inference and its link time. Every count comes from the run's own log, so nothing
+is assumed about defaults. The simulator's integers are the firmware's (tested), so its log
+is what the device would do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zocodegen.errors import UserError
+from zocodegen.formats import link
+from zocodegen.formats.image import pack_image
+from zocodegen.frontends import load_model
+from zocodegen.ir import Graph
+from zocodegen.projects import cached_build
+from zocodegen.target import TARGET_NAMES, target_data
+from zocodegen.training.config import TrainConfig
+from zocodegen.training.metrics import read_metrics
+
+from .devices import Firmware
+from .engines import run_samples
+from .trainer import LaunchedDevice, Trainer
+
+#: What measuring needs, and the Debian packages that have it.
+TOOLS = {"arm-none-eabi-gcc": "gcc-arm-none-eabi", "qemu-system-arm": "qemu-system-arm"}
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds on one board: a training step's compute, one inference, one record's link."""
+
+    step: float
+    forward: float
+    link: float
+    block_steps: tuple[float, ...] = ()  # sparse: a step's compute training each block
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a run did, from its log (counts only)."""
+
+    steps: int
+    batch: int
+    lr_trials: int = 0
+    lr_trial_steps: int = 0
+    guard_every: int = 0  # 0: no guard
+    val_records: int = 0
+    blocks: int = 0
+    block_samples: int = 0
+
+
+def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
+    trials = [(int(n), int(r)) for n, r in
+              re.findall(r"lr trial [^:]+: (\d+) steps, validation \d+/(\d+)", log_text)]
+    guard = re.search(r"a check every (\d+) steps on (\d+) validation records", log_text)
+    blocks = re.findall(r"block \d+: held-out \d+ -> \d+ of (\d+) correct", log_text)
+    val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
+    return RunShape(steps, batch, len(trials), trials[0][0] if trials else 0,
+                    int(guard.group(1)) if guard else 0, val, len(blocks),
+                    int(blocks[0]) if blocks else 0)
+
+
+def recorded_shape(record: dict) -> RunShape:
+    """What a `zocodegen simulate` run did, from its run.json."""
+    config, selection = record["config"], record.get("selection") or {}
+    return RunShape(config["steps"], config["batch"], record.get("lr_trials", 0),
+                    record.get("lr_trial_steps", 0), record.get("guard_every") or 0,
+                    record.get("validation_records", 0), len(selection.get("correct", ())),
+                    selection.get("samples", 0))
+
+
+def setup_seconds(shape: RunShape, costs: Costs) -> tuple[float, float]:
+    """(compute, link) seconds before the first training step."""
+    records = shape.lr_trials * shape.val_records + (shape.val_records if shape.guard_every
+                                                     else 0)
+    compute = shape.lr_trials * shape.lr_trial_steps * costs.step
+    link_s = shape.lr_trials * shape.lr_trial_steps * shape.batch * costs.link
+    if shape.blocks:
+        trial = -(-shape.block_samples // shape.batch)
+        per_block = costs.block_steps or (costs.step,) * shape.blocks
+        compute += trial * sum(per_block[:shape.blocks])
+        link_s += shape.blocks * trial * shape.batch * costs.link
+        records += (shape.blocks + 1) * shape.block_samples
+    return compute + records * costs.forward, link_s + records * costs.link
+
+
+def seconds_at(step: int, shape: RunShape, costs: Costs) -> tuple[float, float]:
+    """(compute, link) seconds from power-on until training step ``step`` is done."""
+    compute, link_s = setup_seconds(shape, costs)
+    checks = step // shape.guard_every if shape.guard_every else 0
+    records = checks * shape.val_records
+    return (compute + step * costs.step + records * costs.forward,
+            link_s + step * shape.batch * costs.link + records * costs.link)
+
+
+def record_link_seconds(input_bytes: int, baud: int = link.DEFAULT_BAUD,
+                        max_sectors: int = link.MAX_SECTORS, turnaround: float = 0.0) -> float:
+    """One record of ``input_bytes`` (plus label and CRC) over the link: its sectors in READs
+    of up to ``max_sectors``, each a request and a response frame (COBS-framed: 6 B header,
+    4 B CRC, 1 B per 254, the zero), 10 bits a byte (8N1) at ``baud``, plus ``turnaround``
+    seconds per READ (the answer's latency)."""
+    record = input_bytes + 8  # input bytes, label and CRC
+    sectors = -(-record // 512)
+    reads = -(-sectors // max_sectors)
+    request = 6 + 6 + 4 + 2
+    response = [6 + 4 + 512 * min(max_sectors, sectors - max_sectors * k) + 4
+                for k in range(reads)]
+    wire = sum(request + r + r // 254 + 2 for r in response)
+    return wire * 10 / baud + reads * turnaround
+
+
+def link_seconds_per_record(graph: Graph, baud: int = link.DEFAULT_BAUD,
+                            max_sectors: int = link.MAX_SECTORS) -> float:
+    """A record of ``graph``'s input over the host link (record_link_seconds)."""
+    return record_link_seconds(int(np.prod(graph.tensor(graph.inputs[0]).shape[1:])), baud,
+                               max_sectors)
+
+
+def clock_hz(board: str) -> int:
+    return int(target_data(board)["clock_hz"])
+
+
+def check_tools() -> None:
+    missing = [f"{tool} (Debian: {package})" for tool, package in TOOLS.items()
+               if shutil.which(tool) is None]
+    if missing:
+        raise UserError(f"measuring device time needs {', '.join(missing)}: install them, "
+                        "or run `bash scripts/setup.sh`")
+
+
+def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
+    """One inference of ``model`` on ``board``: the median instructions over ``images``
+    (the model's input) under QEMU -icount, at the board's clock."""
+    graph = load_model(model)
+    elf = cached_build(model, "qemu", emulate=board)
+    shape = graph.tensor(graph.inputs[0]).shape
+    inputs = [{graph.inputs[0]: image.reshape(shape)} for image in images]
+    counts = [r.cycles for r in run_samples(graph, "qemu", elf, inputs)]
+    return float(np.median(counts)) / clock_hz(board)
+
+
+def step_instructions(model: Path, board: str, config: TrainConfig, workdir: Path) -> int:
+    """One training step's instructions under QEMU -icount with ``board``'s budget: the
+    firmware of ``config`` (its steps set to 1) on two random records."""
+    graph = load_model(model)
+    x = graph.tensor(graph.inputs[0])
+    rng = np.random.default_rng(0)
+    data = rng.integers(-128, 128, size=(2,) + tuple(x.shape[1:])).astype(np.int8)
+    image = workdir / f"{model.stem}.img"
+    classes = graph.tensor(graph.outputs[0]).size
+    pack_image(image, data, np.arange(2) % classes, num_classes=classes,
+               checkpoint_bytes=1 << 20)
+    config = dataclasses.replace(config, steps=1)
+    elf = cached_build(model, "qemu", emulate=board, train=config)
+    records: list = []
+    run = Path(tempfile.mkdtemp(dir=workdir, prefix="run"))  # new: nothing to resume
+    Trainer(LaunchedDevice(Firmware("qemu", elf, icount=True)), image, run,
+            checkpoint_every=1, timeout=600, progress=False, on_step=records.append,
+            log=lambda s: None).run()
+    return records[-1].cycles
+
+
+def step_seconds(model: Path, board: str, config: TrainConfig) -> float:
+    """One training step's compute on ``board`` at ``config.queries``, at the board's clock:
+    measured at Q = 1; else at Q = 2 and 3 and extrapolated, a + b Q. (Q = 1 is below that
+    line: 21 % on the digits CNN, 1 % on the 64x64 MCUNet-class model; from Q = 2 on the
+    instructions grow by the same count per query, tests/test_device_time.py.)"""
+    with tempfile.TemporaryDirectory() as tmp:
+        if config.queries == 1:
+            return step_instructions(model, board, config, Path(tmp)) / clock_hz(board)
+        two, three = (step_instructions(model, board, dataclasses.replace(config, queries=q),
+                                        Path(tmp)) for q in (2, 3))
+    return (two + (three - two) * (config.queries - 2)) / clock_hz(board)
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """A finished run as ``board`` would spend it."""
+
+    board: str
+    baud: int
+    costs: Costs
+    shape: RunShape
+    compute_seconds: float
+    link_seconds: float
+    #: (step, test accuracy, device hours until then) at each test evaluation of the run:
+    #: the first is before training, the last the result (after the guard's restore)
+    evaluations: tuple[tuple[int, float, float], ...]
+
+
+def _measurable(config: TrainConfig) -> TrainConfig:
+    """The run's training options for measuring one step: without the lr trials and the
+    guard (their steps and checks are costed from the log) and, for --block auto, block 0
+    (each block's step is measured for the trials)."""
+    block = (config.block or 0) if config.mode == "sparse" else None
+    return dataclasses.replace(config, lr_auto=False, guard=False, block=block)
+
+
+def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
+             say: Callable[[str], None] = lambda text: None) -> DeviceTime:
+    """Measures ``run``'s costs on ``board`` (several QEMU runs) and adds up what the run
+    recorded it did; ``say`` hears when the measuring starts."""
+    if board not in TARGET_NAMES:
+        raise UserError(f"--target {board}: device time is measured for the boards "
+                        f"{', '.join(TARGET_NAMES)}")
+    facts = run / "run.json"
+    if not facts.is_file():
+        raise UserError(f"{facts} not found: give the folder `zocodegen simulate -o RUN` "
+                        "wrote")
+    check_tools()
+    record = json.loads(facts.read_text())
+    model = Path(record["model"])
+    if not model.is_file():
+        raise UserError(f"{model} (the model {facts} names) not found")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in record["config"].items() if k in fields})
+    if "validation_records" not in record:
+        raise UserError(f"{facts} is from an older zocodegen: simulate the run again")
+    graph = load_model(model)
+    shape = recorded_shape(record)
+    say(f"measuring a training step and an inference on the {board} under QEMU -icount ...")
+    measured = _measurable(config)
+    blocks: tuple[float, ...] = ()
+    if shape.blocks:  # --block auto: every block's trial, then the chosen block's steps
+        blocks = tuple(step_seconds(model, board, dataclasses.replace(measured, block=b))
+                       for b in range(shape.blocks))
+        step = blocks[record["block"]]
+    else:
+        step = step_seconds(model, board, measured)
+    x = graph.tensor(graph.inputs[0])
+    images = np.random.default_rng(1).integers(-128, 128, size=(3,) + tuple(x.shape[1:]))
+    costs = Costs(step, forward_seconds(model, board, images.astype(np.int8)),
+                  link_seconds_per_record(graph, baud), blocks)
+    compute, link_s = seconds_at(shape.steps, shape, costs)
+    rows = read_metrics(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
+    evaluations = tuple((r.step, r.accuracy, sum(seconds_at(r.step, shape, costs)) / 3600)
+                        for r in rows if r.accuracy is not None)
+    return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person says them: 85 ms, 42.0 s, 7.5 min, 3.20 h."""
+    if seconds < 1:
+        return f"{1000 * seconds:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def describe(run: Path, t: DeviceTime) -> list[str]:
+    """The lines `zocodegen device-time` prints."""
+    s = t.shape
+    work = [f"{s.steps} training steps of {s.batch} record(s)"]
+    if s.lr_trials:
+        work.append(f"{s.lr_trials} lr trials of {s.lr_trial_steps} steps")
+    if s.blocks:
+        work.append(f"{s.blocks} block trials of {s.block_samples} records")
+    if s.guard_every:
+        work.append(f"a guard check of {s.val_records} records every {s.guard_every} steps")
+    lines = [f"{run} on the {t.board} at {clock_hz(t.board) / 1e6:g} MHz, the link at "
+             f"{t.baud} baud: {', '.join(work)}",
+             f"  a training step {duration(t.costs.step)}, an inference "
+             f"{1000 * t.costs.forward:.1f} ms, a record over the link "
+             f"{1000 * t.costs.link:.1f} ms (instructions under QEMU -icount at the clock)",
+             f"  in all: {duration(t.compute_seconds + t.link_seconds)} of device time "
+             f"({duration(t.compute_seconds)} computing, {duration(t.link_seconds)} on the "
+             "link)"]
+    if len(t.evaluations) >= 2:
+        before, after = t.evaluations[0][1], t.evaluations[-1][1]
+        gain = after - before
+        lines.append(f"  test accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
+                     f"({100 * gain:+.1f} points)")
+        reached = next((h for _, a, h in t.evaluations if a - before >= 0.9 * gain), None)
+        if gain > 0 and reached is not None:
+            lines.append(f"  90 % of the gain after {duration(3600 * reached)}")
+    return lines
