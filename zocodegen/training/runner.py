@@ -123,14 +123,19 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     return plan, guard.state, guard
 
 
-def _trials_record(plan: TrainingPlan, data: Dataset, new_run: bool) -> dict:
+def _trials_record(plan: TrainingPlan, data: Dataset, record: Path, new_run: bool) -> dict:
     """What run.json keeps of the --lr auto trials and the validation checks, so that the
-    run's device time can be added up later (host/device_time.py)."""
+    run's device time can be added up later (host/device_time.py); a resumed run keeps the
+    trials its start ran (``record``, the run.json it is about to replace)."""
     x_val, _, schedule = _validation(data, plan)
-    trials = plan.config.lr_auto and new_run
-    return {"lr_trials": len(schedule.candidates) if trials else 0,
-            "lr_trial_steps": schedule.trial_steps if trials else 0,
-            "validation_records": 0 if x_val is None else len(x_val)}
+    if new_run:
+        trials = plan.config.lr_auto
+        ran = {"lr_trials": len(schedule.candidates) if trials else 0,
+               "lr_trial_steps": schedule.trial_steps if trials else 0}
+    else:
+        earlier = json.loads(record.read_text())
+        ran = {key: earlier.get(key, 0) for key in ("lr_trials", "lr_trial_steps")}
+    return {**ran, "validation_records": 0 if x_val is None else len(x_val)}
 
 RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json",
              "confusion.csv")
@@ -260,7 +265,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
             "samples": selection.samples, "baseline_correct": selection.baseline,
             "correct": list(selection.correct), "block": selection.block},
         "lr": state.lr, "guard_every": guard.schedule.every if guard else None,
-        **_trials_record(plan, data, ckpt is None), "accuracy_before": before},
+        **_trials_record(plan, data, out_dir / "run.json", ckpt is None),
+        "accuracy_before": before},
         indent=2) + "\n").encode())
     log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
     if not log.rows and (has_test or baseline is not None):
