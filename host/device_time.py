@@ -12,9 +12,10 @@ A run on the device is more than its training steps. It spends, in order:
 
 A training step costs its instructions (measured at Q = 1 and 2 and extrapolated: a + b Q,
 since only the queries repeat) and the link time of its N samples; a checked or scored record
-costs one inference and its link time. Every count comes from the run's own log, so nothing
-is assumed about defaults. The simulator's integers are the firmware's (tested), so its log
-is what the device would do.
+costs one inference and its link time. Every count comes from what the run recorded
+(RUN/run.json; ``run_shape`` reads the same counts from a run's printed log, as the
+benchmarks keep it), so nothing is assumed about defaults. The simulator's integers are the
+firmware's (tested), so what it did is what the device would do.
 """
 from __future__ import annotations
 
@@ -212,7 +213,7 @@ class DeviceTime:
 
 def _measurable(config: TrainConfig) -> TrainConfig:
     """The run's training options for measuring one step: without the lr trials and the
-    guard (their steps and checks are costed from the log) and, for --block auto, block 0
+    guard (their steps and checks are costed from run.json) and, for --block auto, block 0
     (each block's step is measured for the trials)."""
     block = (config.block or 0) if config.mode == "sparse" else None
     return dataclasses.replace(config, lr_auto=False, guard=False, block=block)
