@@ -126,7 +126,8 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
 def _trials_record(plan: TrainingPlan, data: Dataset, record: Path, new_run: bool) -> dict:
     """What run.json keeps of the --lr auto trials and the validation checks, so that the
     run's device time can be added up later (host/device_time.py); a resumed run keeps the
-    trials its start ran (``record``, the run.json it is about to replace)."""
+    trials and the block selection its start ran (``record``, the run.json it is about to
+    replace)."""
     x_val, _, schedule = _validation(data, plan)
     if new_run:
         trials = plan.config.lr_auto
@@ -135,7 +136,9 @@ def _trials_record(plan: TrainingPlan, data: Dataset, record: Path, new_run: boo
     else:
         earlier = json.loads(record.read_text())
         ran = {key: earlier.get(key, 0) for key in ("lr_trials", "lr_trial_steps")}
+        ran["selection"] = earlier.get("selection")
     return {**ran, "validation_records": 0 if x_val is None else len(x_val)}
+
 
 RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json",
              "confusion.csv")
