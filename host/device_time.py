@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from zocodegen.formats.image import pack_image
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.projects import cached_build
+from zocodegen.qemu.runner import require_qemu
 from zocodegen.target import TARGET_NAMES, target_data
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.metrics import read_metrics
@@ -43,10 +43,6 @@ from zocodegen.training.metrics import read_metrics
 from .devices import Firmware
 from .engines import run_samples
 from .trainer import LaunchedDevice, Trainer
-
-#: What measuring needs, and the Debian packages that have it.
-TOOLS = {"arm-none-eabi-gcc": "gcc-arm-none-eabi", "qemu-system-arm": "qemu-system-arm"}
-
 
 @dataclass(frozen=True)
 class Costs:
@@ -143,14 +139,6 @@ def clock_hz(board: str) -> int:
     return int(target_data(board)["clock_hz"])
 
 
-def check_tools() -> None:
-    missing = [f"{tool} (Debian: {package})" for tool, package in TOOLS.items()
-               if shutil.which(tool) is None]
-    if missing:
-        raise UserError(f"measuring device time needs {', '.join(missing)}: install them, "
-                        "or run `bash scripts/setup.sh`")
-
-
 def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
     """One inference of ``model`` on ``board``: the median instructions over ``images``
     (the model's input) under QEMU -icount, at the board's clock."""
@@ -230,7 +218,7 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     if not facts.is_file():
         raise UserError(f"{facts} not found: give the folder `zocodegen simulate -o RUN` "
                         "wrote")
-    check_tools()
+    require_qemu()  # make names the missing compiler at the first build
     record = json.loads(facts.read_text())
     model = Path(record["model"])
     if not model.is_file():
