@@ -219,13 +219,17 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
         raise UserError(f"{facts} not found: give the folder `zocodegen simulate -o RUN` "
                         "wrote")
     require_qemu()  # make names the missing compiler at the first build
-    record = json.loads(facts.read_text())
-    model = Path(record["model"])
+    try:
+        record = json.loads(facts.read_text())
+        model, fields_given = Path(record["model"]), record["config"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{facts} is not a run's record ({exc}): give the folder "
+                        "`zocodegen simulate -o RUN` wrote") from None
     if not model.is_file():
         raise UserError(f"{model} (the model {facts} names) not found")
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in record["config"].items() if k in fields})
+                            for k, v in fields_given.items() if k in fields})
     if "validation_records" not in record:
         raise UserError(f"{facts} is from an older zocodegen: simulate the run again")
     graph = load_model(model)

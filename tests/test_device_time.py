@@ -104,3 +104,7 @@ def test_device_time_of_a_simulated_run(tmp_path, capsys):
 def test_device_time_refuses_what_is_not_a_run(tmp_path, capsys):
     assert main(["device-time", str(tmp_path), "--target", "stm32f746"]) == 2
     assert "run.json not found" in capsys.readouterr().err
+    for text in ("{not json", '{"config": {}}', "[]"):
+        (tmp_path / "run.json").write_text(text)
+        assert main(["device-time", str(tmp_path), "--target", "stm32f746"]) == 2
+        assert "is not a run's record" in capsys.readouterr().err
