@@ -36,7 +36,7 @@ from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.projects import cached_build
 from zocodegen.qemu.runner import require_qemu
-from zocodegen.target import TARGET_NAMES, target_data
+from zocodegen.target import TARGET_NAMES, check_baud, target_data
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.metrics import read_metrics
 
@@ -214,6 +214,7 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     if board not in TARGET_NAMES:
         raise UserError(f"--target {board}: device time is measured for the boards "
                         f"{', '.join(TARGET_NAMES)}")
+    check_baud(board, baud)  # a link's time is bits / baud, at a rate the board can make
     facts = run / "run.json"
     if not facts.is_file():
         raise UserError(f"{facts} not found: give the folder `zocodegen simulate -o RUN` "
@@ -221,26 +222,32 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     require_qemu()  # make names the missing compiler at the first build
     try:
         record = json.loads(facts.read_text())
-        model, fields_given = Path(record["model"]), record["config"]
-    except (ValueError, KeyError, TypeError) as exc:
+        model = Path(record["model"])
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in record["config"].items() if k in fields})
+        shape = recorded_shape(record)
+        counts = dataclasses.astuple(shape)
+        if not all(isinstance(n, int) and n >= 0 for n in counts):
+            raise ValueError(f"counts that are not whole numbers: {counts}")
+        chosen = record["block"] if shape.blocks else 0
+        if not (isinstance(chosen, int) and 0 <= chosen < max(shape.blocks, 1)):
+            raise ValueError(f"block {chosen!r} of {shape.blocks}")
+    except (ValueError, KeyError, TypeError, AttributeError, UserError) as exc:
         raise UserError(f"{facts} is not a run's record ({exc}): give the folder "
                         "`zocodegen simulate -o RUN` wrote") from None
     if not model.is_file():
         raise UserError(f"{model} (the model {facts} names) not found")
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in fields_given.items() if k in fields})
     if "validation_records" not in record:
         raise UserError(f"{facts} is from an older zocodegen: simulate the run again")
     graph = load_model(model)
-    shape = recorded_shape(record)
     say(f"measuring a training step and an inference on the {board} under QEMU -icount ...")
     measured = _measurable(config)
     blocks: tuple[float, ...] = ()
     if shape.blocks:  # --block auto: every block's trial, then the chosen block's steps
         blocks = tuple(step_seconds(model, board, dataclasses.replace(measured, block=b))
                        for b in range(shape.blocks))
-        step = blocks[record["block"]]
+        step = blocks[chosen]
     else:
         step = step_seconds(model, board, measured)
     x = graph.tensor(graph.inputs[0])

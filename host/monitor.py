@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from zocodegen.errors import UserError
 from zocodegen.formats import link as p
-from .link.server import BlockServer, HostLink, LinkError, Port
+from .link.server import BlockServer, HostLink, LineFailed, LinkError, Port
 
 #: A device that asks for work is told to ask again after this long.
 IDLE_WAIT_MS = 1000
@@ -33,7 +33,8 @@ def monitor(port: Port, duration: float | None = None,
             out: Callable[[str], None] = print) -> int:
     """Watch until ``duration`` seconds have passed (forever when None); returns the number
     of requests seen. A line that only ever carried bytes no frame decodes from is refused
-    (wrong port or baud rate); a silent one is said. Closes the port."""
+    (wrong port or baud rate); a silent one is said; a line the peer closed is refused, as
+    `train` does. Closes the port."""
     end = None if duration is None else time.monotonic() + duration
     link = HostLink(port, timeout=duration if duration is not None else 1e9)
     refuse = BlockServer()
@@ -43,6 +44,9 @@ def monitor(port: Port, duration: float | None = None,
             link.timeout = 1e9 if end is None else max(0.05, end - time.monotonic())
             try:
                 request = link.request()
+            except LineFailed as exc:
+                raise UserError(f"{exc}: the peer closed the connection, or the port went "
+                                f"away ({seen} request(s) seen)") from None
             except LinkError:
                 break  # the watch time is over
             seen += 1

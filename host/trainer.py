@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,11 +23,9 @@ from tqdm import tqdm
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
-from zocodegen.training.guard import MIN_VAL_RECORDS
-from zocodegen.training.runner import delete_run, read_run_record
+from zocodegen.training.runner import check_step, delete_run, read_run_record
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
-from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
 from zocodegen.formats import link as p
 from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
@@ -34,6 +33,7 @@ from zocodegen.training.metrics import (MetricsLog, MetricsRow, format_confusion
                                        write_curves)
 
 from .evaluation import TestConfusion
+from .image_fit import check_image
 
 #: Saving a checkpoint is retried this often when what arrived does not verify.
 SAVE_ATTEMPTS = 3
@@ -109,7 +109,26 @@ def open_device(port: str | None = None, native: Path | None = None,
     if project is None or not (Path(project) / "Makefile").is_file():
         raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
     goal = "firmware" if kind == "emulated" else kind
+    if kind == "emulated":
+        _check_emulated(Path(project))
     return LaunchedDevice(Firmware(kind, make(Path(project), goal), baud=baud))
+
+
+def _check_emulated(project: Path) -> None:
+    """The emulated board runs a board's firmware: a native or QEMU project has none, and
+    make would only fail on it with pages of output."""
+    from .emulator.machine import BOARDS
+    try:
+        manifest = json.loads((project / "manifest.json").read_text())
+        target, budget = manifest["target"], manifest.get("budget_of")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{project}/manifest.json is unreadable ({exc}); build the project "
+                        f"again with `zocodegen build MODEL --target {BOARDS[0]}`") from None
+    if target not in BOARDS:
+        board = budget if budget in BOARDS else BOARDS[0]
+        raise UserError(f"{project} was built for {target} (--target {target}); --emulated "
+                        f"runs a board's firmware: build it with `zocodegen build MODEL "
+                        f"--target {board} -o {project}`")
 
 
 @dataclass(frozen=True)
@@ -123,50 +142,6 @@ class TrainSummary:
     dropped_frames: int  # frames the host could not decode
     seconds: float
     confusion: np.ndarray | None = None  # the last test evaluation's, with train --model
-
-
-def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
-    """Refuse an image this firmware cannot train on, naming the field."""
-    if not identity.training or identity.checkpoint_bytes == 0:
-        raise UserError("the firmware was built without training: rebuild it with "
-                        "`zocodegen build MODEL --train full|sparse`")
-    if layout.input_bytes != identity.input_bytes:
-        raise UserError(f"{image}: records hold {layout.input_bytes} input bytes "
-                        f"({layout.dtype} {layout.input_shape}), the firmware's model takes "
-                        f"{identity.input_bytes}: pack the data for this model")
-    if layout.num_classes > identity.classes:
-        raise UserError(f"{image}: {layout.num_classes} classes, the firmware's model has "
-                        f"{identity.classes} outputs")
-    if layout.model_sha256 != bytes(32) and layout.model_sha256 != identity.model_sha256:
-        raise UserError(f"{image} was packed for another model (sha256 "
-                        f"{layout.model_sha256.hex()[:12]}..., the firmware's is "
-                        f"{identity.model_sha256.hex()[:12]}...)")
-    if layout.input_scale is not None and identity.input_scale != 0 and (
-            not math.isclose(layout.input_scale, identity.input_scale, rel_tol=1e-6)
-            or layout.input_zero_point != identity.input_zero_point):
-        raise UserError(f"{image}: inputs quantized with scale {layout.input_scale:g}, zero "
-                        f"point {layout.input_zero_point}; the firmware's model input has "
-                        f"scale {identity.input_scale:g}, zero point "
-                        f"{identity.input_zero_point}")
-    capacity = layout.checkpoint_sectors * 512
-    slots = CHECKPOINT_SLOTS if identity.guard else 1  # the guard's best: the second slot
-    need = slots * checkpoint_slot_bytes(identity.checkpoint_bytes)
-    if capacity < need:
-        raise UserError(f"{image}: checkpoint area of {capacity} bytes, the firmware's "
-                        f"{'two checkpoints (run and best) need' if slots == 2 else 'checkpoint needs'}"
-                        f" {need}: pack again with --model MODEL (or a larger --checkpoint-kb)")
-    if (identity.guard or identity.lr_auto) and layout.count("val") < MIN_VAL_RECORDS:
-        what = "training guard" if identity.guard else "--lr auto"
-        raise UserError(f"{image} has {layout.count('val')} validation records; the firmware's "
-                        f"{what} needs at least {MIN_VAL_RECORDS} to measure: pack with a "
-                        f"larger --val-fraction (or x_val), or build with --no-guard and a "
-                        f"fixed --lr")
-    if layout.count("train") == 0:
-        raise UserError(f"{image} has no train records")
-    if identity.selects_block and layout.count("train") < 2:
-        raise UserError(f"{image} has 1 train record: the firmware selects its sparse block "
-                        "by trials, which need a trial and a held-out record (pack at least 2, "
-                        "or build with --block K)")
 
 
 def _identity_record(identity: p.Identity) -> dict:
@@ -208,6 +183,8 @@ class Trainer:
         self._accuracy: float | None = None
         self._chunk_end = -1
         self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
+        self._image_sha = ""  # the image's SHA-256 when the run began (run.json's)
+        self._image_stat: tuple[int, int, int] | None = None  # its inode, size, mtime then
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> TrainSummary:
@@ -223,7 +200,7 @@ class Trainer:
             total = self.steps or self.identity.steps
             every = self.checkpoint_every or max(1, total // 10)
             first_step = self._saved_step()
-            self._open_metrics(first_step)
+            self.metrics = MetricsLog(self.run_dir / "metrics.csv", resume_at=first_step)
             self.bar = tqdm(total=total, initial=first_step, desc="train", unit="step",
                             disable=None if self.progress is None else not self.progress,
                             dynamic_ncols=True)
@@ -280,6 +257,7 @@ class Trainer:
             raise exc
         if _identity_record(identity) != _identity_record(self.identity):
             raise UserError("after the reset a different firmware answered; start a new run")
+        self._check_image_unchanged(reopened=True)
         return session
 
     def _train(self, session: DeviceSession, total: int, every: int) -> None:
@@ -297,6 +275,7 @@ class Trainer:
             chunk = min(every - step % every, total - step)
             self._chunk_end = step + chunk
             step = self._command(session, "training", p.train(chunk)).value
+            self._check_image_unchanged(reopened=False)
             self._save(session, step)
             self._evaluate(session, step)
             self._plot()
@@ -426,7 +405,8 @@ class Trainer:
             delete_run(self.run_dir, (self.scalars_path.name,))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         mine = _identity_record(identity)
-        image_sha = file_sha256(self.image_path).hex()
+        self._image_stat = self._image_signature()
+        image_sha = self._image_sha = file_sha256(self.image_path).hex()
         record = self._record() if self.ckpt_path.is_file() or self._has_record() else {}
         if self.start is not None:
             if self.ckpt_path.is_file():
@@ -441,6 +421,30 @@ class Trainer:
         record.update({"image": str(self.image_path), "image_sha256": image_sha,
                        "firmware": mine, "device": self.device.describe()})
         self._write_record(record)
+
+    def _image_signature(self) -> tuple[int, int, int]:
+        try:
+            stat = os.stat(self.image_path)
+        except OSError as exc:
+            raise UserError(f"cannot read {self.image_path}: {exc.strerror or exc}") from None
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+    def _check_image_unchanged(self, reopened: bool) -> None:
+        """`cp other.img IMG` mid-run rewrites the image the device reads: its SHA-256 is
+        checked again when the device reopens it after a restart, and after every chunk whose
+        image moved (inode, size or time), so a changed image ends the run before the steps
+        trained on it are saved."""
+        signature = self._image_signature()
+        if signature == self._image_stat and not reopened:
+            return
+        sha = file_sha256(self.image_path).hex()
+        if sha != self._image_sha:
+            raise UserError(f"{self.image_path} changed during the run (sha256 "
+                            f"{self._image_sha[:12]}... when it began, {sha[:12]}... now); "
+                            f"{self.run_dir} keeps step {self._saved_step()}: put the image "
+                            "back and run `zocodegen train` again, or train on the new one "
+                            "in another -o RUN")
+        self._image_stat = signature
 
     def _check_run(self, record: dict, mine: dict, image_sha: str) -> None:
         """RUN/ holds a checkpoint: it continues only with the firmware and image that made
@@ -468,9 +472,7 @@ class Trainer:
                 else size != self.identity.checkpoint_bytes):
             raise UserError(f"{self.ckpt_path} has other trainable layers than the "
                             f"firmware{again}")
-        if ckpt.step > self.identity.steps:
-            raise UserError(f"{self.ckpt_path} is at step {ckpt.step}, beyond the "
-                            f"{self.identity.steps} steps the firmware plans{again}")
+        check_step(self.ckpt_path, ckpt.step, self.identity.steps, "the firmware plans")
         if self.identity.guard:
             self._check_best(ckpt.step)
 
@@ -501,11 +503,6 @@ class Trainer:
 
     def _write_record(self, record: dict) -> None:
         write_atomic(self.run_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
-
-    def _open_metrics(self, step: int) -> None:
-        self.metrics = MetricsLog(self.run_dir / "metrics.csv",
-                                  append=(self.run_dir / "metrics.csv").is_file())
-        self.metrics.keep_through(step)
 
     def _plot(self) -> None:
         rows = self.metrics.rows if self.metrics else []

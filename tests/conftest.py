@@ -112,3 +112,14 @@ def ended_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def assert_refused(code: int, err: str, words: tuple[str, ...] | list[str]) -> None:
+    """The contract's refusal (docs/contract.md): exit 2, one `zocodegen: error:` line on
+    stderr carrying ``words``, no traceback."""
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("zocodegen: error: "), err
+    for word in words:
+        assert word in lines[0], (word, lines[0])

@@ -54,7 +54,7 @@ def test_defaults_and_checks_are_the_command_lines(tmp_path):
     cli = build_parser().parse_args(["simulate", "m", "--data", "d", "-o", str(tmp_path)])
     assert {k: v for k, v in vars(args).items() if k != "output"} == \
         {k: v for k, v in vars(cli).items() if k not in ("output", "command")}
-    with pytest.raises(UserError, match="queries: must be at least 1, got 0"):
+    with pytest.raises(UserError, match="queries: must be in 1..65536, got 0"):
         zocodegen.simulate("m", "d", tmp_path, queries=0)
     with pytest.raises(UserError, match="mode: choose one of full, sparse"):
         zocodegen.simulate("m", "d", tmp_path, mode="half")
@@ -84,3 +84,47 @@ def test_the_api_documentation_lists_every_option():
         for action in commands[name]._actions:
             if action.dest != "help":
                 assert f"`{action.dest}`" in api.option_table(), (name, action.dest)
+
+
+def _hook(path: Path):
+    """A --preprocess hook given as a function: every file is a blank 8x8x1 input."""
+    import numpy as np
+    return np.zeros((8, 8, 1), np.float32)
+
+
+#: Issue 47 #19: arguments of the wrong Python type raise one clear exception naming the
+#: argument (TypeError), never an AttributeError deep inside, a file name made of an array's
+#: text, or a "no" read as True.
+WRONG_TYPES = [
+    ("build layers as a list", lambda t: zocodegen.build(
+        "m.tflite", target="native", output=t / "fw", layers=[0, 1]), "option layers"),
+    ("inspect bytes", lambda t: zocodegen.inspect(b"\x1cTFL3 not a path"), "option model"),
+    ("simulate data as an array", lambda t: zocodegen.simulate(
+        "m.tflite", __import__("numpy").zeros((2, 8, 8, 1)), t / "run"), "option data"),
+    ("no_guard as text", lambda t: zocodegen.simulate(
+        "m.tflite", "d.npz", t / "run", no_guard="no"), "option no_guard takes True or False"),
+    ("steps as a bool", lambda t: zocodegen.simulate(
+        "m.tflite", "d.npz", t / "run", steps=True), "option steps"),
+    ("preprocess as a list", lambda t: zocodegen.pack(
+        "pics", t / "p.img", model="m.tflite", preprocess=["f"]), "or a function"),
+]
+
+
+@pytest.mark.parametrize("name, call, words", WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
+def test_arguments_of_the_wrong_type_name_the_argument(tmp_path, name, call, words):
+    with pytest.raises(TypeError, match=words):
+        call(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pack_takes_a_function_as_its_hook(tmp_path):
+    """Issue 47 #19: `pack(preprocess=function)`, the API's form of --preprocess."""
+    from PIL import Image
+    for c in ("a", "b"):
+        (tmp_path / "pics" / c).mkdir(parents=True)
+        Image.new("L", (8, 8)).save(tmp_path / "pics" / c / "0.png")
+    packed = zocodegen.pack(tmp_path / "pics", tmp_path / "p.img", preprocess=_hook,
+                            model=REPO / "tests" / "fixtures" / "digits_cnn.tflite",
+                            val_fraction=0)
+    assert packed.layout.preprocess == "hook test_api:_hook"
+    assert packed.layout.class_names == ("a", "b")

@@ -205,8 +205,8 @@ def test_cli_infer_engines_agree_with_reference(tmp_path, engine, capsys, monkey
 
 
 def test_output_path_problems_are_clear_errors(tmp_path, capsys):
-    """-o naming a file, or a folder with the user's own files: one-line error, or the
-    user's files kept."""
+    """-o naming a file, or a folder with the user's own files: one-line error; with
+    --force the user's files kept (tests/test_contract_build.py has the rest)."""
     model = str(FIXTURES / "multi_op.tflite")
     blocker = tmp_path / "afile"
     blocker.write_text("mine")
@@ -216,7 +216,9 @@ def test_output_path_problems_are_clear_errors(tmp_path, capsys):
     out = tmp_path / "proj"
     out.mkdir()
     (out / "NOTES.txt").write_text("keep me")
-    assert main(["build", model, "--target", "native", "-o", str(out)]) == 0
+    assert main(["build", model, "--target", "native", "-o", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["build", model, "--target", "native", "-o", str(out), "--force"]) == 0
     assert (out / "NOTES.txt").read_text() == "keep me"
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, assert_refused
 from zocodegen.cli import main
+from zocodegen.formats.image import pack_image
+from zocodegen.training import checkpoint, runner
+from zocodegen.training.metrics import read_metrics
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
 
@@ -47,12 +50,110 @@ def workspace(tmp_path_factory) -> dict[str, Path]:
     (root / "orphan_run").mkdir()
     shutil.copy(run / "checkpoint.bin", root / "orphan_run" / "checkpoint.bin")
     (root / "file").write_text("a file, not a folder")
+    (root / "nullcfg_run").mkdir()  # a run.json whose "config" is null
+    (root / "nullcfg_run" / "run.json").write_text(json.dumps(
+        {**json.loads((run / "run.json").read_text()), "config": None}))
+    runs = _runs_and_devices(root, run)
     return {"M": root / "m.tflite", "D": root / "d.npz", "X": root / "x.npy",
             "XF": root / "xf.npy", "DNAN": root / "dnan.npz", "TEXT": root / "text.npz",
             "IMG": root / "d.img", "RUN": run, "CK": run / "checkpoint.bin",
             "BEST": run / "best.bin", "CSV": run / "metrics.csv", "JSON": run / "run.json",
             "GARBAGE": root / "garbage_run", "ORPHAN": root / "orphan_run",
-            "FILE": root / "file", "ROOT": root}
+            "FILE": root / "file", "ROOT": root, "NULLCFG": root / "nullcfg_run", **runs,
+            **_labels_hooks_messages(root)}
+
+
+def _runs_and_devices(root: Path, run: Path) -> dict[str, Path]:
+    """Issue 47's inputs: a run whose checkpoint is past its --steps (copied from a longer
+    run), a run whose metrics.csv is garbage, a build a fleet can train, an image packed for
+    another model, and test data with a label outside the model's classes."""
+    past = root / "past_run"
+    assert main(["simulate", str(root / "m.tflite"), "--data", str(root / "d.npz"), "-o",
+                 str(past), "--steps", "1", "--queries", "2", "--no-guard", "--lr", "0.01",
+                 "--eval-every", "1"]) == 0
+    shutil.copy(run / "checkpoint.bin", past / "checkpoint.bin")
+    csv_run = root / "csv_run"
+    shutil.copytree(run, csv_run)
+    (csv_run / "metrics.csv").write_text("not,a metrics file\n\x01\x02\n")
+    assert main(["build", str(root / "m.tflite"), "--target", "native", "--train", "full",
+                 "--no-guard", "--lr", "0.01", "--steps", "100", "-o",
+                 str(root / "fleet_fw")]) == 0
+    data = np.load(root / "d.npz")
+    pack_image(root / "other.img", data["x"], data["y"], num_classes=10,
+               model_sha256=hashlib.sha256(b"another model").digest())
+    np.savez(root / "bad_labels.npz", x=data["x"], y=data["y"], x_test=data["x"][:3],
+             y_test=np.array([0, 99, 1]))
+    return {"PAST": past, "PAST_CK": past / "checkpoint.bin", "CSV_RUN": csv_run,
+            "CSV_RUN_LOG": csv_run / "metrics.csv", "FLEET_FW": root / "fleet_fw",
+            "OTHER_IMG": root / "other.img", "BAD_LABELS": root / "bad_labels.npz"}
+
+
+HOOKS = """import sys
+import numpy as np
+def text(path): return np.full((8, 8, 1), "a")
+def thing(path): return object()
+def bye(path): raise SystemExit("bye")
+def exit0(path): sys.exit(0)
+def complex_(path): return np.ones((8, 8, 1), complex)
+def huge(path): return np.full((8, 8, 1), 1e300)
+"""
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that claims width x height greyscale pixels: Pillow refuses it on opening."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0,
+                                                                   0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+def _labels_hooks_messages(root: Path) -> dict[str, Path]:
+    """Issue 47's inputs for labels, hooks and messages: a folder of images, labels files
+    with a label outside the model or of no kind, a class folder named -1, hooks that
+    misbehave, a decompression bomb, a FIFO, a symlink loop, an ONNX model with a dangling
+    input, and a guarded run whose best.bin is damaged."""
+    import os
+    import onnx
+    from PIL import Image
+    pics = root / "pics"
+    rng = np.random.default_rng(1)
+    for c in range(3):
+        (pics / str(c)).mkdir(parents=True)
+        for k in range(2):
+            Image.fromarray(rng.integers(0, 256, (8, 8), dtype=np.uint8), "L").save(
+                pics / str(c) / f"{k}.png")
+    rows = [f"{c}/{k}.png,{c}" for c in range(3) for k in range(2)]
+    (root / "neg.csv").write_text("file,label\n" + "\n".join(rows[:-1] + ["2/1.png,-1"]))
+    (root / "big.csv").write_text("\n".join(rows[:-1] + ["2/1.png,99"]))
+    (root / "null.json").write_text(json.dumps({"0/0.png": 0, "1/0.png": None}))
+    (root / "list.json").write_text(json.dumps({"0/0.png": [1, 2]}))
+    shutil.copytree(pics, root / "negpics")
+    (root / "negpics" / "2").rename(root / "negpics" / "-1")
+    (root / "hk.py").write_text(HOOKS)
+    (root / "bombs" / "0").mkdir(parents=True)
+    (root / "bombs" / "0" / "bomb.png").write_bytes(_png_header(20000, 20000))
+    os.mkfifo(root / "fifo.tflite")
+    os.symlink(root / "loop_b.tflite", root / "loop_a.tflite")
+    os.symlink(root / "loop_a.tflite", root / "loop_b.tflite")
+    model = onnx.load(str(FIXTURES / "onnx_qdq_int8.onnx"))
+    model.graph.node[1].input[0] = "dangling"
+    onnx.save(model, str(root / "dangling.onnx"))
+    x = rng.integers(-128, 128, size=(200, 8, 8, 1)).astype(np.int8)
+    np.savez(root / "d200.npz", x=x, y=rng.integers(0, 10, 200))
+    guarded = root / "guarded_run"
+    assert main(["simulate", str(root / "m.tflite"), "--data", str(root / "d200.npz"), "-o",
+                 str(guarded), "--steps", "2", "--queries", "2", "--lr", "0.01"]) == 0
+    (guarded / "best.bin").write_bytes(b"damaged")
+    return {"PICS": pics, "NEG_CSV": root / "neg.csv", "BIG_CSV": root / "big.csv",
+            "NULL_JSON": root / "null.json", "LIST_JSON": root / "list.json",
+            "NEGPICS": root / "negpics", "HOOKS": root / "hk.py", "BOMBS": root / "bombs",
+            "FIFO": root / "fifo.tflite", "LOOP": root / "loop_a.tflite",
+            "DANGLING": root / "dangling.onnx", "D200": root / "d200.npz", "GUARDED": guarded}
 
 
 # ------------------------------------------------------------------------------ the table
@@ -63,6 +164,8 @@ INFER = ["infer", "M", "--input", "X", "--output", "ROOT/y.npy"]
 TRAIN = ["train", "--native", "ROOT/nofw", "--image", "IMG", "-o", "ROOT/train_run"]
 FLEET = ["fleet", "local", "M", "--build", "ROOT/nofw", "--native", "ROOT/nofw", "--images",
          "IMG", "-o", "ROOT/fleet"]
+FLEET47 = ["fleet", "local", "M", "--build", "FLEET_FW", "--native", "FLEET_FW"]
+PACK47 = ["pack", "PICS", "-o", "ROOT/p.img", "--model", "M"]
 REPLAY = ["replay", "M", "--build", "ROOT/nofw", "--scalars", "ROOT/none.bin", "-o",
           "ROOT/replayed.bin"]
 
@@ -162,6 +265,74 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
     ("mezo on the device", BUILD + ["--estimator", "mezo"], ("simulator",), ()),
     ("record-scalars with guard", BUILD + ["--record-scalars"], ("--no-guard",), ()),
     ("simulate -o a file", SIM[:4] + ["-o", "FILE"], ("not a directory",), ("FILE",)),
+    # issue 47: runs and devices
+    ("47/6 resume onto a garbage metrics.csv", SIM[:4] + ["-o", "CSV_RUN", "--resume",
+     "--steps", "2", "--queries", "2", "--no-guard", "--lr", "0.01"],
+     ("metrics.csv", "--force"), ("CSV_RUN", "CSV_RUN_LOG")),
+    ("47/7 resume a checkpoint past --steps", SIM[:4] + ["-o", "PAST", "--resume", "--steps",
+     "1", "--queries", "2", "--no-guard", "--lr", "0.01"],
+     ("at step 2", "beyond the 1 steps", "--force"), ("PAST", "PAST_CK")),
+    ("47/9 fleet local with an image for another model", FLEET47 + ["--images", "IMG",
+     "OTHER_IMG", "-o", "ROOT/fleet"], ("other.img", "another model"), ("OTHER_IMG",)),
+    ("47/9 fleet local --test with a label out of range", FLEET47 + ["--images", "IMG",
+     "--test", "BAD_LABELS", "-o", "ROOT/fleet"], ("label 99",), ("BAD_LABELS",)),
+    # issue 47: numbers
+    ("47/4 build --steps 2^32", BUILD + ["--steps", "4294967296"], ("--steps", "4294967295"),
+     ()),
+    ("47/4 build --guard-every 2^32", BUILD + ["--guard-every", "4294967296"],
+     ("--guard-every", "4294967295"), ()),
+    ("47/4 build --guard-samples 2^32", BUILD + ["--guard-samples", "4294967296"],
+     ("--guard-samples", "4294967295"), ()),
+    ("47/4 build --lr 1e-300", BUILD + ["--lr", "1e-300"], ("--lr", "float32"), ()),
+    ("47/10 build --blocks 1000", BUILD[:-1] + ["sparse", "--blocks", "1000"],
+     ("--blocks 1000", "at most --blocks 4"), ()),
+    ("47/12 device-time --baud -1", ["device-time", "RUN", "--target", "stm32f746", "--baud",
+     "-1"], ("--baud",), ("JSON",)),
+    ("47/13 build --baud 0", ["build", "M", "--target", "stm32f746", "-o", "ROOT/fw",
+     "--baud", "0"], ("--baud",), ()),
+    ("47/13 device-time --baud 0", ["device-time", "RUN", "--target", "stm32f746", "--baud",
+     "0"], ("--baud",), ("JSON",)),
+    ("47/16 device-time on a run.json whose config is null", ["device-time", "NULLCFG",
+     "--target", "stm32f746"], ("run.json", "not a run's record"), ("NULLCFG",)),
+    # issue 47: labels, hooks, API, messages
+    ("47/5 --labels with -1", PACK47 + ["--labels", "NEG_CSV"],
+     ("neg.csv: row 7 (2/1.png)", "label -1 outside 0..9"), ("NEG_CSV",)),
+    ("47/5 --labels with 99", PACK47 + ["--labels", "BIG_CSV"],
+     ("big.csv: row 6 (2/1.png)", "label 99 outside 0..9"), ("BIG_CSV",)),
+    ("47/5 --labels JSON null", PACK47 + ["--labels", "NULL_JSON"],
+     ('"1/0.png"', "the label null is neither"), ("NULL_JSON",)),
+    ("47/5 --labels JSON list", PACK47 + ["--labels", "LIST_JSON"],
+     ('"0/0.png"', "the label [1, 2] is neither"), ("LIST_JSON",)),
+    ("47/5 a class folder named -1", ["pack", "NEGPICS", "-o", "ROOT/p.img", "--model", "M"],
+     ("negpics/-1", "label -1 outside 0..9"), ()),
+    *[(f"47/17 a hook {does}", PACK47 + ["--preprocess", f"ROOT/hk.py:{name}"],
+       (f"hk.py:{name}", *words), ("HOOKS",)) for does, name, words in (
+        ("returning strings", "text", ("not an array of real numbers",)),
+        ("returning an object", "thing", ("returned object",)),
+        ("raising SystemExit", "bye", ("sys.exit('bye')",)),
+        ("calling sys.exit(0)", "exit0", ("sys.exit(0)",)),
+        ("returning complex numbers", "complex_", ("complex128",)),
+        ("returning numbers beyond float32", "huge", ("beyond float32",)))],
+    ("47/21 a hook module not importable", PACK47 + ["--preprocess", "nomodule:f"],
+     ("no module named 'nomodule'", "working directory"), ()),
+    ("47/21 a decompression bomb", ["pack", "BOMBS", "-o", "ROOT/p.img", "--model", "M"],
+     ("bomb.png", "MAX_IMAGE_PIXELS"), ()),
+    ("47/21 a FIFO as the model", ["inspect", "FIFO"], ("named pipe",), ()),
+    ("47/21 /dev/null as the model", ["inspect", "/dev/null"], ("character device",), ()),
+    ("47/21 a symlink loop as the model", ["inspect", "LOOP"], ("loop of symbolic links",), ()),
+    ("47/21 a model as --data", SIM[:2] + ["--data", "M", "-o", "ROOT/new_run"],
+     ("m.tflite", "does not start as a .npy or .npz"), ("M",)),
+    ("47/21 a checkpoint as --input", ["infer", "M", "--input", "CK", "--output",
+     "ROOT/y.npy"], ("checkpoint.bin", "does not start as a .npy or .npz"), ("CK",)),
+    ("47/21 a FIFO as --data", SIM[:2] + ["--data", "FIFO", "-o", "ROOT/new_run"],
+     ("named pipe",), ()),
+    ("47/21 an ONNX model with a dangling input", ["inspect", "DANGLING"],
+     ("dangling.onnx", "dangling"), ("DANGLING",)),
+    ("47/21 train --timeout 1e-300", TRAIN + ["--timeout", "1e-300"],
+     ("--timeout", "at least 1"), ()),
+    ("47/21 resume with a damaged best.bin", ["simulate", "M", "--data", "D200", "-o",
+     "GUARDED", "--steps", "2", "--queries", "2", "--lr", "0.01", "--resume"],
+     ("best.bin", "--force"), ("GUARDED",)),
 ]
 
 # every numeric option of every command, with values outside its range or not numbers
@@ -221,13 +392,7 @@ def test_bad_input_is_refused_in_one_line_and_loses_nothing(workspace, capsys, n
     before = {key: _digest(workspace[key]) for key in unchanged}
     listing = sorted(p.name for p in workspace["ROOT"].iterdir())
     code = main(_argv(args, workspace))
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert code == 2, (code, captured.err)
-    assert "Traceback" not in captured.err
-    assert len(lines) == 1 and lines[0].startswith("zocodegen: error: "), captured.err
-    for word in words:
-        assert word in lines[0], (word, lines[0])
+    assert_refused(code, capsys.readouterr().err, words)
     assert {key: _digest(workspace[key]) for key in unchanged} == before
     # nothing new beside the inputs (a refused command writes nothing)
     assert sorted(p.name for p in workspace["ROOT"].iterdir()) == listing
@@ -242,4 +407,58 @@ def test_force_starts_a_run_anew_and_resume_continues_it(workspace, tmp_path, ca
     record = json.loads((run / "run.json").read_text())
     assert record["config"]["steps"] == 3 and not (run / "best.bin").exists()
     assert main(base + ["--steps", "3", "--resume"]) == 0
+    capsys.readouterr()
+
+
+def test_resume_after_an_interruption_logs_every_step_once(workspace, tmp_path, monkeypatch,
+                                                          capsys):
+    """Issue 47 #6: steps logged after the last checkpoint (Ctrl-C at step 3, the checkpoint
+    at step 2) are computed again on --resume; metrics.csv (and curves.png and TensorBoard,
+    drawn from its rows) hold each step once, as `train`'s do."""
+    real = runner.simulator.run
+
+    def interrupted(*args, **kwargs):
+        for k, record in enumerate(real(*args, **kwargs)):
+            if k == 3:
+                raise KeyboardInterrupt
+            yield record
+    run = tmp_path / "run"
+    base = ["simulate", str(workspace["M"]), "--data", str(workspace["D"]), "-o", str(run),
+            "--steps", "6", "--queries", "2", "--no-guard", "--lr", "0.01", "--eval-every", "2"]
+    monkeypatch.setattr(runner.simulator, "run", interrupted)
+    assert main(base) == 130
+    monkeypatch.undo()
+    logged = [row.step for row in read_metrics(run / "metrics.csv")]
+    assert max(logged) > checkpoint.load(run / "checkpoint.bin").step
+    assert main(base + ["--resume"]) == 0
+    steps = [row.step for row in read_metrics(run / "metrics.csv")]
+    assert steps == sorted(set(steps)) and steps[-1] == 6, steps
+    capsys.readouterr()
+
+
+def test_full_disk_leaves_no_run_and_odd_names_still_plot(workspace, tmp_path, monkeypatch,
+                                                         capsys):
+    """Issue 47 #22: a simulate refused by a full disk (ENOSPC injected at its first file)
+    leaves no RUN folder, nor the folders it made above it; #14: a model whose file name is
+    not UTF-8 is simulated, curves.png drawn."""
+    import errno
+    import os
+    real = os.open
+
+    def full(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and "run" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, flags, *args, **kwargs)
+    base = ["--data", str(workspace["D"]), "--steps", "2", "--queries", "2", "--no-guard",
+            "--lr", "0.01"]
+    monkeypatch.setattr(os, "open", full)
+    assert main(["simulate", str(workspace["M"]), "-o", str(tmp_path / "a" / "run"),
+                 *base]) == 2
+    monkeypatch.undo()
+    assert "No space left" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    model = tmp_path / "bad\udcff.tflite"  # the bytes b"bad\xff.tflite"
+    shutil.copy(workspace["M"], model)
+    assert main(["simulate", str(model), "-o", str(tmp_path / "odd"), *base]) == 0
+    assert (tmp_path / "odd" / "curves.png").is_file()
     capsys.readouterr()

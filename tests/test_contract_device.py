@@ -237,6 +237,72 @@ def test_monitor_on_a_silent_line_says_so(capsys):
     assert "nothing arrived" in capsys.readouterr().out
 
 
+def test_monitor_on_a_line_the_peer_closes_is_refused(capsys):
+    """Issue 47 #20: a peer that closes the connection is said (exit 2, as `train` ends), not
+    taken for a silent line."""
+    server = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=lambda: server.accept()[0].close(), daemon=True).start()
+    try:
+        code = main(["monitor", "--port", f"socket://127.0.0.1:{server.getsockname()[1]}",
+                     "--duration", "4"])
+    finally:
+        server.close()
+    assert code == 2
+    assert "the peer closed the connection" in _one_line(capsys)
+
+
+# ------------------------------------------------------------------ issue 47: runs and devices
+def test_an_image_rewritten_during_train_is_refused(ws, tmp_path, capsys, monkeypatch):
+    """Issue 47 #8: `cp other.img IMG` mid-run ends the run (exit 2, one line) before the
+    steps trained on the new image are saved; run.json keeps the image the run began with."""
+    from zocodegen.host import trainer
+    from zocodegen.training import checkpoint
+    img = tmp_path / "a.img"
+    shutil.copy(ws["IMG"], img)
+    save = trainer.Trainer._save
+
+    def save_then_rewrite(self, session, step):
+        save(self, session, step)
+        if step == 2:
+            shutil.copyfile(ws["OTHER"], img)  # in place, as cp does
+    monkeypatch.setattr(trainer.Trainer, "_save", save_then_rewrite)
+    run = tmp_path / "run"
+    assert main(["train", "--native", str(ws["FW"]), "--image", str(img), "-o", str(run),
+                 "--timeout", "20", "--checkpoint-every", "2"]) == 2
+    line = _one_line(capsys)
+    assert "changed during the run" in line and "keeps step 2" in line, line
+    assert checkpoint.load(run / "checkpoint.bin").step == 2
+    assert hashlib.sha256(ws["IMG"].read_bytes()).hexdigest() in (run / "run.json").read_text()
+
+
+@pytest.mark.parametrize("command", ["train", "monitor"])
+def test_emulated_on_a_native_project_is_one_line(ws, tmp_path, capsys, command):
+    """Issue 47 #15: --emulated runs a board's firmware; a native project is refused naming
+    the --target to build with, not with pages of make output."""
+    args = (["train", "--emulated", str(ws["FW"]), "--image", str(ws["IMG"]), "-o",
+             str(tmp_path / "run")] if command == "train" else
+            ["monitor", "--emulated", str(ws["FW"]), "--duration", "1"])
+    assert main(args) == 2
+    line = _one_line(capsys)
+    assert "built for native" in line and "--target stm32" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_fleet_serve_names_a_busy_port(ws, tmp_path, capsys):
+    """Issue 47 #18: a --listen-port something listens on is named up front."""
+    busy = socket.create_server(("127.0.0.1", 0))
+    port = busy.getsockname()[1]
+    try:
+        code = main(["fleet", "serve", str(MODEL), "--build", str(ws["FW"]), "--host",
+                     "127.0.0.1", "--listen-port", str(port), "-o", str(tmp_path / "fleet")])
+    finally:
+        busy.close()
+    assert code == 2
+    line = _one_line(capsys)
+    assert f"127.0.0.1:{port} is in use" in line and "--listen-port" in line, line
+    assert not (tmp_path / "fleet").exists()
+
+
 # ------------------------------------------------------------------- disk full, in one line
 def test_a_full_disk_is_one_line(ws, tmp_path, capsys, monkeypatch):
     from zocodegen.training import metrics

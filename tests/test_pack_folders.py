@@ -154,7 +154,7 @@ def _bad_cases(root: Path) -> dict[str, tuple[list[str], str]]:
     return {
         "unreadable file": (["readme"], "not a readable image"),
         "empty class": (["empty"], "is empty"),
-        "label outside the model": (["eleven"], "the model has 10 outputs"),
+        "label outside the model": (["eleven"], "the model has 10 classes"),
         "wrong shape from a hook": (["--preprocess", f"{root}/hook.py:flat"],
                                     "the model takes [8, 8, 1]"),
         "hook that raises": (["--preprocess", f"{root}/hook.py:boom"], "ValueError: no"),
@@ -199,3 +199,44 @@ def test_channels_first_float_model(tmp_path):
     expected = np.stack([(_expected_pixels(f, 16, "RGB") / np.float32(127.5)
                           - np.float32(1)).transpose(2, 0, 1) for f in files])
     np.testing.assert_array_equal(arrays["x"], _shuffled(expected))
+
+
+def test_non_utf8_class_folder_packs(tmp_path, capsys):
+    """Issue 47 #14: a class folder whose name is not UTF-8 keeps its label; its name is
+    shown (and kept in the header) with U+FFFD."""
+    data = tmp_path / "data"
+    _image_folder(data, classes=("a", "b"), per_class=1)
+    (data / "b").rename(data / "b\udcff")  # the bytes b"b\xff" on a POSIX file system
+    out = tmp_path / "d.img"
+    assert main(["pack", str(data), "-o", str(out), "--model", str(GREY_MODEL),
+                 "--val-fraction", "0"]) == 0
+    assert "classes: 0 a, 1 b\ufffd" in capsys.readouterr().out
+    assert read_image(out)[0].class_names == ("a", "b\ufffd")
+
+
+def test_labels_are_indices_or_names_never_both(tmp_path, capsys):
+    """Issue 47 #5: a labels file of names and indices at once is refused, naming both."""
+    files = _image_folder(tmp_path / "data", per_class=1)
+    labels = tmp_path / "labels.csv"
+    labels.write_text(f"{files[0].relative_to(tmp_path / 'data')},cat\n"
+                      f"{files[1].relative_to(tmp_path / 'data')},1\n")
+    assert main(["pack", str(tmp_path / "data"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(GREY_MODEL), "--labels", str(labels)]) == 2
+    err = capsys.readouterr().err
+    assert "row 1" in err and "row 2" in err and "not both" in err
+
+
+def test_hook_interrupted_is_130_and_a_module_in_the_working_directory_is_found(
+        tmp_path, monkeypatch, capsys):
+    """Ctrl-C in a hook still interrupts (130); `--preprocess hooks:f` finds hooks.py in the
+    working directory, as `python -m` would (issue 47 #17, #21)."""
+    _image_folder(tmp_path / "data", per_class=1)
+    (tmp_path / "cwd_hooks47.py").write_text(
+        "import numpy as np\ndef blank(p):\n    return np.zeros((8, 8, 1))\n"
+        "def stop(p):\n    raise KeyboardInterrupt\n")
+    monkeypatch.chdir(tmp_path)
+    base = ["pack", "data", "--model", str(GREY_MODEL)]
+    assert main(base + ["-o", "a.img", "--preprocess", "cwd_hooks47:stop"]) == 130
+    assert main(base + ["-o", "b.img", "--preprocess", "cwd_hooks47:blank"]) == 0
+    assert not (tmp_path / "a.img").exists() and (tmp_path / "b.img").is_file()
+    capsys.readouterr()

@@ -17,6 +17,8 @@ command would print.
 from __future__ import annotations
 
 import argparse
+import numbers
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 from .cli_options import build_parser, set_train_options, train_config
 from .codegen.project import BuildOptions, ProjectPlan
 from .errors import UserError
-from .files import check_output
+from .files import check_output, no_empty_folders_on_failure
 from .frontends import load_model
 from .host.trainer import Trainer, TrainSummary, open_device
 from .projects import generate
@@ -39,6 +41,8 @@ from .training.runner import RunSummary
 from .training.runner import simulate as simulate_run
 
 PathLike = str | Path
+#: Options that take a Python function too, not only the command line's text.
+CALLABLE_OPTIONS = frozenset({"preprocess"})
 
 
 def _subcommands() -> argparse._SubParsersAction:
@@ -60,11 +64,8 @@ def options(command: str, positional: dict[str, Any], given: dict[str, Any]
         if action is None:
             raise TypeError(f"{command}() got an unexpected option '{name}'; its options: "
                             f"{', '.join(sorted(d for d in actions if d not in positional))}")
-        if value is not None and action.type is not None and not isinstance(value, bool):
-            try:
-                value = action.type(str(value))
-            except argparse.ArgumentTypeError as exc:
-                raise UserError(f"{name}: {exc}") from None
+        if value is not None:
+            value = _typed(command, name, action, value)
         if value is not None and action.choices is not None and value not in action.choices:
             raise UserError(f"{name}: choose one of {', '.join(map(str, action.choices))}, "
                             f"got {value!r}")
@@ -78,6 +79,35 @@ def options(command: str, positional: dict[str, Any], given: dict[str, Any]
             raise TypeError(f"{command}() takes exactly one of "
                             f"{', '.join(a.dest for a in group._group_actions)}")
     return namespace
+
+
+def _typed(command: str, name: str, action: argparse.Action, value: Any) -> Any:
+    """``value`` for option ``name`` as the command line's parser makes it from text, once its
+    Python type is checked: a switch takes a bool, a file a str or os.PathLike, any other
+    option text or a number (read as its text). A wrong type is a TypeError naming the
+    option: as text, a list, an array or bytes would pass on as a file name or a value."""
+    def wrong(expected: str) -> TypeError:
+        return TypeError(f"{command}() option {name} takes {expected}, got "
+                         f"{type(value).__name__}")
+    if action.nargs == 0:  # --no-guard, --force, ...
+        if not isinstance(value, bool):
+            raise wrong("True or False")
+        return value
+    if name in CALLABLE_OPTIONS and callable(value):
+        return value
+    if action.type is Path:
+        if not isinstance(value, (str, os.PathLike)):
+            raise wrong("a path (str or os.PathLike)")
+        return Path(value)
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
+        also = ", or a function" if name in CALLABLE_OPTIONS else ""
+        raise wrong(f"text or a number, as on the command line{also}")
+    if action.type is None:
+        return str(value)
+    try:
+        return action.type(str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise UserError(f"{name}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -142,7 +172,8 @@ def run_build(args: argparse.Namespace) -> BuildResult:
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
-                                             recompute=args.recompute, baud=args.baud), out)
+                                             recompute=args.recompute, baud=args.baud), out,
+                    force=args.force)
     return BuildResult(Path(out), plan)
 
 
@@ -170,8 +201,9 @@ def run_simulate(args: argparse.Namespace) -> RunSummary:
     config = train_config(args, args.mode)
     if args.resume and args.force:
         raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
-    return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
-                        eval_every=args.eval_every, resume=args.resume, force=args.force)
+    with no_empty_folders_on_failure(args.output, "checkpoint.bin"):
+        return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
+                            eval_every=args.eval_every, resume=args.resume, force=args.force)
 
 
 def train(image: PathLike, output: PathLike, **given: Any) -> TrainSummary:
@@ -189,9 +221,10 @@ def run_train(args: argparse.Namespace) -> TrainSummary:
     if not Path(args.image).is_file():
         raise UserError(f"image not found: {args.image}")
     device = open_device(args.port, args.native, args.qemu, args.emulated, baud=args.baud)
-    return Trainer(device, args.image, args.output, steps=args.steps,
-                   checkpoint_every=args.checkpoint_every, timeout=args.timeout,
-                   force=args.force, model=args.model).run()
+    with no_empty_folders_on_failure(args.output, "checkpoint.bin"):
+        return Trainer(device, args.image, args.output, steps=args.steps,
+                       checkpoint_every=args.checkpoint_every, timeout=args.timeout,
+                       force=args.force, model=args.model).run()
 
 
 def export(model: PathLike, checkpoint_path: PathLike, output: PathLike) -> ExportResult:

@@ -13,7 +13,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from . import api
 from .errors import DataError, UserError, check_finite
-from .files import atomic_writer, check_output
+from .files import atomic_writer, check_output, no_empty_folders_on_failure
 from .codegen.project import BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
 from .frontends import load_model
@@ -42,6 +42,7 @@ from .training.config import DEFAULT_BLOCKS
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .training.metrics import format_confusion
 from .training.replay import replay_build
+from .training.data import load_numpy
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -62,12 +63,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 def read_inputs(graph: Graph, path: Path) -> dict[str, np.ndarray]:
     """Load X.npy / X.npz and check it against the model's inputs (batch axis first)."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npy/.npz file ({exc})") from None
+    loaded = load_numpy(path, ".npy/.npz")
     if isinstance(loaded, np.ndarray):
         if len(graph.inputs) != 1:
             raise DataError(f"{path}: the model has {len(graph.inputs)} inputs "
@@ -298,15 +294,21 @@ def cmd_replay(args: argparse.Namespace) -> None:
         print(f"{args.check}: identical, byte for byte ({len(blob)} bytes)")
 
 
-def _fleet_run_config(args: argparse.Namespace) -> dict:
+def _fleet_run_config(args: argparse.Namespace, images: list[Path] = ()) -> dict:
     from .host.fleet.launch import run_config
     from .host.fleet.updates import FleetModel
-    from .host.fleet.server import FleetServer
-    # refuse a bad model, build or output here, in one line, before Flower starts
-    FleetServer(FleetModel.load(args.model, args.build), args.output, args.steps_per_round,
-                args.rounds)
+    from .host.fleet.server import FleetServer, test_split
+    # refuse a bad model, build, test data, image or output here, in one line, before Flower
+    # starts (a device whose image does not fit would only be left out of the rounds)
+    model = FleetModel.load(args.model, args.build)
     if args.test is not None and not args.test.is_file():
         raise UserError(f"test data not found: {args.test}")
+    test_split(args.test, model)
+    for image in images:
+        if not image.is_file():
+            raise UserError(f"image not found: {image}")
+        model.check_image(image)
+    FleetServer(model, args.output, args.steps_per_round, args.rounds)
     return run_config(args.model, args.build, args.output, args.rounds, args.steps_per_round,
                       args.min_devices, args.wait, args.deadline, args.test)
 
@@ -324,7 +326,8 @@ def _fleet_result(args: argparse.Namespace, flower_home: Path) -> None:
 
 def cmd_fleet_serve(args: argparse.Namespace) -> None:
     from .host.fleet import security
-    from .host.fleet.launch import Flower, enrol_new_keys
+    from .host.fleet.launch import Flower, check_port_free, enrol_new_keys
+    check_port_free(args.host, args.listen_port)
     config = _fleet_run_config(args)
     secure = _fleet_secure(args, args.host)
     devices = security.enrolled_keys(args.devices) if secure else []
@@ -395,10 +398,7 @@ def cmd_fleet_join(args: argparse.Namespace) -> None:
 def cmd_fleet_local(args: argparse.Namespace) -> None:
     from .host.fleet import security
     from .host.fleet.launch import Flower, free_port, node_config
-    config = _fleet_run_config(args)
-    for image in args.images:
-        if not image.is_file():
-            raise UserError(f"image not found: {image}")
+    config = _fleet_run_config(args, args.images)
     home = args.output / "flower"
     keys = (security.server_keys(args.output / "keys", security.LOOPBACK)
             if args.secure else None)
@@ -440,6 +440,11 @@ COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,
             "fleet_local": cmd_fleet_local}
 
 
+#: The folder each fleet command writes (Flower's home, keys, rounds): a fleet command that
+#: fails leaves none of them empty (simulate and train see to their RUN in ``api``).
+FLEET_FOLDERS = {"fleet_serve": "output", "fleet_local": "output", "fleet_join": "state"}
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (``kill``, ``systemctl stop``, ``docker stop``). A BaseException, as
     KeyboardInterrupt is, so that no ``except Exception`` takes it for an error to handle."""
@@ -472,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        with _terminate_unwinds():
+        folder = FLEET_FOLDERS.get(args.handler)
+        with _terminate_unwinds(), (no_empty_folders_on_failure(getattr(args, folder))
+                                    if folder else nullcontext()):
             COMMANDS[args.handler](args)
     except UserError as exc:
         message = " ".join(str(exc).split("\n"))  # the contract is one line

@@ -13,6 +13,7 @@ from .errors import UserError
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
 from .formats.link import DEFAULT_BAUD
+from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
@@ -63,7 +64,7 @@ def _real(minimum: float, maximum: float | None = None, open_minimum: bool = Fal
 
 
 _SECONDS = _real(0.0, open_minimum=True)
-_SEED = _integer(0, 0xFFFFFFFF)
+_SEED = _integer(*TRAIN_INTEGERS["seed"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="native (host gcc), qemu (mps2-an500), or a board")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="project directory (default: <model name>_<target>)")
+    p.add_argument("--force", action="store_true",
+                   help="build into a DIR that is not a project zocodegen built, or replace "
+                        "generated files changed since (files of other names are kept)")
     p.add_argument("--emulate", choices=TARGET_NAMES, default=DEFAULT_TARGET,
                    help="for native/qemu: the board whose SRAM budget applies (default "
                         f"{DEFAULT_TARGET})")
@@ -195,8 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train until step T (default: the T the firmware was built with)")
     p.add_argument("--checkpoint-every", type=_integer(1), metavar="K",
                    help="pull a checkpoint and measure accuracy every K steps (default T/10)")
-    p.add_argument("--timeout", type=_SECONDS, default=60.0, metavar="S",
-                   help="give up when the device sends nothing for S seconds (default 60)")
+    p.add_argument("--timeout", type=_real(1.0), default=60.0, metavar="S",
+                   help="give up when the device sends nothing for S seconds (at least 1: "
+                        "one step of a board can take that long; default 60)")
     p.add_argument("--force", action="store_true",
                    help="start anew: delete the run already in RUN (it is resumed otherwise)")
     p.add_argument("--model", type=Path, metavar="MODEL",
@@ -278,7 +283,7 @@ def _add_device_options(p: argparse.ArgumentParser, emulated: bool = True) -> No
 def _add_baud(p: argparse.ArgumentParser,
               what: str = "the board's baud rate: the one its firmware was built with "
                           "(--port, --emulated)") -> None:
-    p.add_argument("--baud", type=int, default=DEFAULT_BAUD, metavar="BAUD",
+    p.add_argument("--baud", type=_integer(*BAUD_RANGE), default=DEFAULT_BAUD, metavar="BAUD",
                    help=f"{what} (default {DEFAULT_BAUD}; docs/link.md \"Baud rate\")")
 
 
@@ -368,12 +373,13 @@ def _add_fleet_trust(p: argparse.ArgumentParser, secure: str, insecure: str) -> 
 def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
     g = p.add_argument_group("training options (DESIGN.md section 4)")
     first = len(p._actions)
-    g.add_argument("--steps", type=_integer(1), default=100, metavar="T",
+    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), default=100, metavar="T",
                    help="optimisation steps; the cosine schedule decays over them")
     g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
-    g.add_argument("--queries", type=_integer(1), default=default_queries, metavar="Q",
+    g.add_argument("--queries", type=_integer(*TRAIN_INTEGERS["queries"]),
+                   default=default_queries, metavar="Q",
                    help=f"perturbations per layer and step (default {default_queries})")
-    g.add_argument("--batch", type=_integer(1), default=1, metavar="N",
+    g.add_argument("--batch", type=_integer(*TRAIN_INTEGERS["batch"]), default=1, metavar="N",
                    help="samples per step (gradient accumulation)")
     g.add_argument("--lr", default="auto", metavar="ETA|auto",
                    help="learning rate, or auto (default): short trials of 0.003, 0.01, "
@@ -382,10 +388,12 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="no training guard (default on: validation checks keep the best "
                         "parameters; when two checks in a row fall below the best beyond "
                         "noise, roll back and halve eta until the next best)")
-    g.add_argument("--guard-every", type=_integer(0), default=0, metavar="K",
+    g.add_argument("--guard-every", type=_integer(*TRAIN_INTEGERS["guard_every"]), default=0,
+                   metavar="K",
                    help="steps between the guard's checks (default: about 2%% of the run's "
                         "forward passes)")
-    g.add_argument("--guard-samples", type=_integer(1), default=128, metavar="V",
+    g.add_argument("--guard-samples", type=_integer(*TRAIN_INTEGERS["guard_samples"]),
+                   default=128, metavar="V",
                    help="validation records per check (default 128)")
     g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
     g.add_argument("--seed", type=_SEED, default=1, metavar="S")
@@ -453,7 +461,8 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--block", metavar="K|auto", default="auto",
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
                         "trial of each block, then the one with the best held-out gain")
-    g.add_argument("--trial-samples", type=_integer(1), default=64, metavar="S",
+    g.add_argument("--trial-samples", type=_integer(*TRAIN_INTEGERS["trial_samples"]),
+                   default=64, metavar="S",
                    help="sparse --block auto: train each trial on the first S training "
                         "samples, score it on the last S (default 64)")
     # what `build --train none` refuses when set: options it would silently ignore

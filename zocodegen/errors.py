@@ -2,6 +2,8 @@
 anything else that escapes is an internal failure (status 1)."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 
 class UserError(Exception):
     """Bad input or usage: a malformed/unsupported model, wrong data shape, missing file."""
@@ -29,3 +31,17 @@ def check_finite(x, what: str) -> None:
             first = np.argwhere(bad)[0]
             raise DataError(f"{what} holds {int(bad.sum()):,} NaN or infinite value(s), the "
                             f"first at index {tuple(int(i) for i in first)}; clean the data")
+
+
+def check_labels(labels: Sequence[int], num_classes: int, where: Callable[[int], str]) -> None:
+    """Refuse a class index outside 0..num_classes-1, naming where the first one is
+    (``where(k)`` for its position k): the one rule for DATA.npz's ``y`` arrays, class folders
+    and labels files. A label the model has no output for is never re-mapped to one it has
+    (that would shift every label) nor dropped."""
+    import numpy as np
+    values = labels if isinstance(labels, np.ndarray) else np.array(labels, dtype=object)
+    bad = np.flatnonzero((values < 0) | (values >= num_classes))
+    if len(bad):
+        k = int(bad[0])
+        raise DataError(f"{where(k)} has label {values[k]} outside 0..{num_classes - 1} (the "
+                        f"model has {num_classes} classes)")

@@ -9,9 +9,12 @@ id is alive, so a long training run does not collect one stale checkpoint per cr
 """
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
+import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -24,8 +27,63 @@ from .errors import UserError
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return False
+
+
+#: What a path that is no regular file is, by its mode.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file, in words, or None for a regular file: a FIFO
+    would block the reader, a device read nothing, and "no such file" for a symlink loop
+    would send the user looking for a file that is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return "no such file"
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return f"not readable ({(exc.strerror or str(exc)).lower()})"
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+@contextmanager
+def no_empty_folders_on_failure(folder: Path, resumable: str | None = None) -> Iterator[None]:
+    """Run a command that writes into ``folder``; when it fails (refused, a full disk,
+    interrupted), the folders it created are removed again: a refused command leaves nothing
+    behind. Whole, when ``folder`` holds no ``resumable`` file (a run's checkpoint.bin: then
+    all in it is this command's debris, a metrics header or a run.json of a run that never
+    started); else, and without ``resumable``, only the folders left empty (a run that failed
+    at step 40 keeps its checkpoint to resume from, a fleet the logs its message names).
+    Folders that were there before are never touched."""
+    folder = Path(folder)
+    new = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    try:
+        yield
+    except BaseException:
+        if new and resumable is not None and not (folder / resumable).exists():
+            shutil.rmtree(new[-1], ignore_errors=True)
+        elif new:
+            for root, _, _ in os.walk(new[-1], topdown=False):
+                try:
+                    os.rmdir(root)  # only an empty one
+                except OSError:
+                    pass
+        raise
+
+
+def displayable(name: str) -> str:
+    """A file or folder name as text every writer takes (UTF-8 files, matplotlib, a strict
+    stdout): a name that is not UTF-8 reaches Python with its bytes as surrogates, which
+    nothing can encode; they are shown as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
@@ -80,11 +138,12 @@ def _remove_stale_temporaries(path: Path) -> None:
     write), keeping those of live processes (another writer may be mid-file)."""
     for stale in path.parent.glob(f".{glob.escape(path.stem)}.*-*.tmp{glob.escape(path.suffix)}"):
         pid = stale.name[len(path.stem) + 2:].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             stale.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id may still be writing (what it left is then not stale)."""
     if pid == os.getpid() or os.name != "posix":  # Windows' kill(pid, 0) would end it
         return True
     try:

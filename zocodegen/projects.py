@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from .codegen.project import (BuildOptions, ProjectPlan, device_graph, plan_project,
-                              render_project, resolve_auto, resolve_input_quantize,
-                              write_project)
+                              render_project, resolve_auto, resolve_input_quantize)
+from .codegen.project_files import write_project
 from .errors import UserError
 from .files import cache_root
 from .frontends import load_model
@@ -38,10 +38,11 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
 
 
 def generate(model_path: Path, options: BuildOptions, out_dir: Path,
-             graph: Graph | None = None) -> ProjectPlan:
-    """Load, plan and render ``model_path`` into ``out_dir``; returns the plans."""
+             graph: Graph | None = None, force: bool = False) -> ProjectPlan:
+    """Load, plan and render ``model_path`` into ``out_dir``; returns the plans. ``force``:
+    replace files of the user's where the project writes (project_files.write_project)."""
     plan, files = _render(model_path, options, graph)
-    write_project(files, out_dir)
+    write_project(files, out_dir, force)
     return plan
 
 

@@ -74,6 +74,8 @@ BAUD_TOLERANCE = 0.02
 def usart_divisor(kernel_hz: int, baud: int) -> int:
     """m with kernel_hz / m nearest ``baud``: BRR = m oversampling by 16 (m >= 16), by 8 for
     m = 8..15 (platform_stm32.c vcp_usart_init()); 0 when no m is within BAUD_TOLERANCE."""
+    if baud < 1:
+        return 0
     m = (kernel_hz + baud // 2) // baud
     if m < 8 or m > 0xFFFF or abs(kernel_hz / m - baud) > BAUD_TOLERANCE * baud:
         return 0

@@ -21,7 +21,7 @@ from zocodegen.formats.link import DEFAULT_BAUD
 from ..link.server import LinkError
 from ..trainer import open_device
 from .client import DeviceClient
-from .server import FleetServer
+from .server import FleetServer, test_split
 from .updates import FleetModel, Update
 
 server_app = ServerApp()
@@ -36,16 +36,6 @@ def _connected(grid: Grid, count: int, wait: float) -> list[int]:
         if len(nodes) >= count or time.monotonic() > deadline:
             return nodes
         time.sleep(0.5)
-
-
-def _test_data(path: str, model: FleetModel):
-    if not path:
-        return None
-    from zocodegen.training.data import load_dataset
-    data = load_dataset(Path(path), model.graph, model.plan.num_classes)
-    if data.x_test is None:
-        raise UserError(f"{path} has no test split to score the fleet's model on")
-    return data.x_test, data.y_test
 
 
 def _describe(entry: dict) -> str:
@@ -83,7 +73,7 @@ def serve(grid: Grid, context: Context) -> None:
     cfg = context.run_config
     model = FleetModel.load(Path(str(cfg["model"])), Path(str(cfg["build"])))
     server = FleetServer(model, Path(str(cfg["out"])), int(cfg["steps-per-round"]),
-                         int(cfg["rounds"]), _test_data(str(cfg.get("test", "")), model))
+                         int(cfg["rounds"]), test_split(str(cfg.get("test", "")), model))
     if server.round:
         print(f"fleet: resuming at round {server.round} from {server.out}", flush=True)
     elif server.test is not None:

@@ -6,6 +6,7 @@ one machine with emulated devices. Everything Flower writes goes to ``OUT/flower
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -69,6 +70,25 @@ def check_reachable(address: str, seconds: float = 5) -> None:
         raise UserError(f"cannot reach the fleet server at {address} "
                         f"({exc.strerror or exc}): is `zocodegen fleet serve` running there?"
                         ) from None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse, in one line, a --listen-port that something already listens on: Flower's
+    SuperLink would only fail later, its clients saying the SuperLink is unavailable."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            probe.bind(address)
+            probe.listen()
+    except OSError as exc:
+        busy = exc.errno == errno.EADDRINUSE
+        raise UserError(f"--listen-port {port}: {host}:{port} "
+                        + ("is in use by another program (or another `fleet serve`): stop it "
+                           "or choose another --listen-port" if busy else
+                           f"cannot be listened on ({exc.strerror or exc}): choose another "
+                           "--host or --listen-port")) from None
 
 
 def config_text(values: dict) -> str:

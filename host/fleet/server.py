@@ -52,6 +52,20 @@ def device_seed(base: int, round_index: int, node: int) -> int:
     return int.from_bytes(digest[:4], "little") or 1
 
 
+def test_split(path: str | Path | None, model: FleetModel
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The test split of the --test data (none without), checked against the model (its
+    input, its classes): by the command before Flower starts, so bad test data is one line
+    and not a traceback of the ServerApp, and again by the ServerApp, which scores on it."""
+    if not path:
+        return None
+    from zocodegen.training.data import load_dataset
+    data = load_dataset(Path(path), model.graph, model.plan.num_classes)
+    if data.x_test is None:
+        raise UserError(f"{path} has no test split to score the fleet's model on")
+    return data.x_test, data.y_test
+
+
 class FleetServer:
     """Rounds of K local steps: ``instruction`` per device, then ``finish`` with what came
     back. Resumes from ``out`` when it holds an earlier run of the same model and build."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from zocodegen.errors import DataError, UserError
+from zocodegen.formats.image import verify_image
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.training import checkpoint, replay
@@ -35,6 +36,7 @@ from zocodegen.training.config import TrainConfig
 from zocodegen.training.estimators import REGISTRY
 from zocodegen.training.plan import TrainingPlan, training_plan
 from zocodegen.training.simulator import Params, from_checkpoint, to_checkpoint
+from ..image_fit import check_image_model
 
 KINDS = ("scalars", "delta")
 #: zlib level for uploads: the slowest and smallest; a round's payload is a few KB
@@ -80,6 +82,16 @@ class FleetModel:
 
     def params(self, blob: bytes, where: str) -> Params:
         return from_checkpoint(self.graph, self.plan, checkpoint.decode(blob, where), self.sha256)
+
+    def check_image(self, image: Path) -> None:
+        """Refuse, before Flower starts, an image whose data does not fit this model (the
+        rule `train` applies to the firmware's HELLO): a device given it would only be left
+        out of every round."""
+        x = self.graph.tensor(self.graph.inputs[0])
+        quantized = x.quant is not None and np.dtype(x.dtype).kind in "iu"
+        check_image_model(verify_image(image), image, self.sha256, x.nbytes,
+                          self.plan.num_classes, x.quant.scalar_scale if quantized else 0.0,
+                          x.quant.scalar_zero_point if quantized else 0, "the fleet's model")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,10 @@ class LinkError(RuntimeError):
     """The device stopped answering, or answered something the protocol does not allow."""
 
 
+class LineFailed(LinkError):
+    """The line itself failed: the peer closed the connection, or the port went away."""
+
+
 class DeviceReset(LinkError):
     """The device said HELLO in the middle of a session: it was reset (or restarted)."""
 
@@ -71,7 +75,7 @@ class HostLink:
         while not self._pending:
             self.alive()
             if time.monotonic() > deadline:
-                raise LinkError(f"the device sent nothing valid for {self.timeout:.0f} s")
+                raise LinkError(f"the device sent nothing valid for {self.timeout:g} s")
             try:
                 data = read_some(self.port)
             except (SerialException, OSError) as exc:
@@ -122,7 +126,7 @@ class HostLink:
         for _ in range(10):
             self.alive()
             time.sleep(0.05)
-        raise LinkError(f"the serial line failed: {exc}") from None
+        raise LineFailed(f"the serial line failed: {exc}") from None
 
 
 def read_some(port: Port) -> bytes:

@@ -1,4 +1,4 @@
-"""Render a complete firmware project from IR + plans (pure), then write it to disk.
+"""Render a complete firmware project from IR + plans (pure); project_files.py writes it.
 
 Every file comes from a template: ``templates/`` (model, kernels, host link, command loop,
 Makefile, PlatformIO), ``qemu/board/`` (mps2-an500 support) and ``targets/<name>/`` (STM32
@@ -10,7 +10,6 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 from importlib import resources
-from pathlib import Path
 
 import jinja2
 import numpy as np
@@ -29,10 +28,12 @@ from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_tar
 from ..training.backprop import largest_bp_layers
 from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
-from ..training.plan import loss_head, sparse_blocks, trainable_ops, training_plans
+from ..training.plan import (check_blocks, loss_head, sparse_blocks, trainable_ops,
+                             training_plans)
 from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .model_code import ModelCode, model_code
+from .project_files import MANIFEST, sign
 from .training_code import TrainingCode, training_code
 from .training_regions import EVERY, RECOMPUTE_MODES
 
@@ -43,6 +44,16 @@ STACK_BYTES = 8192
 #: sent (a request goes out from the caller's bytes); docs/link.md.
 LINK_RX_BYTES = link.RESPONSE_BUFFER
 LINK_TX_BYTES = 254
+#: The rest of the firmware's .bss, besides the link buffers: zo_link.c's state and counters,
+#: the platform's clock and exit-status words, and for training main.c's image reader (with
+#: its sector scratch) and run state. Measured with arm-none-eabi-size -A, the same for both
+#: boards and every estimator (368 and 1124 B of .bss in all); tests/test_linked_fit.py
+#: checks every fixture's linked firmware against the plan, so a new static shows there.
+RUNTIME_BSS_BYTES = {"inference": 368 - LINK_RX_BYTES - LINK_TX_BYTES,
+                     "training": 1124 - LINK_RX_BYTES - LINK_TX_BYTES}
+#: .zo_arena is 32-byte aligned (the linker scripts) after the 4-byte aligned .bss where the
+#: two share a memory (the F746): up to 28 bytes between them belong to neither.
+ARENA_ALIGNMENT_GAP = 28
 #: C types of output 0 that the accuracy command ('A') takes the argmax of.
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
 TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
@@ -133,6 +144,8 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
     not use blocks."""
     train = options.train
     if train is None or train.blocks not in (BLOCKS_AUTO, BLOCKS_FIT):
+        if train is not None:
+            check_blocks(graph, train)
         return options
     if train.mode != "sparse":
         return replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
@@ -161,7 +174,8 @@ def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
     blocks stay DEFAULT_BLOCKS when --bp-layers auto sizes the build)."""
     train = options.train
     if train is not None and train.bp_layers == BP_AUTO and train.blocks == BLOCKS_FIT:
-        options = replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
+        return resolve_bp_layers(graph, replace(options, train=replace(train,
+                                                                       blocks=DEFAULT_BLOCKS)))
     return resolve_blocks(graph, resolve_bp_layers(graph, options))
 
 
@@ -200,7 +214,10 @@ def device_graph(graph: Graph, options: BuildOptions) -> Graph:
     return quantize_inputs_on_host(graph) if options.input_quantize == "host" else graph
 
 
-def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
+def _inference_items(arena: ArenaPlan, board: Target,
+                     training: TrainingCode | None = None) -> list[RamItem]:
+    """What the linked firmware puts in SRAM besides the training buffers: a fit is judged on
+    what links (statics, stack, alignment), not on the arena alone."""
     stack_memory = target_data(board.name)["linker"]["stack_region"]
     # The link buffers are ordinary .bss, which every linker script puts right after the
     # stack: pinned to the stack's memory, they are placed (and reported) there too.
@@ -213,7 +230,19 @@ def _inference_items(arena: ArenaPlan, board: Target) -> list[RamItem]:
             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
                     f"answer payloads {LINK_RX_BYTES} B + COBS group {LINK_TX_BYTES} B "
-                    "(static; sectors go straight to their buffer)", memory=stack_memory)]
+                    "(static; sectors go straight to their buffer)", memory=stack_memory),
+            _statics_item(training, stack_memory)]
+
+
+def _statics_item(training: TrainingCode | None, memory: str) -> RamItem:
+    """.data and the rest of .bss, which follow the stack, and the gap before .zo_arena.
+    Sparse --block auto keeps a pointer to each trained array in .data (*_active)."""
+    pointers = 0 if training is None or not training.selects_block else sum(
+        1 + L.has_bias + (L.folded_count > 0) for L in training.layers if L.defines)
+    bss = RUNTIME_BSS_BYTES["inference" if training is None else "training"]
+    return RamItem("firmware statics", bss + 4 * pointers + ARENA_ALIGNMENT_GAP,
+                   f"runtime state {bss} B (.bss), {pointers} trained-array pointers (.data), "
+                   f"up to {ARENA_ALIGNMENT_GAP} B aligning the arena", memory=memory)
 
 
 def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan:
@@ -308,7 +337,7 @@ def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | 
 
 
 def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode) -> list[RamItem]:
-    items = _inference_items(arena, board)
+    items = _inference_items(arena, board, training)
     if training.arena_tail:
         saved = ("" if training.split else f"saved activations of {training.batch} "
                  f"sample{'s' if training.batch > 1 else ''} (up to "
@@ -399,6 +428,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     """Relative path -> file content of the whole project (pure)."""
     env = _environment()
     board = plan.board
+    model_name = _printable(model_name)
     context = dict(
         version=__version__, target=options.target,
         model=dict(name=model_name, source=model_name,
@@ -451,9 +481,7 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
                                              flash=_flash(plan)) + "\n"
     files["memory_report.json"] = json.dumps(
         report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
-    manifest = _manifest(context, plan, options)
-    manifest["files"] = sorted([*files, "manifest.json"])
-    files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
+    files[MANIFEST] = sign(_manifest(context, plan, options), files)
     return files
 
 
@@ -473,6 +501,12 @@ def _render_training(env: jinja2.Environment, render, estimator: str,
         base = template.rsplit("/", 1)[1]
         if base in used or base not in ENGINE_SOURCES:
             render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
+
+
+def _printable(name: str) -> str:
+    """A file name as generated files can hold it: a character that is not printable (a byte
+    of a name that is not UTF-8, a newline that would end a Makefile comment) becomes '_'."""
+    return "".join(ch if ch.isprintable() else "_" for ch in name)
 
 
 def _c_string(text: str) -> str:
@@ -577,34 +611,3 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         "inputs": [t.__dict__ for t in plan.code.inputs],
         "outputs": [t.__dict__ for t in plan.code.outputs],
     }
-
-
-def write_project(files: dict[str, str], out_dir: Path) -> None:
-    """Write the rendered files; only files whose content changed are touched, so `make`
-    rebuilds nothing after an identical regeneration. Files an earlier build generated
-    (its manifest's list) and this one does not are removed: the Makefile compiles
-    directories by wildcard, so a stale source would be linked in. Other files in
-    ``out_dir`` are left alone."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory; choose another -o DIR")
-    try:
-        for rel in sorted(_previously_generated(out_dir) - set(files)):
-            (out_dir / rel).unlink(missing_ok=True)
-        for rel, text in files.items():
-            path = out_dir / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.is_file() or path.read_text() != text:
-                path.write_text(text)
-    except OSError as exc:
-        raise UserError(f"cannot write the project into {out_dir}: {exc.strerror or exc}") from None
-
-
-def _previously_generated(out_dir: Path) -> set[str]:
-    """The files the manifest of an earlier build in ``out_dir`` lists (none when there is
-    no readable manifest); only relative paths inside the project are trusted."""
-    try:
-        listed = json.loads((out_dir / "manifest.json").read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {rel for rel in listed if isinstance(rel, str) and not Path(rel).is_absolute()
-            and ".." not in Path(rel).parts}

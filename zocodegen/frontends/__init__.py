@@ -5,30 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelError
+from ..files import not_a_file
 from ..ir import Graph
 from .validate import validate
 
 
 def check_model_file(path: Path) -> None:
     """A model argument that is no file, named as what it is."""
-    if path.is_dir():
-        raise ModelError(f"{path} is a directory: MODEL is a .tflite or .onnx file")
-    if not path.is_file():
+    why = not_a_file(path)
+    if why == "no such file":
         raise ModelError(f"{path}: no such model file")
+    if why is not None:
+        raise ModelError(f"{path} is {why}, not a model file: MODEL is a .tflite or .onnx "
+                         "file")
 
 
 def load_model(path: str | Path) -> Graph:
     path = Path(path)
     check_model_file(path)
     head = path.open("rb").read(8)
-    if head[4:8] == b"TFL3":
-        from .tflite import load_tflite
-        graph = load_tflite(path)
-    elif path.suffix.lower() == ".onnx" or head[:1] == b"\x08":
-        from .onnx import load_onnx
-        graph = load_onnx(path)
-    else:
-        raise ModelError(f"{path}: not a TFLite (.tflite) or ONNX (.onnx) model")
+    try:
+        if head[4:8] == b"TFL3":
+            from .tflite import load_tflite
+            graph = load_tflite(path)
+        elif path.suffix.lower() == ".onnx" or head[:1] == b"\x08":
+            from .onnx import load_onnx
+            graph = load_onnx(path)
+        else:
+            raise ModelError(f"{path}: not a TFLite (.tflite) or ONNX (.onnx) model")
+    except ModelError as exc:  # a damaged file's error names it, whichever frontend read it
+        if str(path) in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from None
     validate(graph, str(path))
     return graph
 

@@ -15,7 +15,9 @@ from .common import clamp_to_int8, in_quant, out_quant
 
 
 def quantize_float(x: np.ndarray, q: Quantization) -> np.ndarray:
-    scaled = (np.asarray(x, dtype=np.float32) / np.float32(q.scalar_scale)).astype(np.float64)
+    with np.errstate(over="ignore"):  # a huge x / scale is inf: saturated below, no warning
+        scaled = (np.asarray(x, dtype=np.float32) / np.float32(q.scalar_scale)
+                  ).astype(np.float64)
     scaled = np.clip(np.nan_to_num(scaled, nan=0.0), -1e9, 1e9)  # saturates like the clamp
     rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
     return clamp_to_int8(rounded.astype(np.int64) + q.scalar_zero_point)

@@ -7,14 +7,11 @@ from dataclasses import asdict, dataclass, fields
 from ..errors import UserError
 from .estimators import NAMES as ESTIMATORS
 from .estimators import REGISTRY
-from .limits import MAX_SAMPLES_TIMES_QUERIES
+from ..limits import MAX_LR, MAX_SAMPLES_TIMES_QUERIES, MIN_LR, TRAIN_INTEGERS
 from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
-# The largest eta a run may ask for: the update multiplies it into float32 step sizes, and
-# 1e40 or inf would overflow them (issue 31); the paper's eta is 1e-2.
-MAX_LR = 100.0
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
 BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
 DEFAULT_BLOCKS = 4
@@ -71,19 +68,20 @@ class TrainConfig:
     guard_samples: int = 128  # validation records a check uses (at most)
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise UserError(f"--steps must be at least 1 (got {self.steps})")
-        if self.queries < 1 or self.batch < 1:
-            raise UserError("--queries and --batch must be at least 1")
+        for name, (least, most) in TRAIN_INTEGERS.items():  # what the C fields hold
+            value = getattr(self, name)
+            if not least <= value <= most:
+                raise UserError(f"--{name.replace('_', '-')} must be in {least}..{most} "
+                                f"(got {value})")
         if self.estimator not in ESTIMATORS:
             raise UserError(f"--estimator must be one of {', '.join(ESTIMATORS)}")
         if self.schedule not in SCHEDULES:
             raise UserError(f"--schedule must be one of {', '.join(SCHEDULES)}")
         if self.mode not in MODES:
             raise UserError(f"training mode must be one of {', '.join(MODES)}")
-        if not 0 < self.lr <= MAX_LR:  # also refuses nan and inf
-            raise UserError(f"--lr must be a number in (0, {MAX_LR:g}] or auto (got "
-                            f"{self.lr:g})")
+        if not MIN_LR <= self.lr <= MAX_LR:  # also refuses nan and inf
+            raise UserError(f"--lr must be a number in [{MIN_LR:.9g}, {MAX_LR:g}] (a normal "
+                            f"float32) or auto (got {self.lr:g})")
         if self.batch * self.queries > MAX_SAMPLES_TIMES_QUERIES:
             raise UserError(f"--batch x --queries = {self.batch * self.queries} exceeds "
                             f"{MAX_SAMPLES_TIMES_QUERIES}, where the loss-difference clamp "
@@ -116,11 +114,6 @@ class TrainConfig:
         if not 0 <= self.max_step <= 127:  # also refuses nan and inf
             raise UserError(f"--max-step must be 0 (off) or a number of LSB up to 127 (got "
                             f"{self.max_step:g})")
-        if self.guard_every < 0 or self.guard_samples < 1:
-            raise UserError("--guard-every must be 0 (auto) or more and --guard-samples at "
-                            "least 1")
-        if self.seed < 0 or self.seed > 0xFFFFFFFF:
-            raise UserError("--seed must fit in 32 bits")
         if self.blocks == BLOCKS_AUTO and self.bp_layers == BP_AUTO:
             raise UserError("--blocks auto and --bp-layers auto each size the build to the "
                             "board; choose one of them (e.g. --bp-layers 1 --blocks auto)")
@@ -130,8 +123,6 @@ class TrainConfig:
             if (self.block is not None and self.blocks not in (BLOCKS_AUTO, BLOCKS_FIT)
                     and not 0 <= self.block < self.blocks):
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
-            if self.trial_samples < 1:
-                raise UserError("--trial-samples must be at least 1")
 
     def _refuse_other_estimators_options(self) -> None:
         """An option only another estimator reads, set away from its default, would be

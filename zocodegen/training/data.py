@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, check_finite
-from ..files import check_output, file_sha256
+from ..errors import DataError, check_finite, check_labels
+from ..files import check_output, file_sha256, not_a_file
 from ..frontends import load_model
 from ..formats.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
                           pack_image, read_image)
@@ -22,6 +22,7 @@ from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
 from .folders import InputSpec, read_folder
+from .hooks import Hook
 from .plan import loss_head, training_plan
 
 SPLITS = (("x", "y"), ("x_val", "y_val"), ("x_test", "y_test"))
@@ -84,10 +85,7 @@ def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
     if len(y) != len(x):
         raise DataError(f"{source}: '{xk}' has {len(x)} samples but '{yk}' has {len(y)}")
     if num_classes is not None:
-        bad = (y < 0) | (y >= num_classes)
-        if bad.any():
-            raise DataError(f"{source}: '{yk}' has label {int(y[bad][0])} outside "
-                            f"0..{num_classes - 1} (the model has {num_classes} classes)")
+        check_labels(y, num_classes, lambda k: f"{source}: '{yk}'[{k}]")
 
 
 def _checked(source: str, arrays: dict[str, np.ndarray], graph: Graph | None = None,
@@ -145,7 +143,10 @@ def with_validation(arrays: dict[str, np.ndarray],
 
 
 def is_image(path: Path) -> bool:
-    """A data image starts with its magic; anything else is taken for DATA.npz."""
+    """A data image starts with its magic; anything else is taken for DATA.npz (and a FIFO
+    or a device is not opened here: reading it as DATA.npz names what it is)."""
+    if not_a_file(path) is not None:
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(MAGIC)) == MAGIC
@@ -153,18 +154,39 @@ def is_image(path: Path) -> bool:
         return False  # reading it as DATA.npz reports the problem
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    source = str(path)
+#: How .npy and .npz (zip) files start; numpy takes anything else for a pickle.
+NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")
+
+
+def load_numpy(path: Path, kind: str) -> np.ndarray | np.lib.npyio.NpzFile:
+    """``np.load`` without pickles, its failures one line naming the file as what it is:
+    numpy would advise ``allow_pickle`` for a model or a checkpoint given by mistake, and
+    block on a FIFO."""
+    why = not_a_file(path)
+    if why == "no such file":
+        raise DataError(f"data file {path} does not exist")
+    if why is not None:
+        raise DataError(f"{path} is {why}, not a {kind} file")
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array")
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if not head.startswith(NUMPY_MAGICS):
+            raise DataError(f"{path} is not a readable {kind} file: it does not start as a "
+                            ".npy or .npz file does (a model, checkpoint or image?)")
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path} is not a readable {kind} file ({exc})") from None
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    loaded = load_numpy(path, ".npz")
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise DataError(f"{path} is not a readable .npz file (it holds a single array)")
+    try:
         with loaded as npz:
             return {k: npz[k] for k in npz.files}
-    except FileNotFoundError:
-        raise DataError(f"data file {source} does not exist") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{source} is not a readable .npz file ({exc})") from None
+        raise DataError(f"{path} is not a readable .npz file ({exc})") from None
 
 
 def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
@@ -188,7 +210,7 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
 def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
          shuffle: int | None = None, checkpoint_bytes: int | None = None,
          val_fraction: float = DEFAULT_VAL_FRACTION, labels: Path | None = None,
-         normalize: str = "auto", resize: str = "crop", preprocess: str | None = None,
+         normalize: str = "auto", resize: str = "crop", preprocess: str | Hook | None = None,
          progress: bool = True) -> Packed:
     """DATA.npz, or a folder of files (``folders.read_folder``: images, or anything through
     the ``preprocess`` hook), -> the data image the device trains from (docs/image.md).

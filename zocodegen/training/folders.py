@@ -12,7 +12,14 @@ Layouts (labels are class indices; names are kept for the image header and repor
   Keras' ``image_dataset_from_directory``), or by number when every name is an integer;
 * ``FOLDER/{train,val,test}/<class>/<file>``: the same, per split;
 * ``--labels FILE``: a CSV (``file,label`` rows) or JSON (``{"file": label}``) naming the
-  files, relative to FOLDER; a label is a class index or a class name.
+  files, relative to FOLDER.
+
+A label (a class folder's name, a labels file's label) is a class index when it is an
+integer (in JSON a number or a string of digits, e.g. ``3``, ``"3"``, ``-1``), else a class
+name (text that is not a number); names take the indices of their sorted order. One data set
+uses one kind; an index outside the model's outputs, a mix of indices and names, and a label
+that is neither (``null``, ``[1, 2]``, ``1.5``, ``true``, empty) are refused, naming the file
+and the row: never re-mapped.
 
 Images are decoded with Pillow, converted to RGB or greyscale as the model's channels say,
 centre-cropped to the model's aspect ratio and resized (bilinear) to its height and width
@@ -24,19 +31,20 @@ is reused, not re-implemented.
 from __future__ import annotations
 
 import csv
-import importlib
-import importlib.util
 import json
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import DataError
+from ..errors import DataError, check_labels
+from ..files import displayable
 from ..ir import Graph, Quantization
 from ..reference.quantize import quantize_float
+from .hooks import Hook, call_hook, load_hook
 
 #: --normalize presets: 8-bit pixel values p (0..255) -> the float the model was trained on.
 MEAN_IMAGENET = np.array([0.485, 0.456, 0.406], np.float32)
@@ -64,8 +72,11 @@ PRESET_RANGES = {name: (float(f(np.zeros((1, 3), np.float32)).min()),
 RESIZE_MODES = ("crop", "stretch")
 SPLIT_FOLDERS = ("train", "val", "test")
 SPLIT_ARRAYS = {"train": ("x", "y"), "val": ("x_val", "y_val"), "test": ("x_test", "y_test")}
-
-Hook = Callable[[Path], np.ndarray]
+#: A label as read: a class index or a class name.
+Label = int | str
+#: Text that reads as a number but not as an integer: neither an index nor a name.
+_NUMBER = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)",
+                     re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -100,32 +111,6 @@ class InputSpec:
         return cls(tuple(int(d) for d in tensor.shape[1:]), np.dtype(tensor.dtype).name, quant)
 
 
-def load_hook(spec: str) -> Hook:
-    """'module:function' or 'path/to/file.py:function' -> the function."""
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise DataError(f"--preprocess expects module:function or file.py:function, got "
-                        f"'{spec}'")
-    try:
-        if where.endswith(".py"):
-            found = importlib.util.spec_from_file_location(Path(where).stem, where)
-            if found is None or not Path(where).is_file():
-                raise DataError(f"--preprocess: no file {where}")
-            module = importlib.util.module_from_spec(found)
-            found.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except DataError:
-        raise
-    except Exception as exc:  # the user's module: any failure is theirs to read, in a line
-        raise DataError(f"--preprocess: importing {where} failed: "
-                        f"{type(exc).__name__}: {exc}") from None
-    hook = getattr(module, name, None)
-    if not callable(hook):
-        raise DataError(f"--preprocess: {where} has no function {name}")
-    return hook
-
-
 def choose_normalize(spec: InputSpec, requested: str) -> str:
     """The preset: as requested, or for auto the one whose float range is nearest the range
     the model's input quantization covers (the range it was calibrated on)."""
@@ -151,7 +136,7 @@ def channels_first(shape: tuple[int, ...]) -> bool:
 def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
     """An image file -> float32 pixels (H, W, C) of 0..255 at the model's size and colour
     (for a channels-first model too: :func:`image_input` lays them out)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     shape = ((*spec.shape[1:], spec.shape[0]) if channels_first(spec.shape)
              else spec.shape)
@@ -161,9 +146,15 @@ def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
                         "input from a file")
     height, width, channels = shape
     try:
-        with Image.open(path) as opened:
-            image = opened.convert("RGB" if channels == 3 else "L")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        with warnings.catch_warnings():  # over the limit: refused below, not a stderr line
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                image = opened.convert("RGB" if channels == 3 else "L")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise DataError(f"{path}: not decoded: {exc} (Pillow's limit, PIL.Image.MAX_IMAGE_"
+                        f"PIXELS = {Image.MAX_IMAGE_PIXELS:,}: shrink the image, or decode it "
+                        "in a --preprocess hook)") from None
+    except Exception as exc:  # Pillow's decoders raise many kinds on a damaged file
         raise DataError(f"{path}: not a readable image ({type(exc).__name__}: {exc})"
                         ) from None
     if resize == "crop":  # the centre region of the model's aspect ratio
@@ -185,14 +176,16 @@ def image_input(path: Path, spec: InputSpec, resize: str, preset: str) -> np.nda
 
 
 def to_input(values: np.ndarray, spec: InputSpec, what: str) -> np.ndarray:
-    """Float input -> the model's input dtype (TFLite's QUANTIZE rounding)."""
-    values = np.asarray(values, np.float32)
+    """Float input -> the model's input dtype (TFLite's QUANTIZE rounding). ``what`` says
+    where the values came from: "FILE: --preprocess HOOK returned"."""
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: refused below
+        values = np.asarray(values, np.float32)
     if values.shape != spec.shape and values.shape != (1, *spec.shape):
-        raise DataError(f"{what}: the input has shape {list(values.shape)}, the model takes "
+        raise DataError(f"{what} shape {list(values.shape)}; the model takes "
                         f"{list(spec.shape)}")
     values = values.reshape(spec.shape)
     if not np.isfinite(values).all():
-        raise DataError(f"{what}: the input has NaN or infinite values")
+        raise DataError(f"{what} NaN or infinite values (or values beyond float32's range)")
     if spec.dtype == "float32":
         return values
     if spec.quant is None or spec.quant.per_channel:
@@ -215,15 +208,38 @@ def _files(folder: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
-def _class_names(names: Sequence[str]) -> dict[str, int]:
-    """Folder name -> label: by number when every name is an integer, else sorted order."""
-    if all(n.isdigit() for n in names):
-        return {n: int(n) for n in names}
-    return {n: k for k, n in enumerate(sorted(names))}
+def _label(value: object) -> Label | None:
+    """A class folder's name or a labels file's label, as the module docstring's rule reads
+    it: an index, a name, or None for neither."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return None if not text or _NUMBER.fullmatch(text) else text
 
 
-def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, str]]], list[str]]:
-    """split -> [(file, class name)] from class subfolders (optionally under split folders)."""
+def _class_index(places: dict[Label, str], num_classes: int) -> dict[Label, int]:
+    """Label -> class index (indices are themselves, names their sorted order), checked
+    against the model's outputs; ``places`` says where each label was first given."""
+    numbers = [label for label in places if isinstance(label, int)]
+    names = sorted(label for label in places if isinstance(label, str))
+    if numbers and names:
+        raise DataError(f"{places[names[0]]} names class '{names[0]}' but "
+                        f"{places[numbers[0]]} gives class index {numbers[0]}: label with "
+                        "class indices or with class names, not both")
+    index = {label: label for label in numbers} or {n: k for k, n in enumerate(names)}
+    order = list(index)
+    check_labels([index[label] for label in order], num_classes, lambda k: places[order[k]])
+    return index
+
+
+def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, Label]]],
+                                                dict[Label, str]]:
+    """split -> [(file, label)] from class subfolders (optionally under split folders), and
+    where each label was found."""
     subfolders = _class_folders(root)
     if not subfolders:
         raise DataError(f"{root} has no class subfolders (FOLDER/<class>/<file>) and no "
@@ -232,8 +248,8 @@ def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, str]]
                    <= set(SPLIT_FOLDERS) else {"train": root})
     if "train" not in split_roots:
         raise DataError(f"{root} has {', '.join(sorted(split_roots))} but no train folder")
-    found: dict[str, list[tuple[Path, str]]] = {}
-    names: set[str] = set()
+    found: dict[str, list[tuple[Path, Label]]] = {}
+    places: dict[Label, str] = {}
     for split, base in split_roots.items():
         classes = _class_folders(base)
         if not classes:
@@ -243,61 +259,72 @@ def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, str]]
             files = _files(folder)
             if not files and split == "train":
                 raise DataError(f"class folder {folder} is empty")
-            found[split] += [(f, folder.name) for f in files]
-            names.add(folder.name)
-    return found, sorted(names)
+            label = _label(folder.name)
+            if label is None:
+                raise DataError(f"class folder {folder}: its name is a number but not an "
+                                "integer, so neither a class index nor a class name")
+            found[split] += [(f, label) for f in files]
+            places.setdefault(label, f"class folder {folder}")
+    return found, places
 
 
-def _labelled_from_file(root: Path, labels: Path) -> tuple[dict[str, list[tuple[Path, str]]],
-                                                           list[str]]:
-    """{"train": [(file, label text)]} from a CSV or JSON labels file."""
+def _labelled_from_file(root: Path, labels: Path) -> tuple[dict[str, list[tuple[Path, Label]]],
+                                                           dict[Label, str]]:
+    """{"train": [(file, label)]} from a CSV or JSON labels file, and where each label is."""
     try:
         text = labels.read_text()
         if labels.suffix.lower() == ".json":
-            rows = list(json.loads(text).items())
+            rows = [(f'"{name}"', (name, label)) for name, label in json.loads(text).items()]
         else:
-            rows = [tuple(r[:2]) for r in csv.reader(text.splitlines()) if r]
+            rows = [(f"row {n}", tuple(r[:2]))
+                    for n, r in enumerate(csv.reader(text.splitlines()), 1) if r]
+            if rows and rows[0][1][0].strip().lower() in ("file", "filename", "path"):
+                rows = rows[1:]  # a header row
     except (OSError, ValueError, AttributeError) as exc:
         raise DataError(f"--labels {labels}: not a readable CSV (file,label) or JSON "
                         f"({{\"file\": label}}) ({type(exc).__name__}: {exc})") from None
-    if rows and rows[0][0].strip().lower() in ("file", "filename", "path"):
-        rows = rows[1:]  # a header row
     if not rows:
         raise DataError(f"--labels {labels} names no files")
-    pairs = []
-    for row in rows:
+    pairs, places = [], {}
+    for where, row in rows:
         if len(row) != 2:
-            raise DataError(f"--labels {labels}: the row {list(row)} is not file,label")
-        name, label = str(row[0]).strip(), str(row[1]).strip()
+            raise DataError(f"--labels {labels}: {where} {list(row)} is not file,label")
+        name, label = str(row[0]).strip(), _label(row[1])
+        place = f"--labels {labels}: {where}" + (f" ({name})" if where.startswith("row") else "")
+        if label is None:
+            raise DataError(f"{place}: the label {json.dumps(row[1])} is neither a class index "
+                            "(an integer) nor a class name")
         if not (root / name).is_file():
             raise DataError(f"--labels {labels}: no file {root / name}")
         pairs.append((root / name, label))
-    return {"train": pairs}, sorted({label for _, label in pairs})
+        places.setdefault(label, place)
+    return {"train": pairs}, places
 
 
 def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | None = None,
-                normalize: str = "auto", resize: str = "crop", hook: str | None = None,
+                normalize: str = "auto", resize: str = "crop", hook: str | Hook | None = None,
                 progress: bool = True) -> FolderData:
     """Every file under ``root`` made into the model's input; DataError (one line) on the
     first file, class or label that cannot be used."""
     if resize not in RESIZE_MODES:
         raise DataError(f"--resize {resize}: choose one of {', '.join(RESIZE_MODES)}")
-    found, names = (_labelled_from_file(root, labels) if labels is not None
-                    else _labelled_from_folders(root))
-    index = _class_names(names)
-    out_of_range = sorted((n for n, k in index.items() if k >= num_classes), key=index.get)
-    if out_of_range:
-        raise DataError(f"class '{out_of_range[0]}' would be label {index[out_of_range[0]]}, "
-                        f"but the model has {num_classes} outputs (labels 0..{num_classes - 1})")
+    found, places = (_labelled_from_file(root, labels) if labels is not None
+                     else _labelled_from_folders(root))
+    index = _class_index(places, num_classes)
     if hook is not None:
-        make = load_hook(hook)
-        preprocess = f"hook {hook}"
+        function, name = load_hook(hook)
+        preprocess = f"hook {name}"
+
+        def make(path: Path) -> np.ndarray:
+            return to_input(call_hook(function, name, path), spec,
+                            f"{path}: --preprocess {name} returned")
     else:
         preset = choose_normalize(spec, normalize)
         preprocess = f"{preset} {resize}"
 
         def make(path: Path) -> np.ndarray:
-            return image_input(path, spec, resize, preset)
+            return to_input(image_input(path, spec, resize, preset), spec,
+                            f"{path}: decoded to")
     arrays: dict[str, np.ndarray] = {}
     total = sum(len(v) for v in found.values())
     with tqdm(total=total, desc="pack", unit="file", disable=None if progress else True,
@@ -306,19 +333,13 @@ def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | No
             if not pairs:
                 continue
             x = np.empty((len(pairs), *spec.shape), np.dtype(spec.dtype))
-            for k, (path, name) in enumerate(pairs):
-                try:
-                    values = make(path)
-                except DataError:
-                    raise
-                except Exception as exc:  # the hook is the user's code
-                    raise DataError(f"{path}: --preprocess {hook} failed: "
-                                    f"{type(exc).__name__}: {exc}") from None
-                x[k] = to_input(values, spec, str(path))
+            for k, (path, _) in enumerate(pairs):
+                x[k] = make(path)
                 bar.update()
             xk, yk = SPLIT_ARRAYS[split]
-            arrays[xk], arrays[yk] = x, np.array([index[n] for _, n in pairs], np.int64)
+            arrays[xk] = x
+            arrays[yk] = np.array([index[label] for _, label in pairs], np.int64)
     ordered = [""] * (max(index.values()) + 1)
-    for name, k in index.items():
-        ordered[k] = name
+    for label, k in index.items():
+        ordered[k] = displayable(str(label))  # a folder name need not be UTF-8
     return FolderData(arrays, tuple(ordered), preprocess)

@@ -4,11 +4,16 @@ TensorBoard scalars in ``tensorboard/`` (``tensorboard --logdir RUN``). Shared b
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
+
+from ..errors import DataError, UserError
+from ..files import displayable, write_atomic
 
 COLUMNS = ("step", "loss", "lr", "accuracy", "val_accuracy", "event")
 
@@ -24,15 +29,25 @@ class MetricsRow:
 
 
 class MetricsLog:
-    """Appends rows to ``metrics.csv`` as they arrive (flushed, so a crash loses nothing)."""
+    """Appends rows to ``metrics.csv`` as they arrive (flushed, so a crash loses nothing).
 
-    def __init__(self, path: Path, append: bool = False):
+    ``resume_at``: the run's log as it stood at that step, its checkpoint's. The rows after
+    it were logged before an interruption (Ctrl-C, a kill, a device reset) and the resumed run
+    computes those steps again, so they are dropped and every step is logged once: the one
+    rule of `simulate --resume` and `train`. A file that is not a metrics.csv is refused, not
+    appended to."""
+
+    def __init__(self, path: Path, resume_at: int | None = None):
         self.path = Path(path)
-        self.rows: list[MetricsRow] = read_metrics(self.path) if append else []
-        self._file = open(self.path, "a" if append else "w", newline="")
-        self._writer = csv.writer(self._file)
-        if not append or not self.rows:
-            self._writer.writerow(COLUMNS)
+        self.rows: list[MetricsRow] = []
+        if resume_at is not None:
+            try:
+                self.rows = [r for r in read_metrics(self.path) if r.step <= resume_at]
+            except DataError as exc:
+                raise UserError(f"{exc}; move it away (the run goes on without its earlier "
+                                "rows) or start anew with --force") from None
+        self._file: TextIO | None = None
+        self._rewrite()
 
     def add(self, row: MetricsRow) -> None:
         self.rows.append(row)
@@ -46,21 +61,26 @@ class MetricsLog:
         self._rewrite()
 
     def keep_through(self, step: int) -> None:
-        """Forget the rows after ``step``: a resumed run computes those steps again (the same
-        values) and logs them anew, so every step appears once."""
+        """Forget the rows after ``step``: a device restarted mid-run computes those steps
+        again (the same values) and logs them anew."""
         if all(r.step <= step for r in self.rows):
             return
         self.rows = [r for r in self.rows if r.step <= step]
         self._rewrite()
 
     def _rewrite(self) -> None:
-        self._file.close()
-        self._file = open(self.path, "w", newline="")
-        self._writer = csv.writer(self._file)
+        """The file as ``rows`` say, replaced whole (a crash keeps the old one), then
+        appended to."""
+        if self._file is not None:
+            self._file.close()
+        text = io.StringIO(newline="")
+        self._writer = csv.writer(text)
         self._writer.writerow(COLUMNS)
         for row in self.rows:
             self._write(row)
-        self._file.flush()
+        write_atomic(self.path, text.getvalue().encode())
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.writer(self._file)
 
     def _write(self, row: MetricsRow) -> None:
         self._writer.writerow([row.step, f"{row.loss:.6f}", f"{row.lr:.9g}",
@@ -73,14 +93,29 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[MetricsRow]:
+    """The rows of a run's metrics.csv (none without the file); a file that is not one is a
+    DataError naming the line."""
     if not Path(path).is_file():
         return []
     with open(path, newline="") as f:
-        return [MetricsRow(int(r["step"]), float(r["loss"]), float(r["lr"]),
-                           float(r["accuracy"]) if r["accuracy"] else None,
-                           float(r["val_accuracy"]) if r.get("val_accuracy") else None,
-                           r.get("event") or "")
-                for r in csv.DictReader(f)]
+        reader = csv.reader(f)
+        try:
+            header = tuple(next(reader, COLUMNS))
+            if len(header) < 4 or header != COLUMNS[:len(header)]:  # older runs: 4 columns
+                raise ValueError(f"the header is not {','.join(COLUMNS)}")
+            rows = []
+            for fields in reader:
+                if len(fields) != len(header):
+                    raise ValueError(f"{len(fields)} fields, the header has {len(header)}")
+                r = dict(zip(header, fields))
+                rows.append(MetricsRow(int(r["step"]), float(r["loss"]), float(r["lr"]),
+                                       float(r["accuracy"]) if r["accuracy"] else None,
+                                       float(r["val_accuracy"]) if r.get("val_accuracy")
+                                       else None, r.get("event", "")))
+        except (ValueError, UnicodeDecodeError, csv.Error) as exc:
+            raise DataError(f"{path} is not a run's metrics.csv (line {reader.line_num}: "
+                            f"{exc})") from None
+    return rows
 
 
 def moving_average(values: Sequence[float], window: int) -> np.ndarray:
@@ -178,7 +213,7 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
         acc_ax.set_ylabel("accuracy (%)")
         acc_ax.legend(loc="upper right")
     ax.legend(loc="upper left")
-    ax.set_title(title or "zeroth-order training")
+    ax.set_title(displayable(title) or "zeroth-order training")  # a model name need not be UTF-8
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -362,6 +362,19 @@ def sparse_blocks(graph: Graph, config: TrainConfig) -> list[list[int]]:
     return [chosen[a:b] for a, b in partition_blocks(sizes, config.blocks)]
 
 
+def check_blocks(graph: Graph, config: TrainConfig) -> None:
+    """A --blocks N the user gave is built as asked or refused: every block holds at least
+    one zeroth-order layer, so an N above their count would build fewer blocks than the
+    manifest and run.json record (and --block K could name a block that does not exist)."""
+    if config.mode != "sparse" or config.blocks < 1:  # full mode, or auto: resolved later
+        return
+    layers = len(_candidates(graph, config)[0])
+    if config.blocks > layers:
+        raise UserError(f"--blocks {config.blocks}: sparse mode puts at least one of the "
+                        f"{layers} layers it trains by zeroth-order in each block, so at most "
+                        f"--blocks {layers}, or --blocks auto")
+
+
 def training_plans(graph: Graph, config: TrainConfig) -> tuple[TrainingPlan, ...]:
     """The plans a build holds: one, or one per block when the device selects the block
     (sparse --block auto)."""

@@ -21,7 +21,7 @@ from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
 from .data import Dataset, load_dataset
 from .guard import GuardState, guard_schedule, validation_count
-from .plan import TrainingPlan, loss_head, training_plans
+from .plan import TrainingPlan, check_blocks, loss_head, training_plans
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,14 @@ def read_run_record(out_dir: Path) -> dict:
     return record
 
 
+def check_step(ckpt_path: Path, step: int, planned: int, plan: str) -> None:
+    """A checkpoint past the steps the run plans is not resumed (its schedule ended there):
+    `simulate --resume` and `train` refuse it alike."""
+    if step > planned:
+        raise UserError(f"{ckpt_path} is at step {step}, beyond the {planned} steps {plan}; "
+                        "use another -o RUN, or start anew with --force (deletes the run)")
+
+
 def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) -> None:
     """Never over an existing run unless asked: --resume continues it only when model, data
     and options are the run's; --force deletes it first."""
@@ -211,6 +219,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = steps_for(config, epochs, len(data.x))
+    check_blocks(graph, config)
     if config.bp_layers == BP_AUTO or config.blocks in (BLOCKS_AUTO, BLOCKS_FIT):
         # as the F746 build picks
         chosen = resolve_auto(graph, BuildOptions("native", DEFAULT_TARGET, config)).train
@@ -232,6 +241,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         raise UserError(f"cannot make {out_dir}: {exc.strerror or exc}") from None
     ckpt_path = out_dir / "checkpoint.bin"
     ckpt = checkpoint.load(ckpt_path) if resume else None
+    if ckpt is not None:
+        check_step(ckpt_path, ckpt.step, config.steps, "of the run (--steps)")
     selection = None
     if ckpt is not None:
         plan = _plan_of(plans, ckpt)
@@ -253,13 +264,18 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
             baseline = guard.state.best
             checkpoint.save(best_path, simulator.to_checkpoint(plan, params, 0, sha, guard.state))
         elif state.started:
-            guard.best_params = simulator.from_checkpoint(graph, plan,
-                                                          checkpoint.load(best_path), sha)
+            try:
+                best = simulator.from_checkpoint(graph, plan, checkpoint.load(best_path), sha)
+            except UserError as exc:  # damaged, missing or another model's
+                raise UserError(f"{exc}: the run's best parameters cannot be resumed; start "
+                                "anew with --force (deletes the run)") from None
+            guard.best_params = best
     y_val = None if guard is None else guard.y_val
     every = eval_every if eval_every is not None else max(1, config.steps // 20)
     has_test = data.x_test is not None
     before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
               if has_test else None)
+    log = MetricsLog(out_dir / "metrics.csv", resume_at=first if ckpt is not None else None)
     write_atomic(out_dir / "run.json", (json.dumps({
         "model": str(model_path), "data": str(data_path), **identity,
         "modes": [l.mode for l in plan.layers],
@@ -271,7 +287,6 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         **_trials_record(plan, data, out_dir / "run.json", ckpt is None),
         "accuracy_before": before},
         indent=2) + "\n").encode())
-    log = MetricsLog(out_dir / "metrics.csv", append=resume and first > 0)
     if not log.rows and (has_test or baseline is not None):
         log.add(MetricsRow(first, float("nan"), 0.0, before,
                            None if baseline is None else baseline.correct / len(y_val),

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import UserError
 from ...ir import Graph
-from ..limits import MAX_SAMPLES_TIMES_QUERIES
+from ...limits import MAX_SAMPLES_TIMES_QUERIES
 from ..prng import step_seed
 from ..step_parts import (Params, StepBatch, forward, losses_q16, perturbed_params, tile,
                           update_layer, wp_gradient, wp_perturbations)

@@ -1,0 +1,288 @@
+"""How `build` writes a project folder: whole or not at all, and never over a user's files
+(docs/contract.md, "What `build` may overwrite, and how").
+
+The new project is assembled in a temporary folder beside ``-o DIR`` and swapped in with one
+rename, so a refused build, a full disk or a killed process leaves under DIR either the old
+project or the new one, never a mix. The new tree holds every generated file (one whose bytes
+did not change is a hard link to the old file, so its mtime stays and `make` rebuilds
+nothing) and every other file of the old DIR: the user's notes and data, and make's
+``build/``. What an earlier build generated and this one does not is left out: the Makefile
+compiles folders by wildcard, so a stale source would be linked in.
+
+A project is ours when its ``manifest.json`` records the SHA-256 of every file the build
+wrote and a signature, the SHA-256 of the manifest itself: a hand-written manifest or another
+tool's is not taken for ours. Refused unless ``force``: a DIR that holds files and no manifest
+we signed, a generated file changed since (its hash is not the recorded one), and a file of
+the user's where this build writes one.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import glob
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import UserError
+from ..files import no_empty_folders_on_failure, process_alive
+
+MANIFEST = "manifest.json"
+#: Marks the temporary folders a build assembles beside DIR (and the old project it swaps out).
+STAGING = ".zocodegen-"
+#: How many bytes of DIR's name they carry: with the marker, a process id, 12 hex digits and
+#: "-old", still within the 255 bytes a file name may have.
+NAME_KEPT = 200
+
+
+def sign(manifest: dict, files: dict[str, str]) -> str:
+    """The text of ``manifest.json``: ``manifest`` with the file list, the SHA-256 of each
+    file, and the signature that tells a later build this project is its own."""
+    record = dict(manifest, files=sorted([*files, MANIFEST]),
+                  file_sha256={rel: _sha256(files[rel].encode()) for rel in sorted(files)})
+    record["signature"] = _signature(record)
+    return json.dumps(record, indent=2) + "\n"
+
+
+def _signature(record: dict) -> str:
+    body = json.dumps({k: v for k, v in record.items() if k != "signature"}, sort_keys=True)
+    return _sha256(b"zocodegen project\0" + body.encode())
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _signed_files(out_dir: Path) -> dict[str, str] | None:
+    """Relative path -> SHA-256 of the files the manifest in ``out_dir`` says a build wrote;
+    None unless that manifest carries a valid signature. Only paths inside the project."""
+    try:
+        record = json.loads((out_dir / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("signature") != _signature(record):
+        return None
+    hashes = record.get("file_sha256")
+    if not isinstance(hashes, dict):
+        return None
+    return {rel: digest for rel, digest in hashes.items() if isinstance(digest, str)
+            and not Path(rel).is_absolute() and ".." not in Path(rel).parts}
+
+
+def write_project(files: dict[str, str], out_dir: Path, force: bool = False) -> None:
+    """Write the rendered ``files`` as the project in ``out_dir``, whole or not at all;
+    ``force`` replaces files the user wrote or changed where the build writes (everything
+    else of theirs is kept, always)."""
+    shown = Path(out_dir)
+    data = {rel: text.encode() for rel, text in files.items()}
+    try:
+        with no_empty_folders_on_failure(shown):
+            if shown.exists() and not shown.is_dir():
+                raise UserError(f"{shown} exists and is not a directory; choose another -o DIR")
+            out = shown.resolve()  # a symlink's folder is the one replaced
+            if out.parent.is_dir():
+                _remove_stale(out)
+            existing, folders = _listing(out)
+            old = _signed_files(out)
+            if existing and not force:
+                _refuse_overwrites(shown, data, existing, old)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            staging = out.with_name(f"{_prefix(out)}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+            staging.mkdir()
+            try:
+                _assemble(staging, data, existing, folders, old)
+                _swap(staging, out)
+            except BaseException:  # a full disk, Ctrl-C: the old project was not touched
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise UserError(f"cannot write the project into {shown}: {exc.strerror or exc} "
+                        f"(nothing changed){_hint(exc, shown)}") from None
+
+
+def _hint(exc: OSError, shown: Path) -> str:
+    """What to do when the swap itself is what the system refused."""
+    if exc.errno in (errno.EBUSY, errno.EXDEV):
+        return ": it cannot be replaced (a mount point?); build into a folder inside it"
+    if exc.errno == errno.EACCES:
+        return f": the new project is assembled beside it, in {shown.absolute().parent}"
+    return ""
+
+
+def _listing(out: Path) -> tuple[dict[str, Path], dict[str, tuple[int, bool]]]:
+    """Every file (symlinks included, not followed) under ``out`` by relative path, and every
+    folder with its permissions and whether it is empty; both empty when ``out`` does not
+    exist."""
+    files: dict[str, Path] = {}
+    folders: dict[str, tuple[int, bool]] = {}
+    if not out.is_dir():
+        return files, folders
+    pending = [out]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(folder) as scan:
+            entries = list(scan)
+        folders[folder.relative_to(out).as_posix()] = (stat.S_IMODE(folder.lstat().st_mode),
+                                                       not entries)
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(path)
+            else:
+                files[path.relative_to(out).as_posix()] = path
+    return files, folders
+
+
+def _digest(path: Path) -> str | None:
+    """SHA-256 of a regular file's bytes; None for anything else (a symlink, a folder, a
+    FIFO, which reading would block on): never a file build wrote."""
+    if not stat.S_ISREG(path.lstat().st_mode):
+        return None
+    return _sha256(path.read_bytes())
+
+
+def _refuse_overwrites(shown: Path, data: dict[str, bytes], existing: dict[str, Path],
+                       old: dict[str, str] | None) -> None:
+    """One line naming what the build would overwrite or delete that the user wrote."""
+    if old is None:
+        raise UserError(
+            f"{shown} is not a project zocodegen built (it has no {MANIFEST} zocodegen signed) "
+            f"and holds {_some(existing)}: build into a new or empty folder, or add --force to "
+            "build into this one (files of the names the build writes are replaced, the others "
+            "kept)")
+    edited = sorted(rel for rel, digest in old.items()
+                    if rel in existing and _digest(existing[rel]) != digest)
+    taken = sorted(rel for rel in data if rel in existing and rel not in old and rel != MANIFEST
+                   and _digest(existing[rel]) != _sha256(data[rel]))
+    if edited or taken:
+        what = "; ".join(part for part in (
+            edited and f"changed since zocodegen wrote them: {_some(edited)}",
+            taken and f"yours where the build writes: {_some(taken)}") if part)
+        raise UserError(f"{shown} holds files the build would overwrite or delete ({what}): "
+                        "move them aside, or add --force to replace them (files you added "
+                        "elsewhere are kept)")
+
+
+def _some(names: Iterable[str], shown: int = 5) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} file(s): " + ", ".join(names[:shown]) + more
+
+
+def _prefix(out: Path) -> str:
+    """How the names of the temporary folders of a build into ``out`` begin."""
+    return f".{os.fsdecode(os.fsencode(out.name)[:NAME_KEPT])}{STAGING}"
+
+
+def _remove_stale(out: Path) -> None:
+    """Delete the temporary folders of builds into ``out`` that were killed. A crash between
+    the two renames of a swap without RENAME_EXCHANGE leaves the old project under its
+    temporary name and nothing at ``out``: it is put back."""
+    for stale in out.parent.glob(glob.escape(_prefix(out)) + "*"):
+        pid = stale.name.rsplit(STAGING, 1)[1].split("-", 1)[0]
+        if not stale.is_dir() or stale.is_symlink() or not pid.isdigit() \
+                or process_alive(int(pid)):
+            continue
+        if stale.name.endswith("-old") and not out.exists():
+            stale.rename(out)
+        else:
+            shutil.rmtree(stale)
+
+
+def _assemble(staging: Path, data: dict[str, bytes], existing: dict[str, Path],
+              folders: dict[str, tuple[int, bool]], old: dict[str, str] | None) -> None:
+    """The new project in ``staging``: the generated files, and every file of the old one
+    that is neither generated now nor a file an earlier build generated."""
+    earlier = set(old or ()) | ({MANIFEST} if old is not None else set())
+    for rel, path in existing.items():
+        if rel not in data and rel not in earlier:
+            _carry(path, staging / rel)
+    for rel, content in data.items():
+        target = staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in existing and _digest(existing[rel]) == _sha256(content):
+            _carry(existing[rel], target)  # unchanged: the same file, the same mtime
+        else:
+            _write(target, content)
+    for rel, (mode, empty) in sorted(folders.items(),
+                                     key=lambda f: (f[0] == ".", -f[0].count("/"))):
+        folder = staging / rel
+        if empty:
+            folder.mkdir(parents=True, exist_ok=True)  # the user's empty folder
+        if folder.is_dir():  # deepest first: a folder closed to writing is filled already
+            folder.chmod(mode)
+
+
+def _carry(source: Path, target: Path) -> None:
+    """Put a file of the old project into the new one: a hard link (no bytes copied, the
+    mtime kept), else a copy."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:  # another file system inside DIR, or one without hard links
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        else:
+            shutil.copy2(source, target)
+
+
+def _write(target: Path, content: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _swap(staging: Path, out: Path) -> None:
+    """Put the assembled ``staging`` at ``out`` in one step and delete the old project. The
+    process's own working folder, when inside ``out``, follows to the new tree."""
+    try:
+        here = Path.cwd()
+    except OSError:
+        here = None
+    if not out.exists():
+        os.rename(staging, out)
+    elif _exchange(staging, out):
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        try:
+            os.rename(staging, out)  # POSIX replaces an empty folder in one step
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            old = staging.with_name(staging.name + "-old")
+            os.rename(out, old)
+            try:
+                os.rename(staging, out)
+            except BaseException:
+                os.rename(old, out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+    if here is not None and here.is_relative_to(out):
+        os.chdir(here if here.is_dir() else out)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system
+    or the file system has no such rename."""
+    if not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
