@@ -14,6 +14,9 @@ bash scripts/setup.sh
 model=tests/fixtures/mcunet_tiny.tflite
 out=out/example
 mkdir -p "$out"
+# the example's own projects are made anew each time: build refuses to write over a folder
+# it cannot tell is its own (one from an older zocodegen has no signed manifest)
+rm -rf "$out/firmware" "$out/digits_train"
 .venv/bin/zocodegen inspect "$model" --target stm32f746
 .venv/bin/zocodegen build "$model" --target qemu --emulate stm32f746 -o "$out/firmware"
 make -s -C "$out/firmware" qemu
