@@ -39,6 +39,7 @@ from zocodegen.qemu.runner import require_qemu
 from zocodegen.target import TARGET_NAMES, check_baud, target_data
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.metrics import read_metrics
+from zocodegen.training.plan import training_plans
 
 from .devices import Firmware
 from .engines import run_samples
@@ -241,8 +242,9 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     if "validation_records" not in record:
         raise UserError(f"{facts} is from an older zocodegen: simulate the run again")
     graph = load_model(model)
-    say(f"measuring a training step and an inference on the {board} under QEMU -icount ...")
     measured = _measurable(config)
+    training_plans(graph, measured)  # the recorded options against the model, before QEMU
+    say(f"measuring a training step and an inference on the {board} under QEMU -icount ...")
     blocks: tuple[float, ...] = ()
     if shape.blocks:  # --block auto: every block's trial, then the chosen block's steps
         blocks = tuple(step_seconds(model, board, dataclasses.replace(measured, block=b))

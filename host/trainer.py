@@ -453,13 +453,14 @@ class Trainer:
         if "firmware" not in record:
             raise UserError(f"{self.run_dir / 'run.json'} does not say which firmware made "
                             f"{self.ckpt_path} (not a `zocodegen train` run){again}")
-        if record["firmware"] != mine:
-            diff = [k for k in mine if record["firmware"].get(k) != mine[k]]
+        if record["firmware"] != mine:  # an edited run.json may hold anything here
+            earlier = record["firmware"] if isinstance(record["firmware"], dict) else {}
+            diff = [k for k in mine if earlier.get(k) != mine[k]]
             raise UserError(f"{self.run_dir} holds a run of other firmware ({', '.join(diff)} "
                             f"differ){again}")
-        if record.get("image_sha256", image_sha) != image_sha:
+        if (recorded := record.get("image_sha256", image_sha)) != image_sha:
             raise UserError(f"{self.run_dir} was trained on another image than "
-                            f"{self.image_path} (sha256 {record['image_sha256'][:12]}... "
+                            f"{self.image_path} (sha256 {str(recorded)[:12]}... "
                             f"against {image_sha[:12]}...){again}")
         try:
             ckpt = checkpoint.load(self.ckpt_path)

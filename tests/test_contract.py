@@ -60,7 +60,7 @@ def workspace(tmp_path_factory) -> dict[str, Path]:
             "BEST": run / "best.bin", "CSV": run / "metrics.csv", "JSON": run / "run.json",
             "GARBAGE": root / "garbage_run", "ORPHAN": root / "orphan_run",
             "FILE": root / "file", "ROOT": root, "NULLCFG": root / "nullcfg_run", **runs,
-            **_labels_hooks_messages(root)}
+            **_labels_hooks_messages(root), **_second_sweep(root, run)}
 
 
 def _runs_and_devices(root: Path, run: Path) -> dict[str, Path]:
@@ -154,6 +154,36 @@ def _labels_hooks_messages(root: Path) -> dict[str, Path]:
             "NEGPICS": root / "negpics", "HOOKS": root / "hk.py", "BOMBS": root / "bombs",
             "FIFO": root / "fifo.tflite", "LOOP": root / "loop_a.tflite",
             "DANGLING": root / "dangling.onnx", "D200": root / "d200.npz", "GUARDED": guarded}
+
+
+def _second_sweep(root: Path, run: Path) -> dict[str, Path]:
+    """Issue 47's second sweep: a run whose metrics.csv is a FIFO, run.json files whose
+    options are of the wrong kind, training builds whose manifest.json is a list or lost
+    its model, and a labels file and a hook that fit the folder of images."""
+    import os
+    fifo_run = root / "fifo_run"
+    shutil.copytree(run, fifo_run)
+    (fifo_run / "metrics.csv").unlink()
+    os.mkfifo(fifo_run / "metrics.csv")
+    record = json.loads((run / "run.json").read_text())
+    runs = {}
+    for key, edit in (("BOOLCFG", {"batch": True}), ("STRCFG", {"layers": "abc"})):
+        runs[key] = root / key.lower()
+        runs[key].mkdir()
+        (runs[key] / "run.json").write_text(json.dumps(
+            {**record, "config": {**record["config"], **edit}}))
+    manifest = json.loads((root / "fleet_fw" / "manifest.json").read_text())
+    del manifest["model"]
+    for key, text in (("LISTFW", "[]"), ("NOMODELFW", json.dumps(manifest))):
+        runs[key] = root / key.lower()
+        shutil.copytree(root / "fleet_fw", runs[key])
+        (runs[key] / "manifest.json").write_text(text)
+    (root / "good.csv").write_text("\n".join(f"{c}/{k}.png,{c}" for c in range(3)
+                                             for k in range(2)))
+    (root / "zeros.py").write_text("import numpy as np\n"
+                                   "def f(path): return np.zeros((8, 8, 1), np.float32)\n")
+    return {"FIFO_RUN": fifo_run, "GOOD_CSV": root / "good.csv", "ZEROS": root / "zeros.py",
+            **runs}
 
 
 # ------------------------------------------------------------------------------ the table
@@ -333,6 +363,29 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
     ("47/21 resume with a damaged best.bin", ["simulate", "M", "--data", "D200", "-o",
      "GUARDED", "--steps", "2", "--queries", "2", "--lr", "0.01", "--resume"],
      ("best.bin", "--force"), ("GUARDED",)),
+    # issue 47: a second sweep
+    ("47b pack -o a FIFO", ["pack", "D", "-o", "FIFO"], ("-o", "named pipe"), ()),
+    ("47b export -o a FIFO", ["export", "M", "CK", "-o", "FIFO"], ("named pipe",), ()),
+    ("47b resume onto a FIFO metrics.csv", SIM[:4] + ["-o", "FIFO_RUN", "--resume",
+     "--steps", "2", "--queries", "2", "--no-guard", "--lr", "0.01", "--eval-every", "1"],
+     ("metrics.csv", "named pipe"), ()),
+    ("47b device-time: a count that is true", ["device-time", "BOOLCFG", "--target",
+     "stm32f746"], ("run.json", "--batch must be an integer"), ("BOOLCFG",)),
+    ("47b device-time: layers that are text", ["device-time", "STRCFG", "--target",
+     "stm32f746"], ("run.json", "--layers must be a list"), ("STRCFG",)),
+    ("47b replay: a manifest.json that is a list", ["replay", "M", "--build", "LISTFW",
+     "--scalars", "ROOT/none.bin", "-o", "ROOT/replayed.bin"], ("not a training build",),
+     ("LISTFW",)),
+    ("47b replay: a manifest.json without its model", ["replay", "M", "--build", "NOMODELFW",
+     "--scalars", "ROOT/none.bin", "-o", "ROOT/replayed.bin"],
+     ("manifest.json is damaged", "model"), ("NOMODELFW",)),
+    ("47b pack -o its --labels file", PACK47[:2] + ["-o", "GOOD_CSV", "--model", "M",
+     "--labels", "GOOD_CSV"], ("--labels", "overwrite"), ("GOOD_CSV",)),
+    ("47b pack -o its --preprocess file", PACK47[:2] + ["-o", "ZEROS", "--model", "M",
+     "--preprocess", "ROOT/zeros.py:f"], ("--preprocess", "overwrite"), ("ZEROS",)),
+    ("47b fleet local: a manifest.json that is a list", ["fleet", "local", "M", "--build",
+     "LISTFW", "--native", "LISTFW", "--images", "IMG", "-o", "ROOT/fleet"],
+     ("not a training build",), ("LISTFW",)),
 ]
 
 # every numeric option of every command, with values outside its range or not numbers
@@ -462,3 +515,47 @@ def test_full_disk_leaves_no_run_and_odd_names_still_plot(workspace, tmp_path, m
     assert main(["simulate", str(model), "-o", str(tmp_path / "odd"), *base]) == 0
     assert (tmp_path / "odd" / "curves.png").is_file()
     capsys.readouterr()
+
+
+def test_a_run_in_use_by_another_process_is_refused(workspace, tmp_path, capsys):
+    """Issue 47, second sweep: two processes on one RUN would both write its checkpoints
+    and run.json; the second is refused in one line while the first holds RUN/.lock."""
+    import fcntl
+    import os
+    run = tmp_path / "run"
+    shutil.copytree(workspace["RUN"], run)
+    before = {p.name: _digest(p) for p in run.iterdir()}
+    resume = ["simulate", str(workspace["M"]), "--data", str(workspace["D"]), "-o", str(run),
+              "--steps", "2", "--queries", "2", "--no-guard", "--lr", "0.01",
+              "--eval-every", "1", "--resume"]
+    held = os.open(run / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code = main(resume)
+    finally:
+        os.close(held)
+    assert_refused(code, capsys.readouterr().err,
+                   (str(run), "in use by another zocodegen process"))
+    assert {p.name: _digest(p) for p in run.iterdir() if p.name != ".lock"} == before
+    assert main(resume) == 0  # the lock is the process's: released, the run goes on
+    assert not (run / ".lock").exists()
+    capsys.readouterr()
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    """Issue 47, second sweep: Ctrl-C in the second or more `zocodegen` takes to load its
+    modules printed a traceback (or numpy's ImportError, exit 1); it is one line, 130."""
+    import os
+    import signal
+    import sys
+    import types
+    from zocodegen import launch
+
+    class Loading(types.ModuleType):
+        @property
+        def main(self):
+            os.kill(os.getpid(), signal.SIGINT)  # pressed while the module loads
+            return lambda argv: pytest.fail("the command ran after Ctrl-C")
+    monkeypatch.setitem(sys.modules, "zocodegen.cli", Loading("zocodegen.cli"))
+    assert launch.main(["inspect", "m.tflite"]) == 130
+    assert capsys.readouterr().err == "zocodegen: interrupted\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -102,6 +103,22 @@ def test_train_refusals_keep_the_run(ws, tmp_path, capsys, name, drop, extra, wo
     else:
         code = _train(ws, run, *extra)
     assert code == 2
+    line = _one_line(capsys)
+    assert all(word in line for word in words), line
+    assert _files(run) == before
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"firmware": None}, ("other firmware",)), ({"firmware": [1]}, ("other firmware",)),
+    ({"image_sha256": 5}, ("another image", "--force"))])
+def test_an_edited_run_json_is_refused(ws, tmp_path, capsys, edit, words):
+    """Issue 47, second sweep: a run.json whose firmware or image record is of another
+    kind (hand-edited) ended `train` with an internal error (exit 1)."""
+    run = _copy_run(ws, tmp_path)
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, **edit}))
+    before = _files(run)
+    assert _train(ws, run) == 2
     line = _one_line(capsys)
     assert all(word in line for word in words), line
     assert _files(run) == before

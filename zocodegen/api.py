@@ -26,7 +26,7 @@ from typing import Any
 from .cli_options import build_parser, set_train_options, train_config
 from .codegen.project import BuildOptions, ProjectPlan
 from .errors import UserError
-from .files import check_output, no_empty_folders_on_failure
+from .files import check_output, writing_run
 from .frontends import load_model
 from .host.trainer import Trainer, TrainSummary, open_device
 from .projects import generate
@@ -201,7 +201,7 @@ def run_simulate(args: argparse.Namespace) -> RunSummary:
     config = train_config(args, args.mode)
     if args.resume and args.force:
         raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
-    with no_empty_folders_on_failure(args.output, "checkpoint.bin"):
+    with writing_run(args.output):
         return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
                             eval_every=args.eval_every, resume=args.resume, force=args.force)
 
@@ -221,7 +221,7 @@ def run_train(args: argparse.Namespace) -> TrainSummary:
     if not Path(args.image).is_file():
         raise UserError(f"image not found: {args.image}")
     device = open_device(args.port, args.native, args.qemu, args.emulated, baud=args.baud)
-    with no_empty_folders_on_failure(args.output, "checkpoint.bin"):
+    with writing_run(args.output):
         return Trainer(device, args.image, args.output, steps=args.steps,
                        checkpoint_every=args.checkpoint_every, timeout=args.timeout,
                        force=args.force, model=args.model).run()

@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import api
-from .errors import DataError, UserError, check_finite
+from .errors import DataError, UserError, check_finite, interrupted
 from .files import atomic_writer, check_output, no_empty_folders_on_failure
 from .codegen.project import BuildOptions, device_graph
 from .codegen.host_inputs import host_side_inputs
@@ -476,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line printed)
         return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        return interrupted()
     try:
         folder = FLEET_FOLDERS.get(args.handler)
         with _terminate_unwinds(), (no_empty_folders_on_failure(getattr(args, folder))
@@ -495,8 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zocodegen: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("zocodegen: interrupted", file=sys.stderr)
-        return 130
+        return interrupted()
     except Terminated:
         print("zocodegen: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

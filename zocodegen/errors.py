@@ -2,6 +2,7 @@
 anything else that escapes is an internal failure (status 1)."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 
@@ -45,3 +46,9 @@ def check_labels(labels: Sequence[int], num_classes: int, where: Callable[[int],
         k = int(bad[0])
         raise DataError(f"{where(k)} has label {values[k]} outside 0..{num_classes - 1} (the "
                         f"model has {num_classes} classes)")
+
+
+def interrupted() -> int:
+    """Say so in one line (the contract's Ctrl-C); the exit status of an interrupted command."""
+    print("zocodegen: interrupted", file=sys.stderr)
+    return 130

@@ -10,6 +10,7 @@ id is alive, so a long training run does not collect one stale checkpoint per cr
 from __future__ import annotations
 
 import errno
+import fcntl
 import glob
 import hashlib
 import os
@@ -54,6 +55,15 @@ def not_a_file(path: Path) -> str | None:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
+def not_a_destination(path: Path) -> str | None:
+    """What ``path`` is when it exists as no regular file, else None: a result renamed over
+    a FIFO, a device (``-o /dev/full``) or a socket would replace it with a file."""
+    what = not_a_file(path)
+    if what is None or what == "no such file" or what.startswith("not readable"):
+        return None  # a new file, or one whose folder refuses us: the write says so
+    return what
+
+
 @contextmanager
 def no_empty_folders_on_failure(folder: Path, resumable: str | None = None) -> Iterator[None]:
     """Run a command that writes into ``folder``; when it fails (refused, a full disk,
@@ -79,6 +89,58 @@ def no_empty_folders_on_failure(folder: Path, resumable: str | None = None) -> I
         raise
 
 
+#: The advisory lock file a simulate or train RUN holds while a command writes it.
+RUN_LOCK = ".lock"
+
+
+@contextmanager
+def writing_run(folder: Path) -> Iterator[None]:
+    """Run a command that writes the run in ``folder`` (`simulate`, `train`): nothing left
+    behind when it fails (``no_empty_folders_on_failure``), and ``folder`` locked for its
+    whole run, so a second process on the same RUN is refused instead of writing
+    checkpoints and run.json between the first's."""
+    folder = Path(folder)
+    with no_empty_folders_on_failure(folder, "checkpoint.bin"), _locked(folder):
+        yield
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder/.lock``, never waited for: the kernel drops it when
+    the holder ends (a kill -9 included), so a lock file left behind locks nothing. The
+    file is removed on release; one locked after its holder removed it is opened again."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"{folder} exists and is not a directory; choose another -o RUN") \
+            from None
+    except OSError as exc:
+        raise UserError(f"cannot make {folder}: {exc.strerror or exc}") from None
+    path = folder / RUN_LOCK
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{folder} is in use by another zocodegen process (it holds "
+                            f"{path}): wait for it to end, or choose another -o RUN") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
 def displayable(name: str) -> str:
     """A file or folder name as text every writer takes (UTF-8 files, matplotlib, a strict
     stdout): a name that is not UTF-8 reaches Python with its bytes as surrogates, which
@@ -91,8 +153,9 @@ def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
     """Refuse an output that is a folder or one of the command's inputs (given as
     (option, path) pairs, None for an absent one)."""
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{option} {path} is a directory; give a file name")
+    what = not_a_destination(path)
+    if what is not None:
+        raise UserError(f"{option} {path} is {what}; give a file name")
     for name, source in inputs:
         if source is not None and _same_file(path, Path(source)):
             raise UserError(f"{option} {path} is the {name} file: writing it would overwrite "
@@ -110,6 +173,9 @@ def atomic_writer(path: Path, mode: str = "wb", sync: bool = False,
     its creation: a key written 0o600 is never readable by others, not even for a moment.
     OSError becomes a one-line UserError."""
     path = Path(path)
+    what = not_a_destination(path)
+    if what is not None:
+        raise UserError(f"cannot write {path}: it is {what}, not a file")
     # the suffix stays last: readers (ONNX, numpy) tell formats apart by it
     tmp = path.with_name(f".{path.stem}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
     try:

@@ -2,6 +2,7 @@
 `build --train` (and recorded in the build manifest)."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import UserError
@@ -68,6 +69,7 @@ class TrainConfig:
     guard_samples: int = 128  # validation records a check uses (at most)
 
     def __post_init__(self) -> None:
+        self._check_types()
         for name, (least, most) in TRAIN_INTEGERS.items():  # what the C fields hold
             value = getattr(self, name)
             if not least <= value <= most:
@@ -124,6 +126,22 @@ class TrainConfig:
                     and not 0 <= self.block < self.blocks):
                 raise UserError(f"--block must be in 0..{self.blocks - 1} or auto")
 
+    def _check_types(self) -> None:
+        """Each option of its annotated kind: a run.json, a manifest or an API call can hold
+        anything, and ``True`` as a count or ``"0,1"`` as the layers would reach the ranges
+        below (or the generated C) as something else."""
+        for field in fields(self):
+            value, kind = getattr(self, field.name), field.type
+            if value is None and kind.endswith("| None"):
+                continue
+            if kind.startswith("tuple"):
+                fits = isinstance(value, tuple) and all(_is_kind(v, "int") for v in value)
+            else:
+                fits = _is_kind(value, kind.split(" |")[0])
+            if not fits:
+                raise UserError(f"--{field.name.replace('_', '-')} must be {_KIND_WORDS[kind]} "
+                                f"(got {value!r:.60})")
+
     def _refuse_other_estimators_options(self) -> None:
         """An option only another estimator reads, set away from its default, would be
         silently ignored: say whose it is instead."""
@@ -151,6 +169,25 @@ class TrainConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+#: What each annotation of TrainConfig's fields is, in words.
+_KIND_WORDS = {"int": "an integer", "float": "a number", "str": "text", "bool": "true or false",
+               "tuple[int, ...]": "a list of layer indices", "int | None": "an integer or none",
+               "float | None": "a number or none"}
+
+
+def _is_kind(value: object, kind: str) -> bool:
+    """``value`` is of ``kind`` ("int", "float", "str", "bool"); a bool is no number."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, numbers.Integral)
+    if kind == "float":
+        return isinstance(value, numbers.Real)
+    return isinstance(value, str)
 
 
 def _count_or_auto(text: str, option: str, things: str, auto: int) -> int:

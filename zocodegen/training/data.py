@@ -22,7 +22,7 @@ from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
 from .folders import InputSpec, read_folder
-from .hooks import Hook
+from .hooks import Hook, hook_file
 from .plan import loss_head, training_plan
 
 SPLITS = (("x", "y"), ("x_val", "y_val"), ("x_test", "y_test"))
@@ -226,7 +226,8 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     is written when anything is wrong.
     """
     source = str(data_path)
-    check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path)])
+    check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path),
+                                    ("--labels", labels), ("--preprocess", hook_file(preprocess))])
     folder = Path(data_path).is_dir()
     if is_image(data_path):
         raise DataError(f"{source} is already a data image; pack reads DATA.npz or a folder")

@@ -58,6 +58,13 @@ def _searched_first(folder: Path) -> Iterator[None]:
         sys.path.remove(entry)
 
 
+def hook_file(spec: str | Hook | None) -> Path | None:
+    """The file a 'path/to/file.py:function' hook is read from (an input of the command,
+    never to be written over), else None."""
+    where = spec.rpartition(":")[0] if isinstance(spec, str) else ""
+    return Path(where) if where.endswith(".py") else None
+
+
 def load_hook(spec: str | Hook) -> tuple[Hook, str]:
     """'module:function', 'path/to/file.py:function' or a function -> (the function, its
     name for messages and the image header)."""
@@ -68,7 +75,7 @@ def load_hook(spec: str | Hook) -> tuple[Hook, str]:
     if not where or not name:
         raise DataError(f"--preprocess expects module:function or file.py:function, got "
                         f"'{spec}'")
-    file = Path(where) if where.endswith(".py") else None
+    file = hook_file(spec)
     if file is not None and not file.is_file():
         raise DataError(f"--preprocess: no file {where}")
     with _searched_first(Path.cwd() if file is None else file.parent.resolve()), \

@@ -169,13 +169,17 @@ def build_config(build: Path) -> tuple[TrainConfig, str]:
     except (OSError, ValueError) as exc:
         raise UserError(f"{build} has no readable manifest.json ({exc}); pass the project "
                         "directory `zocodegen build` wrote") from None
-    fields = manifest.get("training")
-    if not fields:
+    if not isinstance(manifest, dict) or not manifest.get("training"):
         raise UserError(f"{build} is not a training build (its manifest has no training)")
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    options = {k: v for k, v in fields.items() if k in names}
-    options["layers"] = tuple(options.get("layers", ()))
-    return TrainConfig(**options), manifest["model"]["sha256"]
+    try:  # an edited manifest may hold anything where the build wrote its records
+        names = {f.name for f in dataclasses.fields(TrainConfig)}
+        options = {k: v for k, v in manifest["training"].items() if k in names}
+        options["layers"] = tuple(options.get("layers", ()))
+        sha_hex = manifest["model"]["sha256"]
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise UserError(f"{build}/manifest.json is damaged ({type(exc).__name__}: {exc}); "
+                        "build the project again") from None
+    return TrainConfig(**options), sha_hex
 
 
 def model_build(model_path: Path, build: Path) -> tuple[TrainConfig, bytes]:
