@@ -3,7 +3,8 @@ trying zocodegen needs no board (DESIGN.md section 6):
 
 * native: the executable's stdin/stdout are the master side of a pty, and the host opens the
   slave side (``/dev/pts/N``) with pyserial, exactly as it opens a board's ``/dev/ttyACM0``;
-* QEMU: UART0 is a TCP server socket, and the host opens ``socket://127.0.0.1:PORT``;
+* QEMU: UART0 is a TCP server socket, and the host opens ``socket://127.0.0.1:PORT``; both
+  ends turn Nagle's algorithm off (see ``no_delay``);
 * emulated: a board firmware ELF in its emulated board (host/emulator), USART1 on a pty
   as the native executable's line is. The board is the ELF's build folder
   (``build/<board>/firmware.elf``, as ``make firmware`` writes it).
@@ -33,10 +34,23 @@ def open_port(url: str, baud: int = DEFAULT_BAUD) -> Port:
     """A pyserial port for ``url`` (a device path, ``socket://host:port``, ...) at ``baud``
     (a pty or a socket ignores it)."""
     try:
-        return serial.serial_for_url(url, baudrate=baud, timeout=POLL_SECONDS,
-                                     write_timeout=10)
+        return no_delay(serial.serial_for_url(url, baudrate=baud, timeout=POLL_SECONDS,
+                                              write_timeout=10))
     except (serial.SerialException, ValueError, OSError) as exc:
         raise UserError(f"cannot open port {url}: {exc}") from None
+
+
+def no_delay(port: Port) -> Port:
+    """``port`` with TCP_NODELAY when it is a ``socket://`` URL (pyserial leaves Nagle on).
+
+    A frame crosses a TCP line in several small writes (QEMU's UART sends byte by byte), and
+    with Nagle's algorithm every write after the first waits for the peer's delayed ACK:
+    40 ms and more per request / response round trip instead of well under 1 ms, and often
+    past the device's 100 ms retransmission timeout (docs/link.md "Pacing under QEMU")."""
+    sock = getattr(port, "_socket", None)  # pyserial's protocol_socket keeps it there
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return port
 
 
 class DeviceExited(LinkError):
@@ -99,16 +113,17 @@ class Firmware:
         with socket.socket() as probe:  # a free port; QEMU binds it a moment later
             probe.bind(("127.0.0.1", 0))
             tcp_port = probe.getsockname()[1]
-        cmd = qemu_command(self.artefact, self.icount,
-                           serial=f"socket,host=127.0.0.1,port={tcp_port},server=on,wait=on")
+        cmd = qemu_command(self.artefact, self.icount, serial=f"socket,host=127.0.0.1,"
+                           f"port={tcp_port},server=on,wait=on,nodelay=on")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self._stderr)
         deadline = time.monotonic() + 20
         while True:  # QEMU waits for us (wait=on) before it starts the CPU
             self.alive()
             try:
-                return serial.serial_for_url(f"socket://127.0.0.1:{tcp_port}",
-                                             timeout=POLL_SECONDS, write_timeout=10)
+                return no_delay(serial.serial_for_url(f"socket://127.0.0.1:{tcp_port}",
+                                                      timeout=POLL_SECONDS,
+                                                      write_timeout=10))
             except serial.SerialException:
                 if time.monotonic() > deadline:
                     raise LinkError("QEMU did not open its serial socket within 20 s: "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from zocodegen.formats import link as p
 from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
 from zocodegen.training.metrics import (MetricsLog, MetricsRow, format_confusion,
-                                       write_curves)
+                                       load_curve_writers, write_curves)
 
 from .evaluation import TestConfusion
 from .image_fit import check_image
@@ -185,6 +186,8 @@ class Trainer:
         self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
         self._image_sha = ""  # the image's SHA-256 when the run began (run.json's)
         self._image_stat: tuple[int, int, int] | None = None  # its inode, size, mtime then
+        self._plotter: threading.Thread | None = None  # curves drawn during the run
+        self._plot_error: list[Exception] = []  # what that drawing raised
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> TrainSummary:
@@ -195,6 +198,7 @@ class Trainer:
         resets, retransmissions, dropped = 0, 0, 0
         session: DeviceSession | None = None
         try:
+            load_curve_writers()
             session = self._connect()
             self._check(session.identity)
             total = self.steps or self.identity.steps
@@ -229,7 +233,7 @@ class Trainer:
                 self.metrics.close()
             self.device.close()
             self.blocks.close()
-        self._plot()
+        self._plot(background=False)
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
@@ -278,7 +282,7 @@ class Trainer:
             self._check_image_unchanged(reopened=False)
             self._save(session, step)
             self._evaluate(session, step)
-            self._plot()
+            self._plot(background=True)
 
     def _restore(self, session: DeviceSession) -> int:
         """Device state = RUN/checkpoint.bin (or the flash parameters); returns the step."""
@@ -505,13 +509,37 @@ class Trainer:
     def _write_record(self, record: dict) -> None:
         write_atomic(self.run_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
 
-    def _plot(self) -> None:
-        rows = self.metrics.rows if self.metrics else []
-        if any(not math.isnan(r.loss) for r in rows):
-            eta = (f"auto: {self._record()['lr']:g}" if "lr" in self._record()
-                   else f"{self.identity.lr:g}")
-            write_curves(rows, self.run_dir, f"{self.identity.target}: "
-                         f"{self.identity.estimator}, Q={self.identity.queries}, eta={eta}")
+    def _plot(self, background: bool) -> None:
+        """curves.png and the TensorBoard log from the rows so far. During the run they are
+        drawn in a thread: drawing takes 0.3-1.5 s, and a host that stops reading the line
+        that long makes the device, waiting for its next command, retransmit after 100 ms of
+        silence (docs/link.md "Pacing under QEMU")."""
+        if self._plotter is not None:
+            self._plotter.join()
+            self._plotter = None
+            if self._plot_error:  # raised here, in the command's thread: one line, exit 2
+                raise self._plot_error.pop()
+        rows = list(self.metrics.rows) if self.metrics else []
+        if not any(not math.isnan(r.loss) for r in rows):
+            return
+        eta = (f"auto: {self._record()['lr']:g}" if "lr" in self._record()
+               else f"{self.identity.lr:g}")
+        title = (f"{self.identity.target}: {self.identity.estimator}, "
+                 f"Q={self.identity.queries}, eta={eta}")
+        if background:
+            self._plotter = threading.Thread(target=self._plot_in_background,
+                                             args=(rows, title))
+            self._plotter.start()
+        else:
+            write_curves(rows, self.run_dir, title)
+
+    def _plot_in_background(self, rows: list[MetricsRow], title: str) -> None:
+        """write_curves whose failure (a full disk) reaches the command at the next _plot,
+        instead of a thread's traceback on stderr."""
+        try:
+            write_curves(rows, self.run_dir, title)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the command's thread
+            self._plot_error.append(exc)
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:

@@ -133,6 +133,16 @@ def write_curves(rows: Sequence[MetricsRow], run_dir: Path, title: str) -> None:
     write_tensorboard(rows, Path(run_dir) / TENSORBOARD_DIR)
 
 
+def load_curve_writers() -> None:
+    """Import what write_curves draws with (about a second): `zocodegen train` does it
+    before the device waits on it, not in the middle of a run, where a host that stops
+    answering for 100 ms makes the device retransmit (docs/link.md "Pacing under QEMU")."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    import tensorboardX  # noqa: F401
+
+
 #: The run's TensorBoard log, rewritten whole with curves.png: a resumed run's rows replace
 #: the steps it computes again, as they do in metrics.csv.
 TENSORBOARD_DIR = "tensorboard"
