@@ -13,7 +13,7 @@ from ..ir import Graph, Op
 from ..ops.table import TRAINABLE_OP_TYPES
 from ..reference.softmax import LogSoftmaxParams, log_softmax_params
 from .backprop import Head, head, largest_bp_layers, linear_multipliers
-from .config import TrainConfig
+from .config import DEFAULT_BLOCKS, TrainConfig
 from .estimators import REGISTRY
 from .perturbation import Perturbation
 
@@ -367,6 +367,8 @@ def check_blocks(graph: Graph, config: TrainConfig) -> None:
     one zeroth-order layer, so an N above their count would build fewer blocks than the
     manifest and run.json record (and --block K could name a block that does not exist)."""
     if config.mode != "sparse" or config.blocks < 1:  # full mode, or auto: resolved later
+        return
+    if config.blocks == DEFAULT_BLOCKS:  # the default is "up to 4": a small model gets fewer
         return
     layers = len(_candidates(graph, config)[0])
     if config.blocks > layers:
