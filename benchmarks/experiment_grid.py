@@ -76,7 +76,7 @@ ABLATION_METHODS = TUNED + (
     Method("np", "NP only", ("--estimator", "np")),
     Method("no-gnorm", "no gradient-norm scaling", ("--no-gnorm-scaling",)),
     Method("no-quant", "no quantization-aware scaling", ("--no-quant-scaling",)),
-    Method("sparse", "sparse (one of 4 blocks, --block auto)", ("--mode", "sparse")),
+    Method("sparse", "sparse (one of 4 blocks, --block auto)", ("--train", "sparse")),
 )
 METHODS = {m.key: m for m in GRID_METHODS + ABLATION_METHODS}
 #: The runs whose curves docs/experiment_grid_<model>.png shows.

@@ -87,11 +87,14 @@ class Method:
 
 OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3")
 SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
-                ("--mode", "sparse"), "stm32f746", "sparse")
+                ("--train", "sparse"), "stm32f746", "sparse")
 MEZO = Method("mezo", "MeZO, same forward passes", ("--estimator", "mezo"), None)
 HYBRID = Method("hybrid-1", "ElasticZO hybrid C = 1 (last layer by BP)", ("--bp-layers", "1"),
                 "stm32h7b3")
-#: + "bp-256", whose layers depend on the model; MEZO only when --methods names it.
+NP_CHANNEL = Method("np-channel", "NP layers as ours, channel-wise biases where ours uses WP",
+                    ("--estimator", "np-channel"), "stm32h7b3")
+#: + "bp-256", whose layers depend on the model; MEZO and NP_CHANNEL only when --methods
+#: names them.
 METHODS = (OURS, SPARSE, HYBRID)
 
 
@@ -426,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     methods = METHODS + (bp_fits_method(MODEL),)
     if args.methods:
         wanted = args.methods.split(",")
-        methods = tuple(m for m in methods + (MEZO,) if m.key in wanted)
+        methods = tuple(m for m in methods + (MEZO, NP_CHANNEL) if m.key in wanted)
     for c in cells:
         data_path(root, c)
     if args.seeds:

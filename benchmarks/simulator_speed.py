@@ -38,7 +38,7 @@ import revisions  # noqa: E402
 
 MODEL = REPO / "tests" / "fixtures" / "mcunet_in1.tflite"
 SHORT, LONG = 2, 8
-MODES = {"full": [], "sparse": ["--mode", "sparse", "--block", "0"]}
+MODES = {"full": [], "sparse": ["--train", "sparse", "--block", "0"]}
 SINGLE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                         "MKL_NUM_THREADS")}
 

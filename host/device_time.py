@@ -208,6 +208,19 @@ def _measurable(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, lr_auto=False, guard=False, block=block)
 
 
+def recorded_target(run: Path) -> str:
+    """The board `simulate --target` trained ``run`` for (its run.json), for a
+    `device-time` without --target."""
+    try:
+        target = json.loads((run / "run.json").read_text()).get("target")
+    except (OSError, ValueError, AttributeError):
+        target = None
+    if target not in TARGET_NAMES:
+        raise UserError(f"device-time {run}: give --target BOARD ({', '.join(TARGET_NAMES)}): "
+                        "the run names no board (simulate it with --target to record one)")
+    return target
+
+
 def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
              say: Callable[[str], None] = lambda text: None) -> DeviceTime:
     """Measures ``run``'s costs on ``board`` (several QEMU runs) and adds up what the run

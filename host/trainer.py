@@ -24,6 +24,7 @@ from tqdm import tqdm
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
+from zocodegen.training.guard import trials_tied
 from zocodegen.training.runner import check_step, delete_run, read_run_record
 from .blocks import ImageBlocks
 from .devices import DeviceExited, Firmware, open_port
@@ -31,7 +32,7 @@ from zocodegen.formats import link as p
 from zocodegen.formats import status
 from .link.server import DeviceReset, DeviceSession, HostLink, LinkError, Port
 from zocodegen.training.metrics import (MetricsLog, MetricsRow, format_confusion,
-                                       load_curve_writers, write_curves)
+                                       load_curve_writers, write_confusion, write_curves)
 
 from .evaluation import TestConfusion
 from .image_fit import check_image
@@ -97,10 +98,12 @@ class LaunchedDevice(Device):
 
 def open_device(port: str | None = None, native: Path | None = None,
                 qemu: Path | None = None, emulated: Path | None = None,
-                baud: int = p.DEFAULT_BAUD) -> Device:
+                baud: int = p.DEFAULT_BAUD, say: Callable[[str], None] = lambda text: None
+                ) -> Device:
     """The device of `--port URL`, `--native PROJECT`, `--qemu PROJECT` or `--emulated
     PROJECT` (a board project, its firmware on the emulated board), built with make when
-    needed; `--baud` for a board's line and an emulated one."""
+    needed (said first through ``say``: a compile takes seconds); `--baud` for a board's
+    line and an emulated one."""
     from zocodegen.projects import make
     if port:
         return Device(port, baud)
@@ -112,6 +115,7 @@ def open_device(port: str | None = None, native: Path | None = None,
     goal = "firmware" if kind == "emulated" else kind
     if kind == "emulated":
         _check_emulated(Path(project))
+    say(f"compiling {project} (make {goal}) ...")
     return LaunchedDevice(Firmware(kind, make(Path(project), goal), baud=baud))
 
 
@@ -143,6 +147,8 @@ class TrainSummary:
     dropped_frames: int  # frames the host could not decode
     seconds: float
     confusion: np.ndarray | None = None  # the last test evaluation's, with train --model
+    accuracy_split: str | None = None  # "test", or "validation" when the image has no test
+    kept_start: bool = False  # the guard's best was the start: the result is the flash model
 
 
 def _identity_record(identity: p.Identity) -> dict:
@@ -181,7 +187,9 @@ class Trainer:
         self.bar: tqdm | None = None
         self.identity: p.Identity | None = None
         self._losses: list[float] = []
+        self._trials: list[tuple[int, int]] = []  # --lr auto's (loss sum, steps), as they come
         self._accuracy: float | None = None
+        self._split: str | None = None  # where _accuracy was measured
         self._chunk_end = -1
         self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
         self._image_sha = ""  # the image's SHA-256 when the run began (run.json's)
@@ -237,7 +245,13 @@ class Trainer:
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
-            time.monotonic() - started, self.confusion)
+            time.monotonic() - started, self.confusion, self._split, self._kept_start())
+
+    def _kept_start(self) -> bool:
+        """The device's guard ended on its baseline (best step 0): no check beat the start,
+        so the result is the model's own parameters."""
+        return (self.ckpt_path.is_file()
+                and checkpoint.load(self.ckpt_path).best_step == 0)
 
     def _connect(self) -> DeviceSession:
         port = self.device.connect()
@@ -356,6 +370,7 @@ class Trainer:
             correct = self._command(session, f"measuring {name} accuracy",
                                     p.accuracy(split)).value
             self._accuracy = correct / layout.count(name)
+            self._split = "test" if name == "test" else "validation"
             row = replace(row, accuracy=self._accuracy)
             if name == "test" and self.model is not None and self.ckpt_path.is_file():
                 self._confusion(step, correct)
@@ -375,9 +390,8 @@ class Trainer:
         self.confusion = self._test.matrix(self.ckpt_path, correct)
         self._say(f"step {step}: test confusion (rows true, columns predicted)\n"
                   + format_confusion(self.confusion, self._test.names))
-        np.savetxt(self.run_dir / "confusion.csv", self.confusion, fmt="%d", delimiter=",",
-                   header=f"step {step}; rows: true class, columns: predicted class"
-                   + (f"; classes: {', '.join(self._test.names)}" if self._test.names else ""))
+        write_confusion(self.run_dir / "confusion.csv", self.confusion, self._test.names,
+                        f"step {step}; ")
 
     def _command(self, session: DeviceSession, what: str, command: bytes) -> p.Done:
         done = session.run(command).done
@@ -571,12 +585,17 @@ class Trainer:
         if e.kind == p.EventKind.GUARD_CHECK:
             self._guard_check(e)
         elif e.kind == p.EventKind.LR_TRIAL:
+            self._trials.append((e.loss_q16, e.steps))
             self._say(f"lr trial {e.eta_ppm / 1e6:g}: {e.steps} steps, validation "
                       f"{e.correct}/{e.of} correct, loss "
                       f"{e.loss_q16 / 65536 / max(1, e.of):.4f}")
         else:
             eta = e.eta_ppm / 1e6
             self._say(f"lr auto: eta {eta:g}")
+            tied = trials_tied([loss for loss, _ in self._trials],
+                               self._trials[0][1] if self._trials else 0)
+            if tied:
+                self._say(tied)
             self._write_record({**self._record(), "lr": eta})
 
     def _guard_check(self, e: p.Event) -> None:

@@ -17,7 +17,8 @@ from conftest import FIXTURES, random_inputs, reference_interpreter, resolve
 from test_training import NEEDS_ARM, _data, _image, _simulated
 from zocodegen.projects import cached_build
 from zocodegen.codegen.host_inputs import host_side_inputs
-from zocodegen.codegen.project import BuildOptions, device_graph
+from zocodegen.codegen.fit import device_graph
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.formats.link import DEFAULT_BAUD
 from zocodegen.frontends import load_model
 from zocodegen.host.emulator.clocks import SETTLE_INSTRUCTIONS, BoardFault, F7Clocks, H7Clocks

@@ -96,7 +96,7 @@ def test_full_grid_runs_and_commands(ex, eg, tmp_path):
     assert options["ours"] == ()  # the defaults: --lr auto and the guard
     assert options["mezo"] == ("--estimator", "mezo")
     assert options["no-quant"] == ("--no-quant-scaling",)
-    assert options["sparse"] == ("--mode", "sparse")
+    assert options["sparse"] == ("--train", "sparse")
     assert options["hybrid-1"] == ("--bp-layers", "1")
     assert options["hybrid-2"] == ("--bp-layers", "2")
     assert options["pool"] == ("--perturbation", "pool:4095")

@@ -67,6 +67,7 @@ def test_convolutions_in_place_lower_real_arenas():
     ("mcunet_in1.tflite", "stm32h7b3", TrainConfig(mode="full")),
     ("mcunet_in1.tflite", "stm32f746", TrainConfig(mode="sparse")),
     ("digits_cnn.tflite", "stm32f746", TrainConfig(mode="full", batch=2, queries=4)),
+    ("mcunet_in1.tflite", "stm32h7b3", TrainConfig(mode="full", estimator="np-channel")),
 ])
 def test_gradient_regions_sit_in_bytes_no_later_op_uses(model, target, train):
     """Each zeroth-order layer's gradient region overlaps no arena buffer (tensor or kernel
@@ -129,6 +130,6 @@ def test_paper_size_steps_on_qemu_equal_the_simulator(mode, options, target, tmp
     assert trainer.run().steps == 2
     sim = tmp_path / "sim"
     flags = [f"--{k}={v}" for k, v in options.items()]
-    assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--mode", mode,
+    assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--train", mode,
                  *flags, "--steps", "2", "--queries", "1", "--lr", "0.01", "--no-guard"]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()

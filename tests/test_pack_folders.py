@@ -79,13 +79,13 @@ def test_class_folders_pack_to_the_models_own_preprocessing(model, size, mode, t
 
 def test_presets_and_split_folders(tmp_path):
     """train/val/test subfolders become the splits; --normalize -1..1 is p / 127.5 - 1."""
-    for split in ("train", "val", "test"):
-        _image_folder(tmp_path / "data" / split, per_class=2, seed=len(split))
+    for split, count in (("train", 2), ("val", 8), ("test", 2)):  # val: the guard's 16
+        _image_folder(tmp_path / "data" / split, per_class=count, seed=len(split))
     out = tmp_path / "d.img"
     assert main(["pack", str(tmp_path / "data"), "-o", str(out), "--model", str(GREY_MODEL),
                  "--normalize=-1..1", "--resize", "stretch"]) == 0
     layout, arrays = read_image(out)
-    assert [layout.count(s) for s in ("train", "val", "test")] == [4, 4, 4]
+    assert [layout.count(s) for s in ("train", "val", "test")] == [4, 16, 4]
     first = sorted((tmp_path / "data" / "test" / "cat").iterdir())[0]
     with Image.open(first) as im:
         pixels = np.asarray(im.convert("L").resize((8, 8), Image.Resampling.BILINEAR),
@@ -235,7 +235,7 @@ def test_hook_interrupted_is_130_and_a_module_in_the_working_directory_is_found(
         "import numpy as np\ndef blank(p):\n    return np.zeros((8, 8, 1))\n"
         "def stop(p):\n    raise KeyboardInterrupt\n")
     monkeypatch.chdir(tmp_path)
-    base = ["pack", "data", "--model", str(GREY_MODEL)]
+    base = ["pack", "data", "--model", str(GREY_MODEL), "--val-fraction", "0"]
     assert main(base + ["-o", "a.img", "--preprocess", "cwd_hooks47:stop"]) == 130
     assert main(base + ["-o", "b.img", "--preprocess", "cwd_hooks47:blank"]) == 0
     assert not (tmp_path / "a.img").exists() and (tmp_path / "b.img").is_file()

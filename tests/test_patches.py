@@ -13,8 +13,8 @@ from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, REPO, SHARED_TFLIT
                       needs_qemu, random_inputs, reference_interpreter, resolve, shared_model)
 from zocodegen.projects import cached_build
 from zocodegen.cli import main
-from zocodegen.codegen.project import (BuildOptions, device_graph, plan_project,
-                                       resolve_input_quantize)
+from zocodegen.codegen.fit import device_graph, resolve_input_quantize
+from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.codegen.host_inputs import host_side_inputs, quantize_inputs_on_host
 from zocodegen.host.engines import run_samples
 from zocodegen.errors import UserError

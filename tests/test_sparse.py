@@ -30,7 +30,7 @@ MODEL = FIXTURES / "digits_cnn.tflite"
 #: Options where the trials disagree and a block other than 0 wins (block 3, +1).
 TRAIN = ["--train", "sparse", "--steps", "10", "--queries", "20", "--lr", "0.01", "--no-guard",
          "--trial-samples", "64"]
-SIMULATE = ["--mode", "sparse", *TRAIN[2:]]
+SIMULATE = TRAIN  # the same options: build and simulate share their names
 #: A shorter run for QEMU, where every instruction is emulated.
 TRAIN_QEMU = ["--train", "sparse", "--steps", "4", "--queries", "6", "--lr", "0.003", "--no-guard",
               "--trial-samples", "8"]
@@ -80,7 +80,7 @@ def image(tmp_path_factory) -> Path:
 
 
 def _simulate(run: Path, image: Path, train: list[str], every: int) -> Path:
-    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run), "--mode",
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run), "--train",
                  *train[1:], "--eval-every", str(every)]) == 0
     return run
 
@@ -155,7 +155,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
     half = str(int(train[train.index("--steps") + 1]) // 2)
     assert main(["train", f"--{engine}", str(project), "--image", str(image), "-o", str(run),
                  "--steps", half, "--checkpoint-every", half]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # the progress lines
     selection = json.loads((simulated / "run.json").read_text())["selection"]
     want = [(k, selection["baseline_correct"], c) for k, c in enumerate(selection["correct"])]
     assert _trial_lines(out) == want
@@ -164,7 +164,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
     # a second invocation continues the run from its checkpoint: no trials again
     assert main(["train", f"--{engine}", str(project), "--image", str(image), "-o", str(run),
                  "--checkpoint-every", half]) == 0
-    assert _trial_lines(capsys.readouterr().out) == []
+    assert _trial_lines(capsys.readouterr().err) == []
     assert (run / "checkpoint.bin").read_bytes() == (simulated / "checkpoint.bin").read_bytes()
 
 

@@ -144,7 +144,10 @@ def test_firmware_checkpoint_equals_simulator(spec, engine, tmp_path):
     pytest.param(dict(estimator="wp", batch=2, schedule="constant"), id="wp-batch2-constant"),
     pytest.param(dict(no_scaling=True), id="no-scaling"),
     pytest.param(dict(layers=(1, 3)), id="layers-1-3"),
-    pytest.param(dict(sparse_block=1), id="sparse-block1")])
+    pytest.param(dict(sparse_block=1), id="sparse-block1"),
+    pytest.param(dict(estimator="channel", sparse_block=1), id="channel-sparse-block1"),
+    pytest.param(dict(estimator="np-channel", two_sided=True, distribution="uniform"),
+                 id="np-channel-two-sided-uniform")])
 def test_training_options_bit_exact_native(options, tmp_path):
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
@@ -196,19 +199,27 @@ def test_new_training_options_bit_exact_native(spec, options, steps, tmp_path):
     assert got == _simulated_with_guard(model, graph, config, path, steps)
 
 
-@NEEDS_ARM
-def test_per_sample_np_and_guard_bit_exact_qemu(tmp_path):
-    """The same on the emulated Cortex-M7: per-sample NP with N = 2 under the guard and lr
-    trials (digits CNN, where every layer is NP)."""
+@pytest.mark.parametrize("estimator, batch, engine", [
+    pytest.param("np", 2, "qemu", marks=NEEDS_ARM, id="np-batch2-qemu"),
+    # channel-wise node perturbation (zo_estimate_ch.c): CH in every layer, and CH where
+    # adaptive would use WP with NP in the last layer
+    pytest.param("channel", 1, "native", id="channel-batch1"),
+    pytest.param("channel", 2, "native", id="channel-batch2"),
+    pytest.param("np-channel", 1, "native", id="np-channel-batch1"),
+    pytest.param("np-channel", 2, "native", id="np-channel-batch2"),
+    pytest.param("np-channel", 2, "qemu", marks=NEEDS_ARM, id="np-channel-batch2-qemu")])
+def test_per_sample_node_perturbation_and_guard_bit_exact(estimator, batch, engine, tmp_path):
+    """Per-sample node perturbation (NP, CH) with N samples under the guard and lr trials
+    on the digits CNN, natively and on the emulated Cortex-M7."""
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
-    config = TrainConfig(steps=3, queries=2, batch=2, estimator="np", lr_auto=True, guard=True,
-                         guard_every=1, guard_samples=16)
+    config = TrainConfig(steps=3, queries=2, batch=batch, estimator=estimator, lr_auto=True,
+                         guard=True, guard_every=1, guard_samples=16)
     x, y = _data(graph, 10, count=6 + 16)
     path = tmp_path / "train.img"
     pack_image(path, x[:6], y[:6], x_val=x[6:], y_val=y[6:], num_classes=10,
                checkpoint_bytes=1 << 20)
-    assert _firmware_checkpoint(model, graph, config, "qemu", path, 3) == \
+    assert _firmware_checkpoint(model, graph, config, engine, path, 3) == \
         _simulated_with_guard(model, graph, config, path, 3)
 
 
@@ -404,9 +415,9 @@ def test_simulate_refuses_bad_data(change, message, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--queries", "1000", "--batch", "100"], "exceeds"),
-    (["--mode", "sparse", "--block", "first"], "--block expects a block index or auto"),
-    (["--mode", "sparse", "--block", "4"], "--block must be in 0..3 or auto"),
-    (["--mode", "sparse", "--trial-samples", "0"], "--trial-samples: must be in 1.."),
+    (["--train", "sparse", "--block", "first"], "--block expects a block index or auto"),
+    (["--train", "sparse", "--block", "4"], "--block must be in 0..3 or auto"),
+    (["--train", "sparse", "--trial-samples", "0"], "--trial-samples: must be in 1.."),
     (["--layers", "9"], "out of range"),
     (["--steps", "0"], "--steps"),
 ])

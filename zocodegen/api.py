@@ -21,28 +21,44 @@ import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from .cli_options import build_parser, set_train_options, train_config
+from .board_fit import BoardFit, board_fit
 from .codegen.project import BuildOptions, ProjectPlan
 from .errors import UserError
 from .files import check_output, writing_run
 from .frontends import load_model
+from .host.device_time import link_seconds_per_record
 from .host.trainer import Trainer, TrainSummary, open_device
 from .projects import generate
 from .summary import ModelSummary, summarize
 from .target import Target, load_target
-from .training import checkpoint
+from .training import checkpoint, labels
 from .training.data import Packed
 from .training.data import pack as pack_data
 from .training.estimators import REGISTRY
 from .training.export import export_checkpoint
-from .training.runner import RunSummary
+from .training.runner import RunSummary, Say, silent
 from .training.runner import simulate as simulate_run
 
 PathLike = str | Path
 #: Options that take a Python function too, not only the command line's text.
 CALLABLE_OPTIONS = frozenset({"preprocess"})
+#: simulate() and train() print nothing unless asked: progress=True prints the command's
+#: lines and bars, a function (e.g. ``logging.info``) is given each line instead.
+Progress = bool | Callable[[str], None]
+
+
+def _progress(progress: Progress) -> tuple[Say, bool | None]:
+    """progress= -> (where the lines go, whether bars show)."""
+    if callable(progress):
+        return progress, False
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress takes True, False or a function, got "
+                        f"{type(progress).__name__}")
+    return (print, None) if progress else (silent, False)
 
 
 def _subcommands() -> argparse._SubParsersAction:
@@ -112,10 +128,12 @@ def _typed(command: str, name: str, action: argparse.Action, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Inspection:
-    """`inspect`: the per-layer summary, and the board when one was named."""
+    """`inspect`: the per-layer summary, and the board when one was named with what of the
+    model fits it (inference, full and sparse training, estimated step times)."""
 
     summary: ModelSummary
     target: Target | None
+    board_fit: BoardFit | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,8 @@ class ExportResult:
     model: Path
     tensors: int
     step: int
+    best_step: int  # the guard's best (0: it kept the start; checkpoint.NO_BEST: no guard)
+    labels: Path | None = None  # OUT.labels.json: the run's class names (training/labels.py)
 
 
 def inspect(model: PathLike, **given: Any) -> Inspection:
@@ -143,8 +163,15 @@ def inspect(model: PathLike, **given: Any) -> Inspection:
 
 
 def run_inspect(args: argparse.Namespace) -> Inspection:
-    return Inspection(summarize(load_model(args.model)),
-                      load_target(args.target) if args.target else None)
+    graph = load_model(args.model)
+    if not args.target:
+        return Inspection(summarize(graph), None)
+    board = load_target(args.target)
+    # the command line's default run (every default of `simulate`), its mode set per line
+    run = train_config(options("simulate", {"model": args.model, "data": args.model,
+                                            "output": "run"}, {}))
+    return Inspection(summarize(graph), board,
+                      board_fit(graph, board, run, link_seconds_per_record(graph)))
 
 
 def build(model: PathLike, **given: Any) -> BuildResult:
@@ -168,7 +195,7 @@ def run_build(args: argparse.Namespace) -> BuildResult:
         if not REGISTRY[args.estimator].firmware:
             raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
                             f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
-        train = train_config(args, args.train)
+        train = train_config(args)
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
@@ -180,7 +207,7 @@ def run_build(args: argparse.Namespace) -> BuildResult:
 def pack(data: PathLike, output: PathLike, **given: Any) -> Packed:
     """DATA.npz or a folder of files -> the data image the device trains from."""
     args = options("pack", {"data": data, "output": output}, given)
-    return run_pack(args)
+    return run_pack(args, progress=False)
 
 
 def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
@@ -191,40 +218,46 @@ def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
                      preprocess=args.preprocess, progress=progress)
 
 
-def simulate(model: PathLike, data: PathLike, output: PathLike, **given: Any) -> RunSummary:
+def simulate(model: PathLike, data: PathLike, output: PathLike, progress: Progress = False,
+             **given: Any) -> RunSummary:
     """Train in the bit-exact simulator; RUN/ gets checkpoint.bin, metrics.csv, curves."""
     args = options("simulate", {"model": model, "data": data, "output": output}, given)
-    return run_simulate(args)
+    return run_simulate(args, *_progress(progress))
 
 
-def run_simulate(args: argparse.Namespace) -> RunSummary:
-    config = train_config(args, args.mode)
+def run_simulate(args: argparse.Namespace, say: Say = silent, bars: bool | None = False
+                 ) -> RunSummary:
+    config = train_config(args)
     if args.resume and args.force:
         raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
     with writing_run(args.output):
         return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
-                            eval_every=args.eval_every, resume=args.resume, force=args.force)
+                            eval_every=args.eval_every, resume=args.resume, force=args.force,
+                            say=say, progress=bars, target=args.target)
 
 
-def train(image: PathLike, output: PathLike, **given: Any) -> TrainSummary:
+def train(image: PathLike, output: PathLike, progress: Progress = False, **given: Any
+          ) -> TrainSummary:
     """Train on a device: a board (``port``), or firmware the host launches (``native``,
     ``qemu`` or ``emulated`` naming a built project), serving it ``image``."""
     args = options("train", {"image": image, "output": output}, given)
-    return run_train(args)
+    return run_train(args, *_progress(progress))
 
 
-def run_train(args: argparse.Namespace) -> TrainSummary:
+def run_train(args: argparse.Namespace, say: Say = silent, bars: bool | None = False
+              ) -> TrainSummary:
     for name in ("steps", "checkpoint_every"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not Path(args.image).is_file():
         raise UserError(f"image not found: {args.image}")
-    device = open_device(args.port, args.native, args.qemu, args.emulated, baud=args.baud)
+    device = open_device(args.port, args.native, args.qemu, args.emulated, baud=args.baud,
+                         say=say)
     with writing_run(args.output):
         return Trainer(device, args.image, args.output, steps=args.steps,
                        checkpoint_every=args.checkpoint_every, timeout=args.timeout,
-                       force=args.force, model=args.model).run()
+                       force=args.force, model=args.model, progress=bars, log=say).run()
 
 
 def export(model: PathLike, checkpoint_path: PathLike, output: PathLike) -> ExportResult:
@@ -239,7 +272,10 @@ def run_export(args: argparse.Namespace) -> ExportResult:
     check_output(args.output, [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)])
     graph = load_model(args.model)
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
-    return ExportResult(Path(args.output), written, checkpoint.load(args.checkpoint).step)
+    ckpt = checkpoint.load(args.checkpoint)
+    found = labels.of_run(Path(args.checkpoint))
+    sidecar = labels.write_sidecar(Path(args.output), found) if found else None
+    return ExportResult(Path(args.output), written, ckpt.step, ckpt.best_step, sidecar)
 
 
 def option_table() -> str:
@@ -253,7 +289,7 @@ def option_table() -> str:
         lines += [f"### `zocodegen.{name}`", "", f"`zocodegen {name}`: {helps[name]}.", "",
                   "| option | command line | default | meaning |", "|---|---|---|---|"]
         for action in sub._actions:
-            if action.dest == "help":
+            if action.dest == "help" or action.help == argparse.SUPPRESS:  # an old spelling
                 continue
             flag = action.option_strings[-1] if action.option_strings else action.metavar
             default = "required" if action.required or not action.option_strings else (

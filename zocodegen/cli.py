@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from . import api
+from . import api, board_fit
 from .errors import DataError, UserError, check_finite, interrupted
 from .files import atomic_writer, check_output, no_empty_folders_on_failure
-from .codegen.project import BuildOptions, device_graph
+from .codegen.fit import device_graph
+from .codegen.project import BuildOptions
 from .codegen.host_inputs import host_side_inputs
 from .frontends import load_model
 from .ir import Graph
@@ -40,9 +41,13 @@ from .target import TARGET_NAMES
 from .training import checkpoint
 from .training.config import DEFAULT_BLOCKS
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
-from .training.metrics import format_confusion
+from .training import labels
+from .training.folders import InputSpec, files_under, recorded_maker
+from .training.metrics import class_labels, format_confusion
 from .training.replay import replay_build
 from .training.data import load_numpy
+from .training.guard import MIN_VAL_RECORDS
+from .training.runner import NO_IMPROVEMENT
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -56,8 +61,11 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         data = found.summary.as_dict()
         if budget:
             data["target"] = budget
+            data["board_fit"] = found.board_fit.as_dict()
         print(json.dumps(data, indent=2))
     else:
+        if found.board_fit is not None:  # the question first: can it train on this board?
+            print("\n".join(board_fit.describe(found.board_fit)) + "\n")
         print(format_summary(found.summary, budget))
 
 
@@ -133,11 +141,36 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, args: argparse.Names
         yield result.outputs, result.cycles
 
 
+def _photo_inputs(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.ndarray],
+                                                                   list[Path], list[str]]:
+    """`infer --input PHOTO|FOLDER`: the inputs made as `pack` made the model's data (the
+    preprocessing its image or export recorded), the files, and a name per output."""
+    if len(graph.inputs) != 1:
+        raise DataError("photos are for a model with exactly one input")
+    files = files_under(args.input) if args.input.is_dir() else [args.input]
+    if not files:
+        raise DataError(f"{args.input} holds no files")
+    found = labels.of_image(args.data) if args.data else labels.read_sidecar(args.model)
+    make = recorded_maker(InputSpec.of(graph), found.preprocess if found else "")
+    inputs = {graph.inputs[0]: np.stack([make(f) for f in files])}
+    classes = graph.tensor(graph.outputs[0]).shape[-1]
+    return inputs, files, class_labels(found.class_names if found else (), classes)
+
+
 def cmd_infer(args: argparse.Namespace) -> None:
-    check_output(args.output, [("--input", args.input), ("MODEL", args.model)], "--output")
     graph = load_model(args.model)
-    check_output_path(graph, args.output)
-    inputs = read_inputs(graph, args.input)
+    photos = args.input.is_dir() or args.input.suffix.lower() not in (".npy", ".npz")
+    if args.output is None and not photos:
+        raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs")
+    if args.output is not None:
+        check_output(args.output, [("--input", args.input), ("MODEL", args.model)],
+                     "--output")
+        check_output_path(graph, args.output)
+    files, names = [], []
+    if photos:
+        inputs, files, names = _photo_inputs(graph, args)
+    else:
+        inputs = read_inputs(graph, args.input)
     batch = next(iter(inputs.values())).shape[0]
     samples = [{n: x[i:i + 1] for n, x in inputs.items()} for i in range(batch)]
     results: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
@@ -149,10 +182,16 @@ def cmd_infer(args: argparse.Namespace) -> None:
         cycles.append(count)
         for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
-    write_outputs(args.output, {n: np.stack(v) for n, v in results.items()})
+    stacked = {n: np.stack(v) for n, v in results.items()}
+    for path, scores in zip(files, stacked[graph.outputs[0]]):
+        print(f"{path}: {names[int(np.argmax(scores))]}")
     note = (f", {int(np.mean(cycles)):,} instructions per inference ({args.engine})"
             if args.engine in ("qemu", "emulated") else "")
-    print(f"{batch} sample(s) -> {args.output}{note}", file=sys.stderr)
+    if args.output is not None:
+        write_outputs(args.output, stacked)
+        print(f"{batch} sample(s) -> {args.output}{note}", file=sys.stderr)
+    elif note:
+        print(f"{batch} sample(s){note}", file=sys.stderr)
 
 
 def cmd_build(args: argparse.Namespace) -> None:
@@ -170,6 +209,10 @@ def cmd_build(args: argparse.Namespace) -> None:
           f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
           f"details in {out / 'memory_report.txt'}")
     if plan.training is not None:
+        if args.train == "auto":
+            print(f"--train auto: {train.mode} training (full "
+                  f"{'fits' if train.mode == 'full' else 'does not fit'} the "
+                  f"{plan.board.name} budget)")
         items = {i.name: i.bytes for i in plan.training.ram_items()}
         print("training: " + ", ".join(f"{k} {v:,} B" for k, v in items.items()))
         if args.bp_layers == "auto":
@@ -189,21 +232,33 @@ def cmd_build(args: argparse.Namespace) -> None:
     print(f"next: cd {out} && {goals}")
 
 
+def _say(text: str) -> None:
+    """A run's progress line, on stderr beside its bar."""
+    print(text, file=sys.stderr)
+
+
 def cmd_simulate(args: argparse.Namespace) -> None:
-    result = api.run_simulate(args)
-    config = train_config(args, args.mode)
+    result = api.run_simulate(args, _say, None)
+    config = train_config(args)
     acc = ""
     if result.accuracy_before is not None and result.accuracy_after is not None:
-        acc = (f"; test accuracy {100 * result.accuracy_before:.1f}% -> "
+        acc = (f"; {result.accuracy_split} accuracy {100 * result.accuracy_before:.1f}% -> "
                f"{100 * result.accuracy_after:.1f}%")
     guard = f", {result.rollbacks} rollback(s)" if config.guard else ""
     step = (f"int8 updates of {config.b_zo} bit(s)" if config.integer_only
             else f"eta {result.lr:g}")
+    window = ("the one step" if result.loss_window == result.steps == 1 else
+              f"mean of the first / last {result.loss_window} step(s)")
     print(f"{result.steps} steps at {step}{guard}, loss {result.first_loss:.3f} -> "
-          f"{result.last_loss:.3f} (mean of first / last 50 steps){acc}; "
+          f"{result.last_loss:.3f} ({window}){acc}; "
           f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
+    if result.accuracy_split == "validation":
+        print("(no test split: accuracy is measured on the validation split, which the guard "
+              "also selects on)", file=sys.stderr)
+    if result.unchanged:
+        print(f"{NO_IMPROVEMENT}: {result.unchanged}", file=sys.stderr)
     if result.confusion is not None:
-        print("test split after training:\n"
+        print(f"{result.accuracy_split} split after training:\n"
               + format_confusion(result.confusion, result.class_names), file=sys.stderr)
     print(f"{args.output}/: checkpoint.bin, metrics.csv, curves.png, tensorboard/"
           + (", confusion.csv" if result.confusion is not None else ""), file=sys.stderr)
@@ -221,17 +276,35 @@ def cmd_pack(args: argparse.Namespace) -> None:
     area = layout.checkpoint_sectors * SECTOR_BYTES
     print(f"{layout.image_sectors:,} sectors, {layout.image_bytes:,} B; checkpoint area "
           f"{layout.checkpoint_sectors:,} sectors ({area:,} B) from LBA {layout.checkpoint_lba:,}")
-    if layout.class_names:
-        print(f"classes: {', '.join(f'{k} {n}' for k, n in enumerate(layout.class_names))}")
+    for line in _class_lines(packed, args):
+        print(line)
     if layout.preprocess:
         print(f"inputs made by: {layout.preprocess}")
     if args.model is not None:
         quant = ("input quantization unknown" if layout.input_scale is None else
                  f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}")
         print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
-    if packed.val_derived:
-        print(f"val: {layout.count('val'):,} records set aside from x (--val-fraction "
-              f"{args.val_fraction:g} per class, as simulate does on {args.data.name})")
+    folder = args.data.is_dir()
+    if packed.val_fraction is not None:
+        print(f"val: {layout.count('val'):,} records set aside from the training images (a "
+              f"share of {packed.val_fraction:.3g} per class, raised from --val-fraction "
+              f"{args.val_fraction:g} so that the training guard has the {MIN_VAL_RECORDS} it "
+              "needs)")
+    elif packed.val_derived:
+        print(f"val: {layout.count('val'):,} records set aside from "
+              + ("the training images" if folder else "x") + f" (--val-fraction "
+              f"{args.val_fraction:g} per class"
+              + (")" if folder else f", as simulate does on {args.data.name})"))
+    if not layout.count("test"):
+        print("test: none, so simulate and train report validation accuracy (the split the "
+              "guard also selects on, so it flatters); for an independent measure add "
+              + (f"{args.data}/test/<class>/" if folder else "x_test/y_test"))
+    if layout.count("val") < MIN_VAL_RECORDS:
+        fix = ("add a val/<class>/ folder of more images or a larger --val-fraction" if folder
+               else "add x_val/y_val or pack with a larger --val-fraction")
+        print(f"zocodegen: warning: {layout.count('val')} validation records: the training "
+              f"guard and --lr auto (on by default) need {MIN_VAL_RECORDS}: {fix}, or train "
+              "with --no-guard and a fixed --lr", file=sys.stderr)
     if packed.ignored:
         print(f"ignored arrays: {', '.join(packed.ignored)}")
     if packed.full_training_bytes is not None and area < packed.full_training_bytes:
@@ -240,17 +313,44 @@ def cmd_pack(args: argparse.Namespace) -> None:
               "only save a smaller (sparse) one there", file=sys.stderr)
 
 
+def _class_lines(packed: api.Packed, args: argparse.Namespace) -> list[str]:
+    """The class -> output mapping and the records of each class per split."""
+    layout = packed.layout
+    names = layout.class_names or tuple(str(k) for k in range(layout.num_classes))
+    lines = []
+    if layout.class_names:
+        used = len(layout.class_names)
+        spare = (f"; outputs {used}..{layout.num_classes - 1} of the model's "
+                 f"{layout.num_classes} have no class" if args.model is not None
+                 and used < layout.num_classes else "")
+        how = f", by {packed.class_order}" if packed.class_order else ""
+        lines.append(f"classes: {', '.join(f'{k} {n}' for k, n in enumerate(names))} (the "
+                     f"model's outputs 0..{used - 1}{how}{spare})")
+    if packed.counts:
+        shown = len(layout.class_names) or layout.num_classes
+        lines.append("per class: " + "; ".join(
+            f"{split} " + ", ".join(f"{c} {n}" for n, c in zip(names[:shown], counts))
+            for split, counts in packed.counts.items()))
+    return lines
+
+
 def cmd_train(args: argparse.Namespace) -> None:
-    summary = api.run_train(args)
+    summary = api.run_train(args, _say, None)
     acc = ""
     if summary.accuracy_after is not None:
         before = ("" if summary.accuracy_before is None
                   else f"{100 * summary.accuracy_before:.1f}% -> ")
-        acc = f", test accuracy {before}{100 * summary.accuracy_after:.1f}%"
+        acc = (f", {summary.accuracy_split} accuracy {before}"
+               f"{100 * summary.accuracy_after:.1f}%")
     resumed = f" (resumed at step {summary.first_step})" if summary.first_step else ""
     print(f"{args.output}: step {summary.steps}{resumed}{acc}; {summary.seconds:.1f} s, "
           f"{summary.resets} reset(s), {summary.retransmissions} retransmission(s), "
           f"{summary.dropped_frames} bad frame(s)")
+    if summary.accuracy_split == "validation":
+        print("(no test split: accuracy is measured on the validation split, which the guard "
+              "also selects on)")
+    if summary.kept_start:
+        print(f"{NO_IMPROVEMENT}: no validation check on the device beat the start")
 
 
 def cmd_monitor(args: argparse.Namespace) -> None:
@@ -267,8 +367,17 @@ def cmd_monitor(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     result = api.run_export(args)
-    print(f"{result.model}: {result.tensors} trained tensors written (step {result.step})",
-          file=sys.stderr)
+    if result.tensors:
+        print(f"{result.model}: {result.tensors} trained tensors written (step {result.step})",
+              file=sys.stderr)
+    else:
+        why = (f"{NO_IMPROVEMENT}: the guard kept the start (no check beat it)"
+               if result.best_step == 0 else "the checkpoint's parameters are the model's own")
+        print(f"{result.model}: 0 trained tensors (step {result.step}): the file equals the "
+              f"input model {args.model}; {why}", file=sys.stderr)
+    if result.labels is not None:
+        print(f"{result.labels}: its class names and preprocessing, for `zocodegen infer "
+              f"{result.model} --input photo.jpg`", file=sys.stderr)
 
 
 def cmd_replay(args: argparse.Namespace) -> None:
@@ -428,7 +537,8 @@ def cmd_flash(args: argparse.Namespace) -> None:
 
 
 def cmd_device_time(args: argparse.Namespace) -> None:
-    estimate = device_time.estimate(args.run, args.target, args.baud,
+    target = args.target or device_time.recorded_target(args.run)
+    estimate = device_time.estimate(args.run, target, args.baud,
                                     lambda text: print(text, file=sys.stderr))
     print("\n".join(device_time.describe(args.run, estimate)))
 

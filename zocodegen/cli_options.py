@@ -17,10 +17,11 @@ from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
-from .training.config import (ESTIMATORS, TrainConfig, parse_blocks, parse_bp_layers,
-                              parse_layer_list)
+from .training.config import (ESTIMATORS, MODE_AUTO, MODES, SCHEDULES, TrainConfig,
+                              parse_blocks, parse_bp_layers, parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
+from .training.perturbation import DISTRIBUTIONS
 
 ENGINES = ("reference", "native", "qemu", "emulated")
 
@@ -65,6 +66,8 @@ def _real(minimum: float, maximum: float | None = None, open_minimum: bool = Fal
 
 _SECONDS = _real(0.0, open_minimum=True)
 _SEED = _integer(*TRAIN_INTEGERS["seed"])
+#: Every training option's default, from the one definition of a run (training/config.py)
+_RUN = TrainConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,18 +81,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="per-layer shapes, quantization, parameters, MACs")
     p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--target", choices=TARGET_NAMES, help="also compare with a target's budget")
+    p.add_argument("--target", choices=TARGET_NAMES,
+                   help="first answer whether it trains on this board: inference, full and "
+                        "sparse training against its SRAM and flash, the mode --train auto "
+                        "picks, and estimated device seconds per step and epoch")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler="inspect")
 
-    p = sub.add_parser("infer", help="run the model on a batch of inputs")
+    p = sub.add_parser("infer", help="run the model on a batch of inputs, or classify photos")
     p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--input", type=Path, required=True, metavar="X.npy",
+    p.add_argument("--input", type=Path, required=True, metavar="X.npy|PHOTO|FOLDER",
                    help="inputs with a leading batch axis (.npz keyed by input name when "
-                        "the model has several inputs)")
-    p.add_argument("--output", type=Path, required=True, metavar="Y.npy",
+                        "the model has several inputs); or an image file, or a folder of "
+                        "them, made into inputs exactly as `pack` makes them and printed "
+                        "with their class names")
+    p.add_argument("--output", type=Path, metavar="Y.npy",
                    help="where to write outputs: .npy for one output, .npz keyed by output "
-                        "name (required when the model has several outputs)")
+                        "name (required for X.npy/.npz inputs, and .npz when the model has "
+                        "several outputs)")
+    p.add_argument("--data", type=Path, metavar="IMAGE",
+                   help="photos: take the class names and preprocessing from this image "
+                        "`pack` made (default: MODEL.labels.json, which `export` writes; "
+                        "else pack's defaults and output numbers)")
     p.add_argument("--engine", choices=ENGINES, default="reference",
                    help="reference: the bit-exact numpy golden model; native: the generated C "
                         "built with the host compiler; qemu: the generated C on QEMU's "
@@ -115,8 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", choices=TARGET_NAMES, default=DEFAULT_TARGET,
                    help="for native/qemu: the board whose SRAM budget applies (default "
                         f"{DEFAULT_TARGET})")
-    p.add_argument("--train", choices=("none", "full", "sparse"), default="none",
-                   help="also generate the on-device zeroth-order training engine")
+    p.add_argument("--train", choices=("none", *MODES, MODE_AUTO), default="none",
+                   help="also generate the on-device zeroth-order training engine: full "
+                        "(every selected layer), sparse (one block of them), or auto (full "
+                        "when it fits the board, else sparse); none (default): inference "
+                        "only")
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="auto",
                    help="training: let WP layers restart their queries from an earlier "
                         "layer's saved activations, recomputing the layers between, instead "
@@ -126,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_memory_options(p)
     _add_baud(p, "the host link's baud rate on the board's ST-LINK VCP (native and QEMU "
                  "have no baud rate)")
-    _add_train_options(p, default_queries=50)
+    _add_train_options(p)
     p.set_defaults(handler="build")
 
     p = sub.add_parser("simulate", help="zeroth-order training in the bit-exact numpy "
@@ -139,9 +155,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "made of them (the device's samples in the device's order)")
     p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
-    p.add_argument("--mode", choices=("full", "sparse"), default="full",
-                   help="train all selected layers, or one block of them (--block)")
-    _add_train_options(p, default_queries=100)
+    p.add_argument("--target", choices=TARGET_NAMES,
+                   help="the board: train exactly the run `build --target T --train MODE` "
+                        "puts on it (its fit search picks the mode, blocks and every auto "
+                        "choice; refused when nothing fits); default: no board's budget")
+    p.add_argument("--train", choices=(*MODES, MODE_AUTO), default=MODE_AUTO,
+                   help="full, sparse (one block of the selected layers), or auto "
+                        "(default): full when it fits the --target board, else sparse; "
+                        "full without --target")
+    p.add_argument("--mode", help=argparse.SUPPRESS)  # the old spelling, refused by name
+    _add_train_options(p)
     p.add_argument("--eval-every", type=_integer(1), metavar="K",
                    help="test accuracy every K steps (default: 20 times per run)")
     p.add_argument("--resume", action="store_true",
@@ -159,8 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "any files named by --labels (docs/your-model.md)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="IMAGE")
     p.add_argument("--model", type=Path, metavar="MODEL",
-                   help="check the data against MODEL, record its sha256 and input "
-                        "quantization, and size the checkpoint area for its full training")
+                   help="required for a FOLDER (the model says the input's shape, colour "
+                        "and quantization); optional for DATA.npz: check the data against "
+                        "MODEL, record its sha256 and input quantization, and size the "
+                        "checkpoint area for its full training")
     p.add_argument("--shuffle", type=_SEED, metavar="SEED",
                    help="permute the train split with numpy's default_rng(SEED) (default: "
                         "the order of DATA.npz; a folder's, grouped by class, with seed 0; "
@@ -242,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "-icount, plus the link's time for its records")
     p.add_argument("run", type=Path, metavar="RUN",
                    help="the folder `zocodegen simulate -o RUN` wrote")
-    p.add_argument("--target", required=True, choices=TARGET_NAMES,
-                   help="the board, at its clock")
+    p.add_argument("--target", choices=TARGET_NAMES,
+                   help="the board, at its clock (default: the one `simulate --target` "
+                        "trained the run for)")
     _add_baud(p, "the link's baud rate")
     p.set_defaults(handler="device_time")
 
@@ -370,16 +396,20 @@ def _add_fleet_trust(p: argparse.ArgumentParser, secure: str, insecure: str) -> 
     trust.add_argument("--insecure", action="store_true", help=insecure)
 
 
-def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None:
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    """The TRAIN options, the same names and defaults (TrainConfig's) on every command."""
     g = p.add_argument_group("training options (DESIGN.md section 4)")
     first = len(p._actions)
-    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), default=100, metavar="T",
+    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), default=_RUN.steps,
+                   metavar="T",
                    help="optimisation steps; the cosine schedule decays over them")
     g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
     g.add_argument("--queries", type=_integer(*TRAIN_INTEGERS["queries"]),
-                   default=default_queries, metavar="Q",
-                   help=f"perturbations per layer and step (default {default_queries})")
-    g.add_argument("--batch", type=_integer(*TRAIN_INTEGERS["batch"]), default=1, metavar="N",
+                   default=_RUN.queries, metavar="Q",
+                   help=f"perturbations per layer and step (default {_RUN.queries}, the "
+                        "device's and the simulator's)")
+    g.add_argument("--batch", type=_integer(*TRAIN_INTEGERS["batch"]), default=_RUN.batch,
+                   metavar="N",
                    help="samples per step (gradient accumulation)")
     g.add_argument("--lr", default="auto", metavar="ETA|auto",
                    help="learning rate, or auto (default): short trials of 0.003, 0.01, "
@@ -388,16 +418,16 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="no training guard (default on: validation checks keep the best "
                         "parameters; when two checks in a row fall below the best beyond "
                         "noise, roll back and halve eta until the next best)")
-    g.add_argument("--guard-every", type=_integer(*TRAIN_INTEGERS["guard_every"]), default=0,
-                   metavar="K",
+    g.add_argument("--guard-every", type=_integer(*TRAIN_INTEGERS["guard_every"]),
+                   default=_RUN.guard_every, metavar="K",
                    help="steps between the guard's checks (default: about 2%% of the run's "
                         "forward passes)")
     g.add_argument("--guard-samples", type=_integer(*TRAIN_INTEGERS["guard_samples"]),
-                   default=128, metavar="V",
-                   help="validation records per check (default 128)")
-    g.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
-    g.add_argument("--seed", type=_SEED, default=1, metavar="S")
-    g.add_argument("--estimator", choices=ESTIMATORS, default="adaptive",
+                   default=_RUN.guard_samples, metavar="V",
+                   help=f"validation records per check (default {_RUN.guard_samples})")
+    g.add_argument("--schedule", choices=SCHEDULES, default=_RUN.schedule)
+    g.add_argument("--seed", type=_SEED, default=_RUN.seed, metavar="S")
+    g.add_argument("--estimator", choices=ESTIMATORS, default=_RUN.estimator,
                    help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
                         "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
                         "of two forwards each (simulator only); int8: ElasticZO-INT8, "
@@ -409,29 +439,31 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
     g.add_argument("--cutoff", type=_integer(0), metavar="I",
                    help="split: the trainable layer where block 2 starts (default: the last "
                         "trained layer, the paper's f_2)")
-    g.add_argument("--inner-queries", type=_integer(1, 64), default=2, metavar="P_S",
+    g.add_argument("--inner-queries", type=_integer(1, 64), default=_RUN.inner_queries,
+                   metavar="P_S",
                    help="split: block-2 perturbations per block-1 direction and side "
                         "(FedSPZO's P_s, default 2; P_2 = 2 Q P_s)")
-    g.add_argument("--r-max", type=_integer(1, 127), default=7, metavar="R",
+    g.add_argument("--r-max", type=_integer(1, 127), default=_RUN.r_max, metavar="R",
                    help="int8: perturbations uniform on [-R, R] (default 7)")
     g.add_argument("--p-zero", default="schedule", metavar="P|schedule",
                    help="int8: share of zeros in a perturbation, or the paper's schedule "
                         "0.33, 0.5, 0.9 from 0, 20 %%, 50 %% of the run (default)")
-    g.add_argument("--b-zo", type=_integer(1, 8), default=1, metavar="BITS",
+    g.add_argument("--b-zo", type=_integer(1, 8), default=_RUN.b_zo, metavar="BITS",
                    help="int8: the ZO update rounded to BITS bits (its step size, default 1)")
-    g.add_argument("--b-bp", type=_integer(1, 8), default=1, metavar="BITS",
+    g.add_argument("--b-bp", type=_integer(1, 8), default=_RUN.b_bp, metavar="BITS",
                    help="int8 with --bp-layers: the BP update rounded to BITS bits (default 1)")
-    g.add_argument("--perturbation", default="xorshift", metavar="xorshift|pool:N|rotating:n",
+    g.add_argument("--perturbation", default=_RUN.perturbation,
+                   metavar="xorshift|pool:N|rotating:n",
                    help="where perturbations come from (PeZO): a fresh XORShift32 draw per "
                         "value (default), a pool of N = 2^k - 1 values drawn at build time "
                         "and kept in flash, or n rotating 8-bit LFSRs")
-    g.add_argument("--distribution", choices=("rademacher", "uniform"), default="rademacher",
+    g.add_argument("--distribution", choices=DISTRIBUTIONS, default=_RUN.distribution,
                    help="perturbation values: +-1 (default), or uniform int8 values scaled "
                         "to a same-dimension Gaussian's norm (PeZO Eq. 3-5)")
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
                         "loop): two forwards per query")
-    g.add_argument("--query-batch", type=_integer(1), default=1, metavar="B",
+    g.add_argument("--query-batch", type=_integer(1), default=_RUN.query_batch, metavar="B",
                    help="device: evaluate B query forwards together, layer by layer, so "
                         "each weight load serves B inputs (P-RGE's outer loop; B-wide "
                         "activations; default 1)")
@@ -439,7 +471,7 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="build: the device sends each WP layer's query sums, from which "
                         "`zocodegen replay` rebuilds its parameters exactly (needs "
                         "--estimator wp, --no-guard and a fixed --lr)")
-    g.add_argument("--max-step", type=_real(0.0, 127.0), default=2.0, metavar="U",
+    g.add_argument("--max-step", type=_real(0.0, 127.0), default=_RUN.max_step, metavar="U",
                    help="update clipping: a step moves no weight by more than U LSB, the "
                         "layer's update scaled down as a whole (default 2; 0 turns it off)")
     g.add_argument("--no-scaling", action="store_true",
@@ -462,7 +494,7 @@ def _add_train_options(p: argparse.ArgumentParser, default_queries: int) -> None
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
                         "trial of each block, then the one with the best held-out gain")
     g.add_argument("--trial-samples", type=_integer(*TRAIN_INTEGERS["trial_samples"]),
-                   default=64, metavar="S",
+                   default=_RUN.trial_samples, metavar="S",
                    help="sparse --block auto: train each trial on the first S training "
                         "samples, score it on the last S (default 64)")
     # what `build --train none` refuses when set: options it would silently ignore
@@ -485,19 +517,22 @@ def _number(text: str, keyword: str, convert, message: str):
         raise UserError(f"{message}, got '{text}'") from None
 
 
-def train_config(args: argparse.Namespace, mode: str) -> TrainConfig:
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The run the options describe (``--train`` its mode), as build and simulate share it."""
+    if getattr(args, "mode", None) is not None:
+        raise UserError(f"--mode is now --train, as for build: --train {args.mode}")
+    mode = args.train
     block = _number(args.block, "auto", int, "--block expects a block index or auto")
     for option, value, default in (("--block", args.block, "auto"),
                                    ("--blocks", args.blocks, None),
-                                   ("--trial-samples", args.trial_samples, 64)):
+                                   ("--trial-samples", args.trial_samples, _RUN.trial_samples)):
         if mode != "sparse" and value != default:
-            raise UserError(f"{option} chooses among sparse mode's blocks; add "
-                            f"{'--mode' if hasattr(args, 'mode') else '--train'} sparse or "
-                            f"drop {option}")
+            raise UserError(f"{option} chooses among sparse mode's blocks; add --train sparse "
+                            f"or drop {option}")
     lr_auto = args.lr == "auto" and REGISTRY[args.estimator].has_learning_rate
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
-    lr = 0.01 if lr is None else lr
+    lr = _RUN.lr if lr is None else lr
     return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,

@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .codegen.project import (BuildOptions, ProjectPlan, device_graph, plan_project,
-                              render_project, resolve_auto, resolve_input_quantize)
+from .codegen.fit import fit
+from .codegen.project import BuildOptions, ProjectPlan, plan_project, render_project
 from .codegen.project_files import write_project
 from .errors import UserError
 from .files import cache_root
@@ -29,9 +29,7 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
             ) -> tuple[ProjectPlan, dict[str, str]]:
     """Plan and render a model (loaded here unless the caller already has its graph)."""
     graph = graph if graph is not None else load_model(model_path)
-    options = resolve_input_quantize(graph, options)
-    graph = device_graph(graph, options)
-    options = resolve_auto(graph, options)
+    graph, options = fit(graph, options)
     plan = plan_project(graph, options)
     return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
                                 options, plan)

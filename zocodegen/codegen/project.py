@@ -1,4 +1,5 @@
-"""Render a complete firmware project from IR + plans (pure); project_files.py writes it.
+"""Plan and render a complete firmware project from IR + plans (pure): the build's stages
+after its fit search (fit.py); project_files.py writes it.
 
 Every file comes from a template: ``templates/`` (model, kernels, host link, command loop,
 Makefile, PlatformIO), ``qemu/board/`` (mps2-an500 support) and ``targets/<name>/`` (STM32
@@ -25,11 +26,9 @@ from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_target,
                       roomier_targets, target_data)
-from ..training.backprop import largest_bp_layers
-from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
+from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
-from ..training.plan import (check_blocks, loss_head, sparse_blocks, trainable_ops,
-                             training_plans)
+from ..training.plan import sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .model_code import ModelCode, model_code
@@ -116,104 +115,6 @@ def whole_arena(graph: Graph, train: TrainConfig | None,
                       in_place_convolutions=in_place_convolutions)
 
 
-def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
-    """--bp-layers auto: the largest C that the head's backward rules allow and whose build
-    fits the board's SRAM budget (0 when none does; the budget check then speaks)."""
-    train = options.train
-    if train is None or train.bp_layers != BP_AUTO:
-        return options
-    board = load_target(options.board)
-    arena = whole_arena(graph, train, in_place_convolutions=True)
-    _, logits_op = loss_head(graph)
-    for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
-        config = replace(train, bp_layers=c)
-        try:
-            _, _, items = _layout(graph, arena, board, config, options.recompute)
-        except UserError:  # e.g. sparse training with no zeroth-order layer left
-            continue
-        if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
-            return replace(options, train=config)
-    return replace(options, train=replace(train, bp_layers=0))
-
-
-def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
-    """--blocks auto: sparse training in the fewest blocks (the most layers trained at once)
-    whose build fits the board's SRAM budget; when none does, in as many blocks as there
-    are layers (up to MAX_SUGGESTED_BLOCKS), and the budget check then names what does not
-    fit. --blocks not given: DEFAULT_BLOCKS when they fit, else as auto. Full training does
-    not use blocks."""
-    train = options.train
-    if train is None or train.blocks not in (BLOCKS_AUTO, BLOCKS_FIT):
-        if train is not None:
-            check_blocks(graph, train)
-        return options
-    if train.mode != "sparse":
-        return replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
-    board = load_target(options.board)
-    arena = whole_arena(graph, train, in_place_convolutions=True)
-
-    def fits(config: TrainConfig) -> bool:
-        if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
-            return False
-        _, _, items = _layout(graph, arena, board, config, options.recompute)
-        return place(items, board.name, board.sram_budget_bytes, strict=False).fits
-
-    default = replace(train, blocks=DEFAULT_BLOCKS)
-    if train.blocks == BLOCKS_FIT and fits(default):
-        return replace(options, train=default)
-    most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
-               MAX_SUGGESTED_BLOCKS)
-    chosen = next((n for n in range(1, most + 1) if fits(replace(train, blocks=n))), None)
-    if chosen is None and train.blocks == BLOCKS_FIT:
-        return replace(options, train=default)  # nothing fits: refuse the default, naming why
-    return replace(options, train=replace(train, blocks=chosen or most))
-
-
-def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
-    """The build's --bp-layers auto and --blocks auto, chosen for its board (the default
-    blocks stay DEFAULT_BLOCKS when --bp-layers auto sizes the build)."""
-    train = options.train
-    if train is not None and train.bp_layers == BP_AUTO and train.blocks == BLOCKS_FIT:
-        return resolve_bp_layers(graph, replace(options, train=replace(train,
-                                                                       blocks=DEFAULT_BLOCKS)))
-    return resolve_blocks(graph, resolve_bp_layers(graph, options))
-
-
-def resolve_input_quantize(graph: Graph, options: BuildOptions) -> BuildOptions:
-    """--input-quantize auto (the default): the float32 input is quantized on the device
-    unless the build does not fit the board that way and does with the host quantizing it
-    (a quarter of the input bytes); a model without a leading float QUANTIZE: device."""
-    if options.input_quantize not in INPUT_QUANTIZE_MODES:
-        raise UserError(f"--input-quantize {options.input_quantize}: choose one of "
-                        f"{', '.join(INPUT_QUANTIZE_MODES)}")
-    if options.input_quantize != "auto":
-        return options
-    device, host = (replace(options, input_quantize=mode) for mode in ("device", "host"))
-    if not host_quantizable(graph) or _fits(graph, device) or not _fits(graph, host):
-        return device
-    return host
-
-
-def _fits(graph: Graph, options: BuildOptions) -> bool:
-    """Whether the build of ``options`` (input placement resolved) fits its board."""
-    try:
-        graph = device_graph(graph, options)
-        options = resolve_auto(graph, options)
-        board = load_target(options.board)
-        arena = build_arena(graph, options, board)
-        _, _, items = _layout(graph, arena, board, options.train, options.recompute)
-    except UserError:  # the build itself refuses: plan_project says why
-        return False
-    return place(items, board.name, board.sram_budget_bytes, strict=False).fits
-
-
-def device_graph(graph: Graph, options: BuildOptions) -> Graph:
-    """The graph the device runs: the model, or with --input-quantize host (or auto choosing
-    it) the model without its leading QUANTIZE ops."""
-    options = resolve_input_quantize(graph, options)
-    return quantize_inputs_on_host(graph) if options.input_quantize == "host" else graph
-
-
 def _inference_items(arena: ArenaPlan, board: Target,
                      training: TrainingCode | None = None) -> list[RamItem]:
     """What the linked firmware puts in SRAM besides the training buffers: a fit is judged on
@@ -260,7 +161,7 @@ def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan
 
     def fits(arena: ArenaPlan) -> bool:
         items = (_inference_items(arena, board) if train is None
-                 else _layout(graph, arena, board, train, options.recompute)[2])
+                 else layout(graph, arena, board, train, options.recompute)[2])
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
     whole = whole_arena(graph, train)
@@ -292,7 +193,7 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     if options.target in TARGET_NAMES:
         check_baud(board.name, options.baud)
     arena = build_arena(graph, options, board)
-    code, training, items = _layout(graph, arena, board, options.train, options.recompute)
+    code, training, items = layout(graph, arena, board, options.train, options.recompute)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
         tips = (_fitting_alternatives(graph, arena, board, options.train, options.recompute)
@@ -318,7 +219,7 @@ def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions
     return tips + default_suggestions(options.board)
 
 
-def _layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None,
+def layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None,
             recompute: str = "auto") -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
     """Layer code, training tables and the SRAM items of one build configuration."""
     if recompute not in RECOMPUTE_MODES + (EVERY,):
@@ -367,7 +268,7 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
                           train: TrainConfig, recompute: str) -> list[str]:
     """Sparse configurations of the same run that fit the board, for the refusal."""
     def total(config: TrainConfig) -> int | None:
-        _, _, items = _layout(graph, arena, board, config, recompute)
+        _, _, items = layout(graph, arena, board, config, recompute)
         placement = place(items, board.name, board.sram_budget_bytes, strict=False)
         return placement.total if placement.fits else None
 

@@ -1,5 +1,7 @@
-"""The TRAIN options of DESIGN.md section 8, validated once, shared by `simulate` and
-`build --train` (and recorded in the build manifest)."""
+"""The one definition of a training run: the TRAIN options of DESIGN.md section 8, their
+defaults and ranges, validated once. `build --train`, `simulate`, `device-time`, the Python
+API and the build manifest all read them from here (the command line's defaults are these
+fields' defaults), so the host's default run is the board's (issue 49)."""
 from __future__ import annotations
 
 import numbers
@@ -13,6 +15,9 @@ from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
 SCHEDULES = ("cosine", "constant")
 MODES = ("full", "sparse")
+#: --train auto: full training when its build fits the board, else sparse; the build's fit
+#: search (codegen/fit.py resolve_auto) resolves it before anything is planned
+MODE_AUTO = "auto"
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
 BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
 DEFAULT_BLOCKS = 4
@@ -28,7 +33,7 @@ class TrainConfig:
     (every CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED in order), empty = all of them."""
 
     steps: int = 100
-    queries: int = 100
+    queries: int = 50  # the paper's on-device Q, on the host too (DESIGN.md said 100 there)
     batch: int = 1
     lr: float = 0.01
     schedule: str = "cosine"
@@ -79,8 +84,8 @@ class TrainConfig:
             raise UserError(f"--estimator must be one of {', '.join(ESTIMATORS)}")
         if self.schedule not in SCHEDULES:
             raise UserError(f"--schedule must be one of {', '.join(SCHEDULES)}")
-        if self.mode not in MODES:
-            raise UserError(f"training mode must be one of {', '.join(MODES)}")
+        if self.mode not in MODES + (MODE_AUTO,):
+            raise UserError(f"--train must be one of {', '.join(MODES + (MODE_AUTO,))}")
         if not MIN_LR <= self.lr <= MAX_LR:  # also refuses nan and inf
             raise UserError(f"--lr must be a number in [{MIN_LR:.9g}, {MAX_LR:g}] (a normal "
                             f"float32) or auto (got {self.lr:g})")

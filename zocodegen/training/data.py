@@ -22,6 +22,7 @@ from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
 from .folders import InputSpec, read_folder
+from .guard import MIN_VAL_RECORDS
 from .hooks import Hook, hook_file
 from .plan import loss_head, training_plan
 
@@ -58,6 +59,9 @@ class Packed:
     val_derived: bool  # the val split was set aside from x (DATA.npz has no x_val)
     full_training_bytes: int | None  # checkpoint of the model's full training (with a model)
     shuffled: int | None = None  # the seed the train split was permuted with
+    counts: dict[str, tuple[int, ...]] | None = None  # split -> records per class
+    class_order: str = ""  # how class names became outputs (a folder's), for the summary
+    val_fraction: float | None = None  # the share set aside, when raised to the guard's need
 
 
 def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
@@ -140,6 +144,29 @@ def with_validation(arrays: dict[str, np.ndarray],
     train = np.setdiff1d(np.arange(len(arrays["y"])), val)
     return {**arrays, "x": arrays["x"][train], "y": arrays["y"][train],
             "x_val": arrays["x"][val], "y_val": arrays["y"][val]}
+
+
+def folder_val_fraction(y: np.ndarray, fraction: float, source: str) -> float:
+    """A folder without ``val/``: ``fraction``, or the smallest larger share (at most half
+    the images) whose :func:`validation_indices` give the guard its MIN_VAL_RECORDS, so
+    that a small folder trains with the default guard; refused in pack's terms otherwise."""
+    if fraction == 0.0:
+        return fraction
+    share, step = fraction, 1.0 / len(y)
+    while len(validation_indices(y, share)) < MIN_VAL_RECORDS and share + step <= 0.5:
+        share += step
+    if len(validation_indices(y, share)) < MIN_VAL_RECORDS:
+        raise DataError(f"{source} has {len(y)} training images: the training guard needs "
+                        f"{MIN_VAL_RECORDS} of them set aside for validation and at least as "
+                        f"many left to train on: add images (at least {2 * MIN_VAL_RECORDS}), "
+                        f"or add a {source}/val/<class>/ folder of {MIN_VAL_RECORDS} or more")
+    return share
+
+
+def class_counts(arrays: dict[str, np.ndarray], classes: int) -> dict[str, tuple[int, ...]]:
+    """Split name -> records per class (label order), for pack's summary."""
+    return {split: tuple(int(c) for c in np.bincount(arrays[yk], minlength=classes))
+            for split, (_, yk) in zip(("train", "val", "test"), SPLITS) if yk in arrays}
 
 
 def is_image(path: Path) -> bool:
@@ -239,6 +266,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         raise DataError("--labels, --preprocess, --normalize and --resize read a folder of "
                         f"files; {source} is not a folder")
     described: dict = {}
+    class_order = ""
     if folder:
         graph = load_model(model_path)
         logits, _ = loss_head(graph)
@@ -247,6 +275,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
                            preprocess, progress)
         arrays = read.arrays
         described = dict(class_names=read.class_names, preprocess=read.preprocess)
+        class_order = read.class_order
     else:
         arrays = _read_npz(data_path)
     names = {k for pair in SPLITS for k in pair}
@@ -270,6 +299,15 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         if quant is not None and not quant.per_channel:
             header.update(input_scale=quant.scalar_scale,
                           input_zero_point=quant.scalar_zero_point)
+    raised = None
+    if folder and "x_val" not in found:
+        raised = folder_val_fraction(found["y"], val_fraction, source)
+        val_fraction, raised = raised, raised if raised != val_fraction else None
+    elif folder and len(found["x_val"]) < MIN_VAL_RECORDS:
+        raise DataError(f"{source}/val has {len(found['x_val'])} images: the training guard "
+                        f"measures on at least {MIN_VAL_RECORDS}: add images to "
+                        f"{source}/val/<class>/, or remove val/ and pack sets "
+                        f"{MIN_VAL_RECORDS} training images aside")
     found = with_validation(found, val_fraction)
     if shuffle is None and folder:
         shuffle = FOLDER_SHUFFLE_SEED
@@ -287,5 +325,6 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
                             **header, **described)
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
+    counts = class_counts({"y": y, **found}, layout.num_classes)
     return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need,
-                  shuffle)
+                  shuffle, counts, class_order, raised)

@@ -34,6 +34,7 @@ import csv
 import json
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,7 @@ class FolderData:
     arrays: dict[str, np.ndarray]
     class_names: tuple[str, ...]
     preprocess: str
+    class_order: str  # how the labels became the model's outputs, said by pack
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,42 @@ def to_input(values: np.ndarray, spec: InputSpec, what: str) -> np.ndarray:
     raise DataError(f"the model's input dtype {spec.dtype} cannot be packed")
 
 
+def input_maker(spec: InputSpec, normalize: str = "auto", resize: str = "crop",
+                hook: str | Hook | None = None) -> tuple[Callable[[Path], np.ndarray], str]:
+    """(file -> the model's input, how: the text the image header records), the one
+    preprocessing `pack` and `infer --input photo.jpg` share."""
+    if resize not in RESIZE_MODES:
+        raise DataError(f"--resize {resize}: choose one of {', '.join(RESIZE_MODES)}")
+    if hook is not None:
+        function, name = load_hook(hook)
+
+        def from_hook(path: Path) -> np.ndarray:
+            return to_input(call_hook(function, name, path), spec,
+                            f"{path}: --preprocess {name} returned")
+        return from_hook, f"hook {name}"
+    preset = choose_normalize(spec, normalize)
+
+    def from_image(path: Path) -> np.ndarray:
+        return to_input(image_input(path, spec, resize, preset), spec, f"{path}: decoded to")
+    return from_image, f"{preset} {resize}"
+
+
+def recorded_maker(spec: InputSpec, recorded: str) -> Callable[[Path], np.ndarray]:
+    """The input maker of an image header's (or export's) record, e.g. "0..1 crop"; ""
+    (none recorded) is pack's default. A hook cannot be recorded, only named: refused."""
+    preset, _, resize = (recorded or "auto crop").partition(" ")
+    if preset == "hook" or preset not in ("auto", *NORMALIZE) or resize not in RESIZE_MODES:
+        raise DataError(f"the inputs were made by '{recorded}', not by decoding an image: make "
+                        "them with it and pass them as X.npy")
+    return input_maker(spec, preset, resize)[0]
+
+
 def _class_folders(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _files(folder: Path) -> list[Path]:
+def files_under(folder: Path) -> list[Path]:
+    """Every file under ``folder`` (hidden ones left out), in name order."""
     return sorted(p for p in folder.rglob("*") if p.is_file()
                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
@@ -256,7 +289,7 @@ def _labelled_from_folders(root: Path) -> tuple[dict[str, list[tuple[Path, Label
             raise DataError(f"{base} has no class subfolders")
         found[split] = []
         for folder in classes:
-            files = _files(folder)
+            files = files_under(folder)
             if not files and split == "train":
                 raise DataError(f"class folder {folder} is empty")
             label = _label(folder.name)
@@ -306,25 +339,10 @@ def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | No
                 progress: bool = True) -> FolderData:
     """Every file under ``root`` made into the model's input; DataError (one line) on the
     first file, class or label that cannot be used."""
-    if resize not in RESIZE_MODES:
-        raise DataError(f"--resize {resize}: choose one of {', '.join(RESIZE_MODES)}")
     found, places = (_labelled_from_file(root, labels) if labels is not None
                      else _labelled_from_folders(root))
     index = _class_index(places, num_classes)
-    if hook is not None:
-        function, name = load_hook(hook)
-        preprocess = f"hook {name}"
-
-        def make(path: Path) -> np.ndarray:
-            return to_input(call_hook(function, name, path), spec,
-                            f"{path}: --preprocess {name} returned")
-    else:
-        preset = choose_normalize(spec, normalize)
-        preprocess = f"{preset} {resize}"
-
-        def make(path: Path) -> np.ndarray:
-            return to_input(image_input(path, spec, resize, preset), spec,
-                            f"{path}: decoded to")
+    make, preprocess = input_maker(spec, normalize, resize, hook)
     arrays: dict[str, np.ndarray] = {}
     total = sum(len(v) for v in found.values())
     with tqdm(total=total, desc="pack", unit="file", disable=None if progress else True,
@@ -342,4 +360,7 @@ def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | No
     ordered = [""] * (max(index.values()) + 1)
     for label, k in index.items():
         ordered[k] = displayable(str(label))  # a folder name need not be UTF-8
-    return FolderData(arrays, tuple(ordered), preprocess)
+    where = "class folder" if labels is None else "--labels"
+    order = (f"{where} names in alphabetical order" if isinstance(next(iter(index)), str)
+             else f"{where} indices as given")
+    return FolderData(arrays, tuple(ordered), preprocess, order)

@@ -57,6 +57,18 @@ def guard_schedule(plan: TrainingPlan) -> GuardSchedule:
     return GuardSchedule(every, cfg.guard_samples, trial, LR_CANDIDATES)
 
 
+def trials_tied(losses: list[int], schedule_steps: int) -> str:
+    """The line that says --lr auto's trials could not tell the candidates apart (every
+    validation loss sum the same, e.g. after too short trials), and so which rule chose;
+    empty when they could."""
+    if len(losses) < 2 or len(set(losses)) > 1:
+        return ""
+    return (f"lr auto: the {len(losses)} trials cannot tell eta apart (the same validation "
+            f"loss after {schedule_steps} step(s) each: trials run {TRIAL_SHARE:.0%} of the "
+            f"run's steps, at least 1); ties keep the smallest, {LR_CANDIDATES[0]:g}: pass "
+            "--lr to choose, or run more --steps")
+
+
 def validation_count(available: int, schedule: GuardSchedule, what: str) -> int:
     """Records a check uses; refuses a validation split too small to measure."""
     if available < MIN_VAL_RECORDS:
@@ -92,6 +104,16 @@ def fall_margin(best_correct: int, records: int) -> int:
     2 (13 records of 101 at 40 %). The best is the maximum of many noisy checks, so a
     margin of one deviation called falls that were only noise."""
     return max(2, math.isqrt(8 * best_correct * (records - best_correct) // records))
+
+
+def new_best(score: Score, state: "GuardState", records: int) -> bool:
+    """Whether a check becomes the run's best. While the best is still the parameters from
+    before training (best_step 0), only by more than fall_margin: the best of a run's ~100
+    noisy checks on the same records is biased upward, and without the margin a run with
+    nothing to gain ended up to 3.1 test points below its start (docs/scale.md section 9)."""
+    if state.best_step == 0:
+        return score.correct > state.best.correct + fall_margin(state.best.correct, records)
+    return score.better_than(state.best)
 
 
 @dataclass(frozen=True)

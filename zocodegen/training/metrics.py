@@ -176,9 +176,28 @@ def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, classes: int) ->
     return counts
 
 
+def class_labels(names: Sequence[str], classes: int) -> list[str]:
+    """One label per model output: the packed class names, then "output k" for the outputs
+    no class was packed for (a folder of fewer classes than the model has outputs), so a
+    matrix's header is as wide as its rows."""
+    if not names:
+        return [str(k) for k in range(classes)]
+    return [str(n) for n in names][:classes] + [f"output {k}"
+                                                for k in range(len(names), classes)]
+
+
+def write_confusion(path: Path, counts: np.ndarray, names: Sequence[str],
+                    note: str = "") -> None:
+    """confusion.csv: the matrix, its header naming every column."""
+    labels = class_labels(names, len(counts))
+    np.savetxt(path, counts, fmt="%d", delimiter=",",
+               header=f"{note}rows: true class, columns: predicted class; classes: "
+               + ", ".join(labels))
+
+
 def format_confusion(counts: np.ndarray, names: Sequence[str] = ()) -> str:
     """The matrix as text, rows = true class, columns = predicted, with class names."""
-    names = [str(n) for n in names] or [str(k) for k in range(len(counts))]
+    names = class_labels(names, len(counts))
     width = max(4, *(len(n) for n in names), len(str(int(counts.max(initial=0)))))
     head = " " * width + " | " + " ".join(n[:width].rjust(width) for n in names)
     lines = ["true \\ predicted", head, "-" * len(head)]

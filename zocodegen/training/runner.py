@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from ..codegen.project import BuildOptions, resolve_auto
+from ..codegen.fit import fit, resolve_auto
+from ..codegen.project import BuildOptions, plan_project
 from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import file_sha256, write_atomic
 from ..frontends import load_model
 from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
-                      write_curves)
+                      write_confusion, write_curves)
 from . import checkpoint, simulator
-from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, TrainConfig
+from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
 from .data import Dataset, load_dataset
-from .guard import GuardState, guard_schedule, validation_count
+from .guard import GuardState, guard_schedule, trials_tied, validation_count
 from .plan import TrainingPlan, check_blocks, loss_head, training_plans
+
+#: Where a run's progress lines go: the command line passes print; the API is silent unless
+#: asked (docs/api.md).
+Say = Callable[[str], None]
+
+
+def silent(text: str) -> None:
+    """The API's default: no progress lines."""
+
+#: What simulate, train and export say when a run's result is its start.
+NO_IMPROVEMENT = "no validated improvement: the result equals the starting model"
+
+#: The loss summary compares the mean of this many first and last steps (fewer in a short
+#: run: half its steps each, so the two windows never overlap).
+LOSS_WINDOW = 50
 
 
 @dataclass(frozen=True)
@@ -34,8 +51,11 @@ class RunSummary:
     forward_evaluations: int  # query forwards (partial or full) over the run
     lr: float  # eta the run used (the --lr auto winner)
     rollbacks: int  # the training guard's
-    confusion: np.ndarray | None = None  # [true, predicted] counts on the test split
+    confusion: np.ndarray | None = None  # [true, predicted] counts on accuracy_split
     class_names: tuple[str, ...] = ()
+    accuracy_split: str | None = None  # "test", or "validation" when there is no test split
+    loss_window: int = LOSS_WINDOW  # first_loss / last_loss: means of this many steps
+    unchanged: str = ""  # why the result equals the starting model; "" when it does not
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -58,7 +78,7 @@ def _plan_of(plans: tuple[TrainingPlan, ...], ckpt: checkpoint.Checkpoint) -> Tr
 
 
 def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray,
-            progress: bool | None) -> simulator.BlockSelection:
+            progress: bool | None, say: Say) -> simulator.BlockSelection:
     """Sparse --block auto: the block trials, with a progress bar and one line per block."""
     size = simulator.trial_size(len(x), plans[0].config.trial_samples)
     steps = -(-size // plans[0].config.batch)
@@ -69,7 +89,7 @@ def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray
     finally:
         bar.close()
     for k, (correct, gain) in enumerate(zip(selection.correct, selection.gains)):
-        print(f"block {k}: held-out {selection.baseline} -> {correct} of {size} correct "
+        say(f"block {k}: held-out {selection.baseline} -> {correct} of {size} correct "
               f"({gain:+d}){'  <- selected' if k == selection.block else ''}")
     return selection
 
@@ -86,20 +106,23 @@ def _validation(data: Dataset, plan: TrainingPlan):
     return data.x_val[:count], data.y_val[:count], schedule
 
 
-def _lr_trials(graph, plan: TrainingPlan, params, data: Dataset, x_val, y_val, schedule
-               ) -> float:
+def _lr_trials(graph, plan: TrainingPlan, params, data: Dataset, x_val, y_val, schedule,
+               say: Say) -> float:
     """--lr auto, with one line per candidate (the device logs the same)."""
     lr, scores = simulator.choose_lr(graph, plan, params, data.x, data.y, x_val, y_val,
                                      schedule)
     for eta, score in zip(schedule.candidates, scores):
-        print(f"lr trial {eta:g}: {schedule.trial_steps} steps, validation "
-              f"{score.correct}/{len(y_val)} correct, loss {score.loss / 65536 / len(y_val):.4f}"
-              f"{'  <- chosen' if float(np.float32(eta)) == lr else ''}")
+        say(f"lr trial {eta:g}: {schedule.trial_steps} steps, validation "
+            f"{score.correct}/{len(y_val)} correct, loss {score.loss / 65536 / len(y_val):.4f}"
+            f"{'  <- chosen' if float(np.float32(eta)) == lr else ''}")
+    tied = trials_tied([score.loss for score in scores], schedule.trial_steps)
+    if tied:
+        say(tied)
     return lr
 
 
 def begin(graph, plan: TrainingPlan, params, data: Dataset,
-          ckpt: checkpoint.Checkpoint | None = None
+          ckpt: checkpoint.Checkpoint | None = None, say: Say = silent
           ) -> tuple[TrainingPlan, GuardState, simulator.Guard | None]:
     """A run's start as the device makes it: --lr auto trials and the guard's baseline on a
     new run, the guard state from the checkpoint on a resumed one. Returns the plan with the
@@ -110,16 +133,17 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     if ckpt is not None:
         state = simulator.guard_state(ckpt)
     elif config.lr_auto:
-        state = replace(state, lr=_lr_trials(graph, plan, params, data, x_val, y_val, schedule))
+        state = replace(state, lr=_lr_trials(graph, plan, params, data, x_val, y_val, schedule,
+                                             say))
     plan = replace(plan, config=replace(config, lr=state.lr))
     if not config.guard:
         return plan, state, None
     guard = simulator.Guard(x_val, y_val, schedule, state)
     if ckpt is None:
         score = guard.baseline(graph, plan, params)
-        print(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
-              f"records; before training {score.correct}/{len(y_val)} correct, loss "
-              f"{score.loss / 65536 / len(y_val):.4f}")
+        say(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
+            f"records; before training {score.correct}/{len(y_val)} correct, loss "
+            f"{score.loss / 65536 / len(y_val):.4f}")
     return plan, guard.state, guard
 
 
@@ -212,25 +236,47 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
     delete_run(out_dir)
 
 
+def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent
+              ) -> TrainConfig:
+    """The run a board takes. With ``target``: the one `build --target T` puts on it, from
+    the build's own fit search, refused with the build's message when it does not fit.
+    Without: --train auto is full training (no budget to fit) and --bp-layers / --blocks
+    auto are the DEFAULT_TARGET build's. Says each choice an auto option made."""
+    check_blocks(graph, config)
+    board = target or DEFAULT_TARGET
+    if target is None and config.mode == MODE_AUTO:
+        config = replace(config, mode="full")
+    if target is None:
+        options = resolve_auto(graph, BuildOptions("native", board, config))
+    else:
+        device, options = fit(graph, BuildOptions(target, board, config))
+        plan_project(device, options)  # a board refuses a build that does not fit it
+    chosen = options.train
+    picks = f"as `build --target {board}` picks"
+    if config.mode == MODE_AUTO:
+        say(f"--train auto: {chosen.mode} ({picks}"
+            + ("" if chosen.mode == "full" else "; full training does not fit") + ")")
+    if config.bp_layers == BP_AUTO:
+        say(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
+            f"back-propagation ({picks})")
+    if chosen.mode == "sparse" and (config.blocks == BLOCKS_AUTO
+                                    or (config.blocks == BLOCKS_FIT
+                                        and chosen.blocks != DEFAULT_BLOCKS)):
+        say(f"--blocks {'auto' if config.blocks == BLOCKS_AUTO else '(default)'}: "
+            f"{chosen.blocks} block(s) ({picks})")
+    return chosen
+
+
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
-             progress: bool | None = None, force: bool = False) -> RunSummary:
+             progress: bool | None = None, force: bool = False, say: Say = silent,
+             target: str | None = None) -> RunSummary:
+    """The run; its progress lines go to ``say`` and its bars show when ``progress`` (None:
+    when the output is a terminal). ``target``: the board whose build the run is."""
     graph = load_model(model_path)
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
-    config = steps_for(config, epochs, len(data.x))
-    check_blocks(graph, config)
-    if config.bp_layers == BP_AUTO or config.blocks in (BLOCKS_AUTO, BLOCKS_FIT):
-        # as the F746 build picks
-        chosen = resolve_auto(graph, BuildOptions("native", DEFAULT_TARGET, config)).train
-        if config.bp_layers == BP_AUTO:
-            print(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
-                  f"back-propagation (as `build --target {DEFAULT_TARGET}` picks)")
-        if config.mode == "sparse" and (config.blocks == BLOCKS_AUTO
-                                        or chosen.blocks != DEFAULT_BLOCKS):
-            print(f"--blocks {'auto' if config.blocks == BLOCKS_AUTO else '(default)'}: "
-                  f"{chosen.blocks} block(s) (as `build --target {DEFAULT_TARGET}` picks)")
-        config = chosen
+    config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say)
     plans = training_plans(graph, config)
     sha = file_sha256(Path(model_path))
     identity = run_identity(sha, data_path, config)
@@ -247,16 +293,17 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     if ckpt is not None:
         plan = _plan_of(plans, ckpt)
     elif len(plans) > 1:
-        selection = _select(graph, plans, data.x, data.y, progress)
+        selection = _select(graph, plans, data.x, data.y, progress, say)
         plan = plans[selection.block]
     else:
         plan = plans[0]
     params, first = simulator.initial_params(graph, plan), 0
+    start = {name: np.copy(value) for name, value in params.items()}  # for `unchanged`
     if ckpt is not None:  # the device goes on with the checkpoint's seed too
         plan = replace(plan, run_seed=ckpt.seed)
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
-    plan, state, guard = begin(graph, plan, params, data, ckpt)
+    plan, state, guard = begin(graph, plan, params, data, ckpt, say)
     best_path = out_dir / "best.bin"
     baseline = None
     if guard is not None:
@@ -272,12 +319,13 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
             guard.best_params = best
     y_val = None if guard is None else guard.y_val
     every = eval_every if eval_every is not None else max(1, config.steps // 20)
-    has_test = data.x_test is not None
-    before = (float((simulator.predict(graph, params, data.x_test) == data.y_test).mean())
+    split, x_acc, y_acc = _accuracy_split(data)
+    has_test = x_acc is not None
+    before = (float((simulator.predict(graph, params, x_acc) == y_acc).mean())
               if has_test else None)
     log = MetricsLog(out_dir / "metrics.csv", resume_at=first if ckpt is not None else None)
     write_atomic(out_dir / "run.json", (json.dumps({
-        "model": str(model_path), "data": str(data_path), **identity,
+        "model": str(model_path), "data": str(data_path), "target": target, **identity,
         "modes": [l.mode for l in plan.layers],
         "trainable_ops": [l.op_index for l in plan.layers], "block": plan.config.block,
         "selection": None if selection is None else {
@@ -296,7 +344,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     losses = []
     try:
         for record, params in simulator.run(graph, plan, params, data.x, data.y, first,
-                                            data.x_test, data.y_test, every if has_test else 0,
+                                            x_acc, y_acc, every if has_test else 0,
                                             guard):
             losses.append(record.loss)
             log.add(MetricsRow(record.step, record.loss, record.lr, record.accuracy,
@@ -307,7 +355,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                 checkpoint.save(best_path, simulator.to_checkpoint(plan, params, record.step,
                                                                    sha, guard.state))
             elif record.event:
-                bar.write(_event_line(record, guard))
+                (say if bar.disable else bar.write)(_event_line(record, guard))
             if record.accuracy is not None:
                 post["acc"] = f"{100 * record.accuracy:.1f}%"
                 checkpoint.save(ckpt_path, simulator.to_checkpoint(
@@ -324,21 +372,42 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     confusion = None
     if has_test:
         classes = graph.tensor(loss_head(graph)[0]).shape[-1]
-        confusion = confusion_matrix(data.y_test, simulator.predict(graph, params, data.x_test),
-                                     classes)
-        np.savetxt(out_dir / "confusion.csv", confusion, fmt="%d", delimiter=",",
-                   header="rows: true class, columns: predicted class"
-                   + (f"; classes: {', '.join(data.class_names)}" if data.class_names else ""))
+        confusion = confusion_matrix(y_acc, simulator.predict(graph, params, x_acc), classes)
+        write_confusion(out_dir / "confusion.csv", confusion, data.class_names,
+                        f"{split} split; ")
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
     record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0)
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
-    return RunSummary(config.steps, float(np.mean(losses[:50])) if losses else float("nan"),
-                      float(np.mean(losses[-50:])) if losses else float("nan"), before, after,
-                      per_step * (config.steps - first), state.lr,
-                      guard.state.rollbacks if guard else 0, confusion, data.class_names)
+    window = max(1, min(LOSS_WINDOW, len(losses) // 2))
+    return RunSummary(config.steps, float(np.mean(losses[:window])) if losses else float("nan"),
+                      float(np.mean(losses[-window:])) if losses else float("nan"), before,
+                      after, per_step * (config.steps - first), state.lr,
+                      guard.state.rollbacks if guard else 0, confusion, data.class_names,
+                      split if has_test else None, window,
+                      _unchanged(start, params, guard, ckpt is not None))
+
+
+def _accuracy_split(data: Dataset) -> tuple[str, np.ndarray | None, np.ndarray | None]:
+    """The split accuracy is measured on: test, else validation (as `train` measures on the
+    device), named in every line that prints it."""
+    if data.x_test is not None:
+        return "test", data.x_test, data.y_test
+    return "validation", data.x_val, data.y_val
+
+
+def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> str:
+    """Why the run's result equals the parameters it started from ("" when it differs): the
+    guard kept the start, no check having beaten it, or every update rounded to zero."""
+    if resumed or any(not np.array_equal(start[k], params[k]) for k in start):
+        return ""
+    if guard is not None and guard.state.best_step == 0:
+        best = guard.state.best
+        return (f"no check beat the start ({best.correct}/{len(guard.y_val)} validation "
+                "records correct before training)")
+    return "every update rounded to zero (try a larger --lr or more --queries)"
 
 
 def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:

@@ -1,0 +1,106 @@
+"""Issue 49's newcomer walkthrough on a generated folder: two classes, 60 small PNG and JPEG
+photos of mixed sizes (a quarter greyscale), no val/ or test/ folder, on a fixture model
+with more outputs than classes. pack, simulate, export and infer each succeed on the first
+try, every accuracy printed names its split, a run that kept its start says so, and the API
+prints nothing unless asked."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zocodegen
+from conftest import FIXTURES
+from zocodegen.cli import main
+from zocodegen.training.guard import MIN_VAL_RECORDS
+
+MODEL = FIXTURES / "digits_cnn.tflite"  # 8x8x1 int8, 10 outputs
+
+
+def _photos(root: Path, per_class: int = 30) -> Path:
+    """person/ (a bright centre) and no_person/ (noise), 40x30 to 100x80 pixels."""
+    rng = np.random.default_rng(49)
+    for name in ("person", "no_person"):
+        (root / name).mkdir(parents=True)
+        for k in range(per_class):
+            w, h = int(rng.integers(40, 100)), int(rng.integers(30, 80))
+            pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            if name == "person":
+                pixels[h // 4:3 * h // 4, w // 4:3 * w // 4] = 255
+            image = Image.fromarray(pixels) if k % 4 else Image.fromarray(pixels[..., 0], "L")
+            image.save(root / name / f"{k}.{'png' if k % 2 else 'jpg'}")
+    return root
+
+
+def _accuracies_name_their_split(text: str) -> None:
+    for line in text.splitlines():
+        if "accuracy" in line and "%" in line:
+            assert re.search(r"(validation|test) accuracy", line), line
+
+
+def test_walkthrough_small_folder(tmp_path, capsys):
+    photos = _photos(tmp_path / "photos")
+    image, run, tuned = tmp_path / "d.img", tmp_path / "run", tmp_path / "tuned.tflite"
+    assert main(["pack", str(photos), "-o", str(image), "--model", str(MODEL)]) == 0
+    out = capsys.readouterr().out
+    assert f"{MIN_VAL_RECORDS} val records" in out  # raised from 10 % of 60 = 6
+    assert "classes: 0 no_person, 1 person (the model's outputs 0..1" in out
+    assert "outputs 2..9 of the model's 10 have no class" in out
+    assert "per class: train 22 no_person, 22 person; val 8 no_person, 8 person" in out
+    assert "test: none" in out
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run),
+                 "--steps", "20"]) == 0
+    err = capsys.readouterr().err
+    _accuracies_name_their_split(err)
+    assert "validation accuracy" in err and "mean of the first / last 10 step(s)" in err
+    header, row = (run / "confusion.csv").read_text().splitlines()[:2]
+    names = header.split("classes: ")[1].split(", ")
+    assert names[:3] == ["no_person", "person", "output 2"] and len(names) == 10
+    assert len(row.split(",")) == len(names)
+    assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(tuned)]) == 0
+    capsys.readouterr()
+    assert main(["infer", str(tuned), "--input", str(photos / "person" / "1.png")]) == 0
+    assert capsys.readouterr().out.strip().endswith(": person")
+    assert main(["infer", str(tuned), "--input", str(photos)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 60
+
+
+def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):
+    photos = _photos(tmp_path / "photos")
+    image, run, same = tmp_path / "d.img", tmp_path / "run", tmp_path / "same.tflite"
+    assert main(["pack", str(photos), "-o", str(image), "--model", str(MODEL)]) == 0
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run),
+                 "--steps", "4", "--lr", "0.00001"]) == 0
+    assert "no validated improvement: the result equals the starting model: no check " \
+           "beat the start" in capsys.readouterr().err
+    assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(same)]) == 0
+    assert "the file equals the input model" in capsys.readouterr().err
+    assert same.read_bytes() == MODEL.read_bytes()
+
+
+def test_small_folders_refused_at_pack_with_the_folder_fix(tmp_path, capsys):
+    photos = _photos(tmp_path / "photos", per_class=10)
+    assert main(["pack", str(photos), "-o", str(tmp_path / "d.img"), "--model",
+                 str(MODEL)]) == 2
+    assert "add images" in capsys.readouterr().err and not (tmp_path / "d.img").exists()
+
+
+def test_the_api_prints_nothing_unless_asked(tmp_path, capsys):
+    photos = _photos(tmp_path / "photos")
+    image = tmp_path / "d.img"
+    zocodegen.pack(photos, image, model=MODEL, preprocess=lambda p: np.zeros((8, 8, 1)))
+    run = zocodegen.simulate(MODEL, image, tmp_path / "run", steps=4)
+    assert capsys.readouterr() == ("", "") and run.accuracy_split == "validation"
+    lines: list[str] = []
+    zocodegen.simulate(MODEL, image, tmp_path / "run2", steps=4, progress=lines.append)
+    assert any(line.startswith("guard:") for line in lines)
+
+
+@pytest.mark.parametrize("given", ["--output"])
+def test_infer_npy_still_needs_output(given, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.int8))
+    assert main(["infer", str(MODEL), "--input", str(tmp_path / "x.npy")]) == 2
+    assert given in capsys.readouterr().err

@@ -1,0 +1,207 @@
+"""`inspect MODEL --target BOARD`: can this model train on this board, and how fast?
+
+Inference, full training and sparse training are planned exactly as `build` plans them (the
+same fit search, ``codegen.fit.fit``, and memory plan), so a line that says a mode fits
+is the build that fits. A training step's device seconds are estimated without QEMU from
+the instructions each op costs (per MAC, per output element and per layer, by op family)
+and what a step adds to its forwards (perturbations, NP's outer products, updates), each
+measured under QEMU -icount (docs/training.md "Device time before a run"); `zocodegen
+device-time RUN` measures a simulated run's instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .codegen.fit import fit
+from .codegen.project import BuildOptions, plan_project
+from .codegen.training_code import TrainingCode
+from .errors import UserError
+from .ir import Graph, Op
+from .ops.table import macs
+from .target import Target, target_data
+from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig
+
+#: Instructions of one op, a * MACs + b * output elements + c, by op family: least squares
+#: over the per-layer counts of the profiling build (-DZO_PROFILE_LAYERS; benchmarks/
+#: inference.py) of the digits CNN and ResNet, the 64x64 MCUNet-class model, mcunet_tiny,
+#: multi_op, kws and ResNet-8 (137 layers), measured 2026-11-28 on the working tree of
+#: commit a1c096c. Whole inferences: within 7 % of QEMU for the CNNs (digits CNN +5 %,
+#: MCUNet-class -2.5 %, ResNet-8 -0.6 %).
+FAMILY_COST = {"CONV_2D 1x1": (1.072, 25.27, 1404.0), "CONV_2D kxk": (1.077, 52.88, 5850.0),
+               "DEPTHWISE_CONV_2D": (2.786, 13.89, 8676.0),
+               "FULLY_CONNECTED": (2.444, 61.45, 149.0), "ADD/MUL": (0.0, 49.75, 792.0),
+               "pooling": (0.0, 84.11, 719.0), "other": (0.0, 3.02, 319.0)}
+#: What a training step adds to its forwards, in instructions: per perturbed value and query
+#: (a WP weight or an NP node: the draw, applying it, WP's restore, the perturbed layer's own
+#: kernel), per NP layer MAC (the outer product of the node gradient with the layer input,
+#: with the clipping pass) and per trained parameter (the update). Effective figures, fitted
+#: (non-negative least squares, relative error) to training steps measured at Q = 2 and 3
+#: and their line at Q = 50 (host/device_time.py step_instructions, QEMU -icount): the
+#: digits CNN (N = 1 and 2) and ResNet, kws, and the MCUNet-class scale model (full on the
+#: H7B3, sparse blocks 0 and 2 on the F746), measured 2026-11-28. At Q = 50 every one of
+#: them is within 7 % of its measurement (tests/test_board_fit.py).
+PER_PERTURBED, PER_OUTER_MAC, PER_PARAMETER = 73.7, 14.4, 102.7
+#: Records a training epoch is quoted for: `inspect` sees no data.
+EPOCH_RECORDS = 1000
+
+
+def family(graph: Graph, op: Op) -> str:
+    """The op family whose costs FAMILY_COST holds (a 1x1 convolution has its own kernel)."""
+    if op.type == "CONV_2D":
+        kernel = graph.tensor(op.inputs[1]).shape  # OHWI
+        return "CONV_2D 1x1" if tuple(kernel[1:3]) == (1, 1) else "CONV_2D kxk"
+    if op.type in ("DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+        return op.type
+    if op.type in ("ADD", "MUL"):
+        return "ADD/MUL"
+    if op.type in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN"):
+        return "pooling"
+    return "other"
+
+
+def op_instructions(graph: Graph, op: Op) -> float:
+    per_mac, per_element, per_layer = FAMILY_COST[family(graph, op)]
+    return (per_mac * macs(graph, op) + per_element * graph.tensor(op.outputs[0]).size
+            + per_layer)
+
+
+def step_instructions(graph: Graph, training: TrainingCode, model: int = 0) -> float:
+    """Estimated instructions of one training step of ``training``'s model ``model`` (a
+    sparse build's block): N clean forwards, per trained layer and query the forward from
+    where its queries restart to the logits, and what the step adds to them."""
+    ops = [op_instructions(graph, op) for op in graph.ops]
+    end = training.logits_op + 1
+    sides = 2 if training.perturb.two_sided else 1
+    per_query = 0.0
+    fixed = training.batch * sum(ops[:end])
+    for layer in (L for L in training.layers if L.block == model):
+        node = layer.mode == "ZO_TRAIN_NP"
+        own = layer.op + 1 if node else layer.op
+        start = layer.restart_op if 0 <= layer.restart_op < layer.op else own
+        perturbed = layer.output_count if node else layer.weight_count
+        per_query += sum(ops[start:end]) + PER_PERTURBED * perturbed
+        if node:  # h(z - 1), h(z + 1) and the outer product, once a step and sample
+            fixed += training.batch * (2 * ops[layer.op]
+                                       + PER_OUTER_MAC * macs(graph, graph.ops[layer.op]))
+        fixed += PER_PARAMETER * (layer.weight_count + layer.bias_count)
+    return fixed + training.queries * sides * training.batch * per_query
+
+
+def clock_hz(board: str) -> float:
+    return float(target_data(board)["clock_hz"])
+
+
+@dataclass(frozen=True)
+class ModeFit:
+    """One build of the model for the board: inference, full or sparse training."""
+
+    mode: str  # "inference", "full", "sparse"
+    sram_bytes: int | None  # None: not planned (refused before memory, see ``note``)
+    flash_data_bytes: int | None
+    fits: bool
+    option: str  # the build options of this line, e.g. "--train sparse --blocks 6"
+    step_seconds: tuple[float, ...] = ()  # training: per model (a sparse build's blocks)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BoardFit:
+    """`inspect --target`: each mode against the board, and the mode `--train auto` takes."""
+
+    board: Target
+    modes: tuple[ModeFit, ...]
+    queries: int
+    batch: int
+    link_seconds: float  # one training record over the host link
+
+    @property
+    def chosen(self) -> ModeFit | None:
+        """What `build --train auto` / `simulate --target` train: full, else sparse."""
+        return next((m for m in self.modes if m.mode != "inference" and m.fits), None)
+
+    def as_dict(self) -> dict:
+        return {"target": self.board.name, "sram_budget_bytes": self.board.sram_budget_bytes,
+                "flash_bytes": self.board.flash_bytes, "queries": self.queries,
+                "batch": self.batch, "train_auto": self.chosen.mode if self.chosen else None,
+                "modes": [{"mode": m.mode, "sram_bytes": m.sram_bytes,
+                           "flash_data_bytes": m.flash_data_bytes, "fits": m.fits,
+                           "option": m.option, "step_seconds": list(m.step_seconds),
+                           "note": m.note} for m in self.modes]}
+
+
+def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
+    """The build of ``train`` (None: inference) for ``board``, as `build` plans it."""
+    mode = "inference" if train is None else train.mode
+    try:
+        device, options = fit(graph, BuildOptions("native", board, train))
+        plan = plan_project(device, options)  # a native build reports, never refuses
+    except UserError as exc:
+        return ModeFit(mode, None, None, False, f"--train {mode}", note=str(exc))
+    option = "--train none" if train is None else f"--train {mode}"
+    seconds: tuple[float, ...] = ()
+    if plan.training is not None:
+        resolved = options.train
+        if resolved.mode == "sparse" and resolved.blocks != DEFAULT_BLOCKS:
+            option += f" --blocks {resolved.blocks}"
+        if resolved.bp_layers:
+            option += f" --bp-layers {resolved.bp_layers}"
+        seconds = tuple(step_instructions(device, plan.training, k) / clock_hz(board)
+                        for k in range(len(plan.training.models)))
+    return ModeFit(mode, plan.placement.total, plan.code.flash_bytes,
+                   plan.placement.fits and plan.code.flash_bytes <= plan.board.flash_bytes,
+                   option, seconds)
+
+
+def board_fit(graph: Graph, board: Target, run: TrainConfig, link_seconds: float
+              ) -> BoardFit:
+    """Inference, full and sparse training of ``run`` (the command line's default run, its
+    mode set per line) on ``board``."""
+    modes = [_plan(graph, board.name, None)]
+    modes += [_plan(graph, board.name, replace(run, mode=mode)) for mode in MODES]
+    return BoardFit(board, tuple(modes), run.queries, run.batch, link_seconds)
+
+
+def _seconds(value: float) -> str:
+    if value < 1:
+        return f"{1000 * value:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
+
+
+def describe(found: BoardFit) -> list[str]:
+    """The lines `inspect --target` prints first: the answer, then each mode."""
+    board, chosen = found.board, found.chosen
+    if chosen is None:
+        answer = (f"training does not fit the {board.name}: neither full nor sparse "
+                  "training (see below for what needs how much)")
+    else:
+        answer = (f"trains on the {board.name}: {chosen.mode} training fits "
+                  f"(`build --target {board.name} {chosen.option}`; `--train auto` and "
+                  f"`simulate --target {board.name}` pick it)")
+    lines = [answer]
+    for m in found.modes:
+        if m.sram_bytes is None:
+            lines.append(f"  {m.mode:9} refused: {m.note}")
+            continue
+        verdict = "fits" if m.fits else "DOES NOT FIT"
+        lines.append(f"  {m.mode:9} SRAM {m.sram_bytes / 1024:7.1f} of "
+                     f"{board.sram_budget_bytes / 1024:.1f} KB, flash data "
+                     f"{m.flash_data_bytes / 1024:.1f} of {board.flash_bytes / 1024:.0f} KB: "
+                     f"{verdict}" + (f" ({m.option})" if m.mode != "inference" else ""))
+        if m.step_seconds:
+            lines.append("            " + _step_line(found, m))
+    return lines
+
+
+def _step_line(found: BoardFit, m: ModeFit) -> str:
+    """Estimated device time of a step and of an epoch of EPOCH_RECORDS records."""
+    slowest = max(m.step_seconds)
+    steps = -(-EPOCH_RECORDS // found.batch)
+    epoch = steps * slowest + EPOCH_RECORDS * found.link_seconds
+    blocks = (f" (blocks {', '.join(_seconds(s) for s in m.step_seconds)}; the device "
+              "picks one)" if len(m.step_seconds) > 1 else "")
+    return (f"a step at Q = {found.queries}, N = {found.batch}: about "
+            f"{_seconds(slowest)}{blocks}; an epoch of {EPOCH_RECORDS:,} records about "
+            f"{_seconds(epoch)} (estimated without QEMU: within 7 % of `device-time` where "
+            "measured, docs/training.md)")
