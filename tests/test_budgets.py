@@ -53,16 +53,18 @@ def test_paper_budget_links(tmp_path, model, target, train, sram_kb, flash_kb, b
 
 
 @needs_qemu
-def test_full_training_on_the_1024kb_budget_under_qemu(tmp_path):
+@pytest.mark.parametrize("estimator", ["adaptive", "np-channel"])
+def test_full_training_on_the_1024kb_budget_under_qemu(estimator, tmp_path):
     """One full step (all 45 layers, Q = 1) on QEMU with the H7B3 budget in its linker
-    script: checkpoint byte-identical to the simulator's on the same image."""
+    script: checkpoint byte-identical to the simulator's on the same image (np-channel:
+    channel-wise bias perturbation where adaptive perturbs the weights)."""
     rng = np.random.default_rng(11)
     x = rng.integers(-128, 128, size=(6, 64, 64, 3)).astype(np.int8)
     y = rng.integers(0, 10, size=6)
     image = tmp_path / "data.img"
     pack_image(image, x[:4], y[:4], x_test=x[4:], y_test=y[4:], num_classes=10,
                checkpoint_bytes=1 << 20)
-    config = TrainConfig(steps=1, queries=1, lr=0.01)
+    config = TrainConfig(steps=1, queries=1, lr=0.01, estimator=estimator)
     elf = cached_build(MODEL, "qemu", emulate="stm32h7b3", train=config)
     run = tmp_path / "run"
     # without -icount: the instruction counts are the benchmark's business, not this test's
@@ -71,7 +73,8 @@ def test_full_training_on_the_1024kb_budget_under_qemu(tmp_path):
     assert trainer.run().steps == 1
     sim = tmp_path / "sim"
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(sim), "--steps", "1",
-                 "--queries", "1", "--lr", "0.01", "--no-guard"]) == 0
+                 "--queries", "1", "--lr", "0.01", "--no-guard",
+                 "--estimator", estimator]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()
 
 

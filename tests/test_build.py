@@ -126,14 +126,16 @@ TRAINING_ITEMS = ("trainable parameters", "gradient buffer", "saved activations"
 @needs_arm
 @pytest.mark.parametrize("target", ["stm32f746", "stm32h7b3"])
 @pytest.mark.parametrize("model", ["kws_ref_model.tflite", "pretrainedResnet_quant.tflite"])
-@pytest.mark.parametrize("train", ["none", "full", "sparse"])
+@pytest.mark.parametrize("train", ["none", "full", "sparse", "np-channel"])
 def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model, train):
     """`make firmware` links with zero warnings (-Wall -Wextra) for inference, full training
-    and sparse training with on-device block selection, and arm-none-eabi-size finds the
-    arena, the training buffers and the stack exactly where and as large as
-    memory_report.json says."""
+    (adaptive, and np-channel: channel-wise bias perturbation, zo_estimate_ch.c) and sparse
+    training with on-device block selection, and arm-none-eabi-size finds the arena, the
+    training buffers and the stack exactly where and as large as memory_report.json says."""
     out = tmp_path / "fw"
-    assert main(["build", str(shared_model(model)), "--target", target, "--train", train,
+    options = (["--train", "full", "--estimator", train] if train == "np-channel"
+               else ["--train", train])
+    assert main(["build", str(shared_model(model)), "--target", target, *options,
                  "-o", str(out)]) == 0
     _make(out, "firmware")
     report = json.loads((out / "memory_report.json").read_text())

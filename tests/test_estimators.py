@@ -96,3 +96,17 @@ def test_every_registered_estimator_equals_the_simulator_natively(name, tmp_path
     """Three steps on the digits CNN: the native firmware's checkpoint is the simulator's."""
     config = TrainConfig(steps=10, queries=4, lr=0.1, estimator=name)
     _check_against_simulator("fixture:digits_cnn.tflite", "native", 3, tmp_path, config)
+
+
+def test_channel_estimators_refuse_a_layer_without_biases():
+    """CH trains per-channel biases: a trainable layer with none is named, not crashed on."""
+    from dataclasses import replace as dc_replace
+    from zocodegen.frontends import load_model
+    from zocodegen.training.plan import training_plans, trainable_ops
+    graph = load_model(REPO / "tests" / "fixtures" / "digits_cnn.tflite")
+    first = trainable_ops(graph)[0]
+    op = graph.ops[first]
+    graph.ops[first] = dc_replace(op, inputs=(op.inputs[0], op.inputs[1], ""))
+    for name in ("channel", "np-channel"):
+        with pytest.raises(UserError, match="trainable layer 0's per-channel biases"):
+            training_plans(graph, TrainConfig(estimator=name))

@@ -19,8 +19,10 @@ from zocodegen.formats import link as p
 from zocodegen.formats.image import pack_image
 from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
-from zocodegen.training.guard import MIN_VAL_RECORDS, Score, fall_margin
+from zocodegen.training.guard import MIN_VAL_RECORDS, GuardState, Score, fall_margin, new_best
+from zocodegen.training.plan import training_plans
 from zocodegen.training.runner import simulate
+from zocodegen.training.simulator import initial_params, validation_score
 
 HAVE_ARM = bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
 ENGINES = [pytest.param("native", id="native"),
@@ -46,6 +48,24 @@ def digits_image(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def hard_image(tmp_path_factory) -> Path:
+    """As digits_image, but its 24 validation records are ones the model gets wrong: a start
+    of 0 of 24, so that a new best can clear the start's margin (training/guard.new_best)."""
+    tmp = tmp_path_factory.mktemp("guard-hard")
+    graph = load_model(MODEL)
+    d = digits_npz(tmp / "d.npz", graph.tensor(graph.inputs[0]).quant)
+    plan = training_plans(graph, TrainConfig())[0]
+    params = initial_params(graph, plan)
+    wrong = [k for k in range(60, len(d["x"])) if validation_score(
+        graph, plan, params, d["x"][k:k + 1], d["y"][k:k + 1]).correct == 0][:24]
+    path = tmp / "hard.img"
+    pack_image(path, d["x"][:60], d["y"][:60], num_classes=10, checkpoint_bytes=1 << 16,
+               x_val=d["x"][wrong], y_val=d["y"][wrong], x_test=d["x_test"][:40],
+               y_test=d["y_test"][:40])
+    return path
+
+
 def _device_run(config: TrainConfig, engine: str, image: Path
                 ) -> tuple[bytes, list[p.Event]]:
     graph = load_model(MODEL)
@@ -62,8 +82,9 @@ CASES = [
     TrainConfig(steps=6, queries=3, lr_auto=True, guard=True, guard_every=2, guard_samples=20),
     # eta far too large: validation falls, the guard rolls back and halves eta
     TrainConfig(steps=6, queries=3, lr=3.0, guard=True, guard_every=1),
-    # a rollback, then a new best that undoes its halving (the bold-driver rule)
-    TrainConfig(steps=8, queries=2, lr=0.5, guard=True, guard_every=1),
+    # a rollback, then a new best that undoes its halving (the bold-driver rule), on
+    # hard_image, where a best can clear the start's margin
+    TrainConfig(steps=12, queries=2, lr=0.5, guard=True, guard_every=1),
 ]
 
 
@@ -73,11 +94,12 @@ CASES = [
     pytest.param("native", CASES[2], id="rollback-then-best-native"),
     # QEMU: the rollback case (lr trials on QEMU: tests/test_training.py, per-sample NP)
     pytest.param("qemu", CASES[1], id="rollback-qemu", marks=ENGINES[1].marks)])
-def test_guard_firmware_equals_simulator(config, engine, digits_image, tmp_path):
+def test_guard_firmware_equals_simulator(config, engine, digits_image, hard_image, tmp_path):
+    image = hard_image if config is CASES[2] else digits_image
     run = tmp_path / "run"
-    simulate(MODEL, digits_image, run, config, progress=False)
+    simulate(MODEL, image, run, config, progress=False)
     expected = (run / "checkpoint.bin").read_bytes()
-    got, device_events = _device_run(config, engine, digits_image)
+    got, device_events = _device_run(config, engine, image)
     assert got == expected
     events = [r.event for r in read_metrics(run / "metrics.csv") if r.event]
     decisions = [e.decision.name.lower() for e in device_events
@@ -102,6 +124,17 @@ def test_score_rules():
     assert not Score(50 - margin - 1, 1000).falls_below(best, 64)  # the loss did not rise
     assert not Score(50 - margin, 1200).falls_below(best, 64)
     assert Score(50, 1251).falls_below(best, 64) and not Score(50, 1250).falls_below(best, 64)
+
+
+def test_a_best_must_clear_the_start_by_the_margin():
+    """The start is beaten only by more than fall_margin; later bests by any improvement."""
+    start = GuardState(lr=0.01, best_step=0, best=Score(41, 1000))
+    margin = fall_margin(41, 101)  # 13
+    assert not new_best(Score(41 + margin, 1), start, 101)
+    assert new_best(Score(41 + margin + 1, 5000), start, 101)
+    later = GuardState(lr=0.01, best_step=40, best=Score(60, 1000))
+    assert new_best(Score(61, 5000), later, 101) and new_best(Score(60, 999), later, 101)
+    assert not new_best(Score(60, 1000), later, 101)
 
 
 def test_simulate_guard_is_never_worse_on_validation(digits_image, tmp_path):
@@ -132,13 +165,13 @@ def test_too_little_validation_data_is_refused(argv, message, tmp_path, capsys):
 
 
 def test_sparse_block_auto_with_the_defaults_through_the_cli(digits_image, tmp_path):
-    """`build --train sparse` and `simulate --mode sparse` with the CLI's defaults (block
+    """`build --train sparse` and `simulate --train sparse` with the CLI's defaults (block
     trials, then lr trials and the guard on the chosen block), then `train --native`: the
     same checkpoint and best parameters, and the guard's decisions in both metrics.csv."""
     options = ["--steps", "6", "--queries", "2", "--trial-samples", "8", "--guard-every", "2"]
     sim = tmp_path / "sim"
     assert main(["simulate", str(MODEL), "--data", str(digits_image), "-o", str(sim),
-                 "--mode", "sparse", *options]) == 0
+                 "--train", "sparse", *options]) == 0
     project = tmp_path / "fw"
     assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", *options,
                  "-o", str(project)]) == 0

@@ -118,7 +118,7 @@ typedef struct {
     int32_t input_zero_point;
     uint32_t checkpoint_bytes; /* 0 without training */
     uint32_t flags;            /* ZO_LINK_FLAG_* */
-    uint8_t estimator;         /* 0 adaptive, 1 wp, 2 np */
+    uint8_t estimator;         /* --estimator's wire code (docs/link.md) */
     uint8_t mode;              /* 0 full, 1 sparse */
     uint8_t block;             /* ZO_LINK_NO_BLOCK unless sparse */
     uint8_t blocks;

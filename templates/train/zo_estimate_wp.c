@@ -201,14 +201,7 @@ void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t s
  * weights, then each layer's update, in forward order. */
 void zo_finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta)
 {
-    const zo_train_layer *L = &m->layers[last];
-    if (L->next_op != L->op) {
-        for (uint32_t n = 0; n < m->batch; ++n) {
-            zo_advance_saved(m, L, n);
-            zo_save_spans(L->next_restart, L->next_restart_count, model_arena(),
-                          saved_slot(m, L + 1, n));
-        }
-    }
+    zo_advance_all(m, &m->layers[last]);
     for (uint32_t i = first; i <= last; ++i) {
         const zo_train_layer *W = &m->layers[i];
         ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);

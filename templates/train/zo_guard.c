@@ -61,12 +61,6 @@ static int measure(const zo_train_model *m, zo_image *img, uint32_t records, sco
     return ZO_TRAIN_OK;
 }
 
-static int better(const score *a, const zo_train_state *s)
-{
-    return a->correct > s->best_correct
-           || (a->correct == s->best_correct && a->loss < s->best_loss);
-}
-
 static uint32_t isqrt(uint32_t v)
 {
     uint32_t r = 0u;
@@ -76,15 +70,32 @@ static uint32_t isqrt(uint32_t v)
     return r;
 }
 
-/* A fall, not noise (training/guard.py): more than max(2, isqrt(8 c (V - c) / V)) fewer
- * correct than the best's c with a higher loss sum (two standard deviations of a difference
- * of two counts), or a loss sum a quarter above the best's. */
-static int falls(const score *a, const zo_train_state *s, uint32_t records)
+/* Two standard deviations of a difference of two counts of V records at the best's c
+ * correct: max(2, isqrt(8 c (V - c) / V)) (training/guard.py fall_margin). */
+static uint32_t fall_margin(const zo_train_state *s, uint32_t records)
 {
     const uint64_t c = s->best_correct;
     const uint32_t spread = isqrt((uint32_t)(8u * c * (records - c) / records));
-    const uint32_t margin = spread > 2u ? spread : 2u;
-    return (a->correct + margin < s->best_correct && a->loss > s->best_loss)
+    return spread > 2u ? spread : 2u;
+}
+
+/* A new best (training/guard.py new_best): while the best is still the parameters from
+ * before training, only by more than the fall margin, as the maximum of many noisy checks
+ * is biased upward; after that, more correct, or as many with a lower loss sum. */
+static int better(const score *a, const zo_train_state *s, uint32_t records)
+{
+    if (s->best_step == 0u) {
+        return a->correct > s->best_correct + fall_margin(s, records);
+    }
+    return a->correct > s->best_correct
+           || (a->correct == s->best_correct && a->loss < s->best_loss);
+}
+
+/* A fall, not noise: more than the fall margin fewer correct than the best with a higher
+ * loss sum, or a loss sum a quarter above the best's. */
+static int falls(const score *a, const zo_train_state *s, uint32_t records)
+{
+    return (a->correct + fall_margin(s, records) < s->best_correct && a->loss > s->best_loss)
            || a->loss > s->best_loss + s->best_loss / 4;
 }
 
@@ -220,7 +231,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
-    if (better(&sc, s)) {
+    if (better(&sc, s, records)) {
         s->halvings -= s->halvings > 0u ? 1u : 0u; /* a new best undoes a halving */
         s->falling = 0u;
         s->best_step = done;

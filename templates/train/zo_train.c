@@ -103,6 +103,20 @@ void zo_advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t
     run_layers(L->restart_op, (int32_t)L->next_op - 1);
 }
 
+/* Every sample's saved activations advanced past layer L to the next trainable layer's
+ * slots (nothing when L is the last). */
+void zo_advance_all(const zo_train_model *m, const zo_train_layer *L)
+{
+    if (L->next_op == L->op) {
+        return;
+    }
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        zo_advance_saved(m, L, n);
+        zo_save_spans(L->next_restart, L->next_restart_count, model_arena(),
+                      saved_slot(m, L + 1, n));
+    }
+}
+
 /* ---- the step ----------------------------------------------------------------------------- */
 
 void zo_train_init(const zo_train_model *m, zo_train_state *s)
@@ -285,6 +299,10 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
                 if (ends_group(m, i)) {
                     zo_finish_wp_group(m, group_first, i, eta);
                 }
+#if ZO_TRAIN_CHANNEL
+            } else if (L->mode == ZO_TRAIN_CH) {
+                zo_estimate_ch(m, L, seed, (eta * L->gscale) * m->inv_nq);
+#endif
             } else {
                 zo_estimate_np(m, L, seed, (eta * L->gscale) * m->inv_nq);
             }

@@ -19,6 +19,7 @@
 #define ZO_TRAIN_NP 1 /* node perturbation: perturb layer i's pre-activation, rerun from i + 1 */
 #define ZO_TRAIN_BP 2 /* back-propagation through the head (--bp-layers, zo_backprop.c) */
 #define ZO_TRAIN_INT8 3 /* ElasticZO-INT8: two-point sign estimate, integer-only (int8.py) */
+#define ZO_TRAIN_CH 4 /* channel-wise node perturbation: one xi per output channel, biases only */
 
 #define ZO_TRAIN_CONV 0
 #define ZO_TRAIN_DEPTHWISE 1
@@ -46,7 +47,7 @@ typedef struct {
 
 typedef struct {
     uint8_t kind;     /* ZO_TRAIN_CONV / _DEPTHWISE / _FC */
-    uint8_t mode;     /* ZO_TRAIN_WP / ZO_TRAIN_NP / ZO_TRAIN_BP (always the last layers) */
+    uint8_t mode;     /* ZO_TRAIN_WP / _NP / _CH / _INT8 / _BP (always the last layers) */
     uint16_t seed_index; /* i of S(t, i) */
     uint16_t op;      /* model layer index */
     uint16_t next_op; /* first layer of the next trainable layer (== op when this is the last) */
@@ -91,8 +92,8 @@ typedef struct {
     /* the layer's kernel parameters: the geometry of the NP / BP outer product */
     const zo_conv_params *conv; /* CONV / DEPTHWISE */
     const zo_fc_params *fc;     /* FC */
-    /* NP: the layer's kernel parameters with the output zero point moved by each delta a
-     * perturbation can take (ZO_NP_SHIFTS of them, zo_train.c), so the kernel writes
+    /* NP, CH: the layer's kernel parameters with the output zero point moved by each delta
+     * a perturbation can take (ZO_NP_SHIFTS of them, zo_train_engine.h), so the kernel writes
      * h(z + delta), z the pre-activation and h the fused activation's clamp
      * (docs/training.md). */
     const zo_conv_params *conv_shifted; /* CONV / DEPTHWISE */

@@ -7,7 +7,9 @@
  *                        zo_update_rules.h its per-weight arithmetic, inline
  *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
  *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
- *   zo_estimate_np.c     node perturbation: queries on the pre-activation
+ *   zo_node_queries.c    queries on a perturbed pre-activation, shared by NP and CH
+ *   zo_estimate_np.c     node perturbation: the node gradient of the pre-activation
+ *   zo_estimate_ch.c     channel-wise node perturbation: the per-channel biases only
  *   zo_estimate_split.c  --estimator split (FedSPZO)
  *   zo_estimate_int8.c   --estimator int8 (ElasticZO-INT8), integer only
  *   zo_estimate_bp.c     --bp-layers (ElasticZO): the last layers by back-propagation
@@ -38,6 +40,17 @@
 #define ZO_TRAIN_NODE_GRADIENTS (ZO_TRAIN_BACKPROP || !ZO_TRAIN_INTEGER_ONLY)
 /* forwards per query: theta + z, and theta - z when --two-sided */
 #define ZO_SIDES (ZO_TRAIN_TWO_SIDED ? 2u : 1u)
+
+/* NP and CH precompute h(z + delta) for every delta a perturbation can take: -1, +1 for
+ * Rademacher values, -2..2 for uniform ones (0: the clean h(z), which the queries
+ * overwrite in the arena). ZO_NP_SHIFT(x) is the buffer of delta x (zo_node_queries.c). */
+#if ZO_PERTURB_MAX == 1
+#define ZO_NP_SHIFTS 2u
+#define ZO_NP_SHIFT(x) ((x) > 0 ? 1u : 0u)
+#else
+#define ZO_NP_SHIFTS (2u * ZO_PERTURB_MAX + 1u)
+#define ZO_NP_SHIFT(x) ((uint32_t)((x) + ZO_PERTURB_MAX))
+#endif
 
 /* ---- profiling (-DZO_PROFILE_TRAIN; zo_train.c) ------------------------------------------ */
 #ifdef ZO_PROFILE_TRAIN
@@ -103,6 +116,7 @@ static inline void run_layers(int32_t first, int32_t last)
 
 /* ---- zo_train.c -------------------------------------------------------------------------- */
 void zo_advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n);
+void zo_advance_all(const zo_train_model *m, const zo_train_layer *L);
 int32_t zo_logits_loss(const zo_train_model *m, const int8_t *logits, int32_t label);
 int32_t zo_loss_q16(const zo_train_model *m, int32_t label);
 void zo_refold(const zo_train_layer *L);
@@ -141,8 +155,18 @@ void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
 int32_t zo_slot_loss(const zo_train_model *m, uint32_t b, int32_t label);
 void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed);
 
+/* ---- zo_node_queries.c ------------------------------------------------------------------- */
+/* Sample n's Q queries of layer L perturbed `width` wide (NP: d_a, CH: channels): h(z +
+ * delta) into `shifted` (ZO_NP_SHIFTS x d_a bytes), then the loss differences d[0..Q). */
+void zo_node_queries(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                     uint32_t n, uint32_t width, int8_t *shifted, int32_t *d);
+
 /* ---- zo_estimate_np.c -------------------------------------------------------------------- */
 void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                    float coef);
+
+/* ---- zo_estimate_ch.c -------------------------------------------------------------------- */
+void zo_estimate_ch(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                     float coef);
 
 /* ---- zo_estimate_split.c ----------------------------------------------------------------- */

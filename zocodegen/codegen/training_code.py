@@ -141,8 +141,10 @@ class TrainLayerCode:
     @property
     def has_geometry(self) -> bool:
         """Its engine calls the kernel with its own parameters: NP's outer product, BP's,
-        and WP's batched queries (single WP queries and INT8 run the model's layer)."""
-        return self.mode not in ("ZO_TRAIN_INT8", "ZO_TRAIN_WP") or bool(self.query_batch)
+        and WP's batched queries (single WP queries and INT8 run the model's layer, CH
+        its shifted copies alone)."""
+        return (self.mode in ("ZO_TRAIN_NP", "ZO_TRAIN_BP")
+                or (self.mode == "ZO_TRAIN_WP" and bool(self.query_batch)))
 
     @property
     def geometry_use(self) -> str:
@@ -156,12 +158,14 @@ class TrainLayerCode:
 
     @property
     def has_shifted(self) -> bool:
-        """NP: its parameters with the output offset moved (h(z + delta), zo_estimate_np.c)."""
-        return self.mode == "ZO_TRAIN_NP"
+        """NP, CH: its parameters with the output offset moved (h(z + delta),
+        zo_node_queries.c)."""
+        return self.mode in ("ZO_TRAIN_NP", "ZO_TRAIN_CH")
 
     @property
     def shifted_pointers(self) -> tuple[str, str]:
-        """.conv_shifted and .fc_shifted: NP's parameters with the output offset moved."""
+        """.conv_shifted and .fc_shifted: NP's / CH's parameters with the output offset
+        moved."""
         return self._by_kind(f"{self.symbol}_shifted" if self.has_shifted else None)
 
     def _by_kind(self, own: str | None) -> tuple[str, str]:
@@ -295,6 +299,11 @@ class TrainingCode:
     query_macs: int = 0  # per step, of the query forwards without recomputation
 
     @property
+    def channel(self) -> bool:
+        """Some layer trains by channel-wise node perturbation (zo_estimate_ch.c)."""
+        return any(layer.mode == "ZO_TRAIN_CH" for layer in self.layers)
+
+    @property
     def query_sum_count(self) -> int:
         """Q query sums, or split's P_1 + P_2."""
         return self.queries * (1 + 2 * self.inner_queries) if self.split else self.queries
@@ -352,6 +361,8 @@ class TrainingCode:
             return (f"none: every layer's gradient region is in arena bytes dead during its "
                     f"estimate (arena tail +{self.arena_tail} B)")
         text = "largest per-layer need: NP node gradient / WP gradient + weight backup"
+        if self.channel:
+            text += " / CH channel gradient"
         if self.head:
             text += " / the BP head's activations and errors"
         if in_arena:
@@ -500,7 +511,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     query_batch = query_batch_code(graph, code, plans, saved_offsets, len(plans) > 1)
     if query_batch is not None:  # before the groups: batched layers restart on their own
         layers = [replace(L, query_batch=query_batch.layer(L.op))
-                  if L.mode in ("ZO_TRAIN_WP", "ZO_TRAIN_NP") else L for L in layers]
+                  if L.mode in ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_CH") else L
+                  for L in layers]
     if plans[0].split:
         grad_words = plans[0].gradient_bytes() // 4
     else:

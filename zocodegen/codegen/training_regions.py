@@ -2,9 +2,9 @@
 restart (pure; docs/memory.md "Training buffers in dead arena bytes").
 
 Each trained layer needs, while it is estimated, a *gradient region* (WP: int32 gradient +
-weight backup; NP: node gradient + h(z + delta); INT8: generator states + backup) and the
-*saved activations* its queries restart from (what a forward from its restart op reads
-from before that op, one slot per sample). Both go into arena bytes that no op running
+weight backup; NP: node gradient + h(z + delta); CH: channel gradient + h(z + delta); INT8:
+generator states + backup) and the *saved activations* its queries restart from (what a
+forward from its restart op reads from before that op, one slot per sample). Both go into arena bytes that no op running
 while they are live touches, or past the arena's end: the arena's storage then grows by
 the largest overhang (the *tail*).
 
@@ -36,7 +36,7 @@ from ..planner import ArenaPlan
 
 ALIGN = 8
 #: estimators whose gradient region is only live during their own layer's (group's) estimate
-ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_INT8")
+ZO_MODES = ("ZO_TRAIN_WP", "ZO_TRAIN_NP", "ZO_TRAIN_CH", "ZO_TRAIN_INT8")
 #: estimators whose update can wait for the group's end: WP's deferred state is its
 #: gradient region alone (NP's update also reads the layer's saved input, INT8's the query
 #: sums that the next layer's queries overwrite)

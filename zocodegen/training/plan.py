@@ -34,7 +34,9 @@ class TrainableLayer:
     output_count: int  # d_a
     channels: int
     channel_inner: int
-    mode: str  # "WP", "NP", "INT8" (ElasticZO-INT8) or "BP" (back-propagation, --bp-layers)
+    # "WP", "NP", "CH" (channel-wise node perturbation: the per-channel biases only),
+    # "INT8" (ElasticZO-INT8) or "BP" (back-propagation, --bp-layers)
+    mode: str
     gscale: np.float32  # NQ / (NQ + d - 1); BP: Q, so that the coefficient is eta / N
     weight_inv_s2: np.ndarray  # float32 (channels,)
     bias_inv_s2: np.ndarray  # float32 (channels,)
@@ -52,6 +54,8 @@ class TrainableLayer:
         perturbs the weights only: a bias LSB (s_in * s_w) is far below a weight LSB, so a
         +-1 bias perturbation does not move the loss and its estimate would be pure noise
         (which 1/s_b^2 scaling then amplifies); biases are trained where NP is used."""
+        if self.mode == "CH":
+            return self.channels
         return self.weight_count if self.mode == "WP" else self.output_count
 
     @property
@@ -162,6 +166,8 @@ class TrainingPlan:
             return 4 * self.config.queries + _align4(layer.weight_count)
         if layer.mode == "WP":
             return 4 * layer.weight_count + _align4(layer.weight_count)
+        if layer.mode == "CH":  # the int32 channel gradient and h(z + delta) per shift
+            return 4 * layer.channels + _align4(len(self.node_shifts) * layer.output_count)
         if layer.mode == "NP":
             return (4 * layer.output_count + _align4(len(self.node_shifts) * layer.output_count)
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
@@ -253,7 +259,7 @@ def _inv_s2(graph: Graph, op: Op, mode: str, channels: int) -> tuple[np.ndarray,
     s_ref = s_c.max()
     w = np.full(channels, 1.0 / s_ref ** 2)
     b = np.full(channels, 1.0 / (s_in * s_ref) ** 2)
-    if mode in ("NP", "BP"):
+    if mode in ("NP", "CH", "BP"):
         chain = linear_multipliers(graph, op)  # s_in s_c / s_out
         w, b = w * chain, b * chain
     return w.astype(np.float32), b.astype(np.float32)
@@ -424,12 +430,17 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
         channels, inner = _channels(graph, op)
         d_a = graph.tensor(op.outputs[0]).size
         mode = "BP" if i in bp else estimator.layer_mode(weights.size + bias_count, d_a)
+        if mode == "CH" and not bias:
+            raise UserError(f"--estimator {estimator.name} trains trainable layer {i}'s "
+                            f"per-channel biases, and its {op.type} has none: leave it out "
+                            f"with --layers, or pick another --estimator")
         total_d += weights.size if mode != "BP" else 0
         drafts.append((i, k, op, bias, weights.size, bias_count, d_a, channels, inner, mode))
     layers = []
     for position, (i, k, op, bias, w_count, b_count, d_a, channels, inner, mode) in enumerate(
             drafts):
-        d = total_d if estimator.whole_model else (w_count if mode in ("WP", "INT8") else d_a)
+        d = total_d if estimator.whole_model else {"WP": w_count, "INT8": w_count,
+                                                   "CH": channels}.get(mode, d_a)
         q_layer = q
         if split:  # model-wise within each block: d of the block, P_1 or P_2 perturbations
             block = drafts[:split] if position < split else drafts[split:]
@@ -447,7 +458,7 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
             crossing_tensors(graph, k + 1, logits_op),
-            rule.layer_shift(d) if mode in ("WP", "NP") else 0))
+            rule.layer_shift(d) if mode in ("WP", "NP", "CH") else 0))
     other = [f"{layer.index} ({layer.mode})" for layer in layers if layer.mode != "WP"]
     if config.record_scalars and other:
         raise UserError(f"--record-scalars: only weight-perturbation layers can be replayed "

@@ -20,7 +20,7 @@ from ..ir import Graph
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
-from .guard import FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, lr_scale
+from .guard import FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, lr_scale, new_best
 from .plan import TrainingPlan
 from .prng import step_seed
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
@@ -235,7 +235,7 @@ class Guard:
             return params, None, ""
         score = validation_score(graph, plan, params, self.x_val, self.y_val)
         event = ""
-        if score.better_than(self.state.best):  # and undo one halving (bold driver)
+        if new_best(score, self.state, len(self.y_val)):  # and undo one halving (bold driver)
             self.state = replace(self.state, best_step=done, best=score, falling=0,
                                  halvings=max(0, self.state.halvings - 1))
             self.best_params, event = params, "best"

@@ -143,6 +143,14 @@ def update_layer(plan: TrainingPlan, layer: TrainableLayer, params: Params,
         params[layer.bias] = apply_biases(params[layer.bias], deltas)
 
 
+def update_biases(plan: TrainingPlan, layer: TrainableLayer, params: Params,
+                  grad: np.ndarray, eta_t: np.float32) -> None:
+    """CH: the per-channel biases from their gradient (int32); the weights stay."""
+    coef = step_coefficient(eta_t, layer.gscale, plan.inv_nq)
+    deltas = update_deltas(coef, layer.bias_inv_s2, grad, np.arange(layer.channels))
+    params[layer.bias] = apply_biases(params[layer.bias], deltas)
+
+
 def int8_update(layer: TrainableLayer, params: Params, grad: np.ndarray, bits: int,
                  halvings: int, seed: int) -> None:
     """G rounded to ``bits`` bits (one more bit of shift per guard halving), subtracted from

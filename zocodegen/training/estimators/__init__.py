@@ -4,13 +4,13 @@ line's choices, TrainConfig's refusals, the plan's layer modes and forwards, HEL
 code, and which C files of templates/train a build renders."""
 from __future__ import annotations
 
-from . import adaptive, int8, mezo, node, split, wp
+from . import adaptive, channel, int8, mezo, node, np_channel, split, wp
 from .base import BP_SOURCES, CORE_SOURCES, Estimator
 
 #: By wire code, which is also the order of --estimator's choices.
 REGISTRY: dict[str, Estimator] = {e.name: e for e in sorted(
     (adaptive.ESTIMATOR, wp.ESTIMATOR, node.ESTIMATOR, mezo.ESTIMATOR, int8.ESTIMATOR,
-     split.ESTIMATOR), key=lambda e: e.wire_code)}
+     split.ESTIMATOR, channel.ESTIMATOR, np_channel.ESTIMATOR), key=lambda e: e.wire_code)}
 NAMES = tuple(REGISTRY)
 BY_WIRE_CODE = {e.wire_code: e for e in REGISTRY.values()}
 

@@ -11,7 +11,10 @@ from .layerwise import step as layerwise_step
 #: Engine files every firmware compiles (templates/train; zo_train_engine.h lists them all).
 CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c")
 #: The float engine every WP / NP estimator runs on.
-FLOAT_SOURCES = ("zo_update.c", "zo_node_gradient.c", "zo_estimate_wp.c", "zo_estimate_np.c")
+FLOAT_SOURCES = ("zo_update.c", "zo_node_gradient.c", "zo_estimate_wp.c", "zo_node_queries.c",
+                 "zo_estimate_np.c")
+#: ... and channel-wise node perturbation (CH layers) besides.
+CHANNEL_SOURCES = FLOAT_SOURCES + ("zo_estimate_ch.c",)
 #: --bp-layers, with any estimator: the last layers by back-propagation (ElasticZO).
 BP_SOURCES = ("zo_node_gradient.c", "zo_estimate_bp.c")
 
@@ -30,7 +33,7 @@ class Estimator:
     wire_code: int  # HELLO's estimator field (docs/link.md): never reuse a retired code
     summary: str  # one line for --help and docs
     sources: tuple[str, ...]  # engine files beyond CORE_SOURCES; () = no firmware
-    # (weights + biases, pre-activations) of a trained layer -> "WP", "NP" or "INT8"
+    # (weights + biases, pre-activations) of a trained layer -> "WP", "NP", "CH" or "INT8"
     layer_mode: Callable[[int, int], str]
     two_point: bool = False  # every query is two forwards, theta + z and theta - z
     halves_difference: bool = False  # the estimate is (l+ - l-) / 2 (SPSA), not l+ - l

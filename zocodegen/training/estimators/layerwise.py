@@ -14,7 +14,8 @@ from .. import int8, wavefront
 from ..prng import sample_seed, step_seed
 from ..step_parts import (Params, StepBatch, accumulate_int32, int8_update, loss_differences,
                           losses_q16, node_to_parameter_gradient, perturbed_weights,
-                          pre_activation, tile, update_layer, wp_gradient, wp_perturbations)
+                          pre_activation, tile, update_biases, update_layer, wp_gradient,
+                          wp_perturbations)
 
 if TYPE_CHECKING:
     from ..plan import TrainableLayer, TrainingPlan
@@ -28,7 +29,8 @@ class _LayerQueries:
     layer: TrainableLayer
     seed: int
     group: wavefront.QueryGroup
-    perturbations: np.ndarray  # WP: xi (Q, d_w); INT8: z (Q, d_w); NP: xi (Q, N, d_a)
+    perturbations: np.ndarray  # WP: xi (Q, d_w); INT8: z (Q, d_w); NP: xi (Q, N, d_a);
+    # CH: xi (Q, N, channels)
     z: np.ndarray | None = None  # NP: the clean pre-activations (N, d_a)
 
 
@@ -52,10 +54,13 @@ def _layer_queries(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, para
         return _LayerQueries(layer, seed, group, xi)
     lo, hi = output_range(graph, layer.op)
     z = pre_activation(graph, layer, env).reshape(n, -1)
-    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), cfg.queries
-                                            * layer.output_count, layer.perturb_shift)
-                   .reshape(cfg.queries, layer.output_count) for k in range(n)], axis=1)
-    nodes = np.concatenate([np.clip(z[None] + sign * xi.astype(np.int64), lo, hi)
+    width = layer.channels if layer.mode == "CH" else layer.output_count
+    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), cfg.queries * width,
+                                            layer.perturb_shift)
+                   .reshape(cfg.queries, width) for k in range(n)], axis=1)
+    # CH: every position of channel c moves by the same xi_c (channels are innermost)
+    shift = np.tile(xi, layer.output_count // width).astype(np.int64)
+    nodes = np.concatenate([np.clip(z[None] + sign * shift, lo, hi)
                             .astype(np.int8) for sign in ((1, -1) if cfg.two_sided else (1,))])
     group = wavefront.QueryGroup(layer.op_index, nodes=nodes.reshape(
         (-1,) + env[layer.output].shape[1:]))
@@ -77,6 +82,10 @@ def _finish_layer(graph: Graph, plan: TrainingPlan, queries: _LayerQueries, para
                      cfg.b_zo, halvings, queries.seed)
         return
     diffs = loss_differences(plan, losses[:count], losses[count:] if cfg.two_sided else clean)
+    if layer.mode == "CH":  # the per-channel bias gradient: sum_q D_qn xi_qnc per sample
+        gb = np.einsum("qn,qnc->nc", diffs, queries.perturbations.astype(np.int64))
+        update_biases(plan, layer, params, accumulate_int32(gb), eta_t)
+        return
     if layer.mode == "WP":
         sums = diffs.sum(axis=1)
         if record is not None:

@@ -1,0 +1,52 @@
+/*
+ * Channel-wise node perturbation (--estimator channel, and np-channel's layers where
+ * adaptive would perturb the weights): node perturbation with one xi per output channel,
+ * added at every position of the channel, which trains the per-channel biases alone
+ * (d = channels; numpy twin: the "CH" branches of zocodegen/training/estimators/
+ * layerwise.py). The queries are NP's (zo_node_queries.c) with `channels` draws each.
+ */
+#include "zo_train_engine.h"
+#include "zo_update_rules.h"
+
+/* Sample n's share of the channel gradient: g_c += sum_q D_q xi_qc, the draws of the
+ * sample's stream replayed (`channels` per query, as the queries drew them). The
+ * simulator's int64 sums agree while no partial sum leaves int32: always with Rademacher
+ * draws (N Q terms, |D| <= diff_limit = (2^31 - 1) / (N Q)); uniform ones (|xi| <= 2)
+ * would need N Q >= 512 loss differences near 2^21 of one sign, and sat_s32 keeps even
+ * that defined. */
+static void channel_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                             uint32_t n, int32_t *g)
+{
+    zo_perturb_stream replay;
+    zo_perturb_start(&replay, zo_sample_seed(seed, n), L->perturb_shift);
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    for (uint32_t q = 0; q < m->queries; ++q) {
+        const int32_t d = m->query_sums[q];
+        for (uint32_t c = 0; c < L->channels; ++c) {
+            g[c] = sat_s32((int64_t)g[c] + (int64_t)zo_perturb_next(&replay) * d);
+        }
+    }
+    ZO_PROFILE_END();
+}
+
+/* Layer L's N samples' queries, the channel gradient summed over them, the saved
+ * activations advanced with the old biases, then the biases' update (no clipping: the
+ * weights stay, and --max-step bounds weight steps). */
+void zo_estimate_ch(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                    float coef)
+{
+    int32_t *g = layer_gradient(m, L); /* channels int32, then h(z + delta): d_a bytes each */
+    int8_t *shifted = (int8_t *)(g + L->channels);
+    memset(g, 0, L->channels * sizeof g[0]);
+    for (uint32_t n = 0; n < m->batch; ++n) {
+        zo_node_queries(m, L, seed, n, L->channels, shifted, m->query_sums);
+        channel_gradient(m, L, seed, n, g);
+    }
+    zo_advance_all(m, L);
+    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
+    for (uint32_t c = 0; L->bias && c < L->bias_count; ++c) {
+        update_bias(L, coef, c, g[c]);
+    }
+    ZO_PROFILE_END();
+    zo_refold(L);
+}
