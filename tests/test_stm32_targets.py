@@ -157,7 +157,8 @@ def write_project(root: Path, target: str, arena_region=None, arena_bytes=ARENA_
     (root / "include" / "firmware.h").write_text(f"#define FIRMWARE_BAUD {DEFAULT_BAUD}u\n")
     for name in PLATFORM_FILES(target):
         (platform_dir / name.rsplit("/", 1)[1].removesuffix(".j2")).write_text(
-            render(name, target=target, target_info=target_info(target)))
+            render(name, target=target, target_info=target_info(target),
+                   platform_dir=f"src/platform/{target}"))
     (platform_dir / f"{target}.ld").write_text(render_linker(target, arena_region))
     (root / "src" / "main.c").write_text(MAIN_C % {"arena": arena_bytes})
     (root / "Makefile").write_text(MAKEFILE % {"t": target})

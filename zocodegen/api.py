@@ -199,7 +199,8 @@ def run_build(args: argparse.Namespace) -> BuildResult:
     plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
-                                             recompute=args.recompute, baud=args.baud), out,
+                                             recompute=args.recompute, baud=args.baud,
+                                             library=args.as_library), out,
                     force=args.force)
     return BuildResult(Path(out), plan)
 

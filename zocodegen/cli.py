@@ -227,6 +227,11 @@ def cmd_build(args: argparse.Namespace) -> None:
               and plan.training.blocks != DEFAULT_BLOCKS):
             print(f"--blocks: {plan.training.blocks} block(s), the fewest that fit the "
                   f"{plan.board.name} budget ({DEFAULT_BLOCKS} do not; --blocks N sets them)")
+    if plan.options.library:
+        print(f"next: include {out / 'library.mk'} in your firmware's Makefile and "
+              f"#include \"zo_library.h\" (it states the SRAM); the example: make -C "
+              f"{out / 'example'}")
+        return
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")

@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", choices=TARGET_NAMES, default=DEFAULT_TARGET,
                    help="for native/qemu: the board whose SRAM budget applies (default "
                         f"{DEFAULT_TARGET})")
+    p.add_argument("--as-library", action="store_true",
+                   help="a board: the model (and training engine) as sources and one header, "
+                        "include/zo_library.h, for your own firmware (no main, startup or "
+                        "clocks), plus example/ that links it (docs/firmware.md)")
     p.add_argument("--train", choices=("none", *MODES, MODE_AUTO), default="none",
                    help="also generate the on-device zeroth-order training engine: full "
                         "(every selected layer), sparse (one block of them), or auto (full "

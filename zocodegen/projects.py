@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from .codegen.fit import fit
+from .codegen.library import render_library
 from .codegen.project import BuildOptions, ProjectPlan, plan_project, render_project
 from .codegen.project_files import write_project
 from .errors import UserError
@@ -31,8 +32,9 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
     graph = graph if graph is not None else load_model(model_path)
     graph, options = fit(graph, options)
     plan = plan_project(graph, options)
-    return plan, render_project(graph, Path(model_path).read_bytes(), Path(model_path).name,
-                                options, plan)
+    render = render_library if options.library else render_project
+    return plan, render(graph, Path(model_path).read_bytes(), Path(model_path).name, options,
+                        plan)
 
 
 def generate(model_path: Path, options: BuildOptions, out_dir: Path,

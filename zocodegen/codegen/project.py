@@ -80,6 +80,7 @@ class BuildOptions:
     # for the least SRAM; off never
     recompute: str = "auto"
     baud: int = link.DEFAULT_BAUD  # the host link's line on a board (firmware.h FIRMWARE_BAUD)
+    library: bool = False  # --as-library: sources and zo_library.h for a firmware (library.py)
 
     @property
     def board(self) -> str:
@@ -299,7 +300,7 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
     return tips
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     roots = {
         "templates": resources.files("zocodegen.templates"),
         "qemu": resources.files("zocodegen.qemu").joinpath("board"),
@@ -319,7 +320,7 @@ def _c_rows(values: np.ndarray) -> str:
                      for i in range(0, len(flat), VALUES_PER_LINE))
 
 
-def _listing(env: jinja2.Environment, prefix: str) -> list[str]:
+def listing(env: jinja2.Environment, prefix: str) -> list[str]:
     return sorted(n for n in env.list_templates()
                   if n.startswith(prefix + "/") and "__" not in n and not n.endswith(".md"))
 
@@ -327,10 +328,51 @@ def _listing(env: jinja2.Environment, prefix: str) -> list[str]:
 def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: BuildOptions,
                    plan: ProjectPlan) -> dict[str, str]:
     """Relative path -> file content of the whole project (pure)."""
-    env = _environment()
+    env = environment()
+    context = render_context(graph, model_bytes, model_name, options, plan)
+    files: dict[str, str] = {}
+
+    def render(template: str, dest: str) -> None:
+        files[dest] = env.get_template(template).render(context)
+
+    render_model(env, context, files, plan)
+    render("templates/project/firmware.h.j2", "include/firmware.h")
+    render("templates/project/Makefile.j2", "Makefile")
+    render("templates/project/main.c", "src/main.c")  # plain C: firmware.h carries the data
+    for template in listing(env, "templates/platform/native"):
+        render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
+    files["include/zo_link_messages.h"] = link.c_header()
+    for template in listing(env, "templates/link"):
+        base = template.rsplit("/", 1)[1]
+        if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
+            render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
+    for template in listing(env, "qemu"):
+        base = template.rsplit("/", 1)[1]
+        if base != "platform.h":
+            render(template, "src/platform/qemu/" + base.removesuffix(".j2"))
+    if options.target in TARGET_NAMES:
+        _render_board(env, options.target, context, plan.placement, files)
+    return finish(files, graph, context, plan)
+
+
+def finish(files: dict[str, str], graph: Graph, context: dict, plan: ProjectPlan,
+           **manifest: object) -> dict[str, str]:
+    """The memory report and, last, the signed manifest of every file (project_files.py):
+    how a project and a library (library.py) end. ``manifest``: entries to add to it."""
+    files["memory_report.txt"] = report_text(graph, plan.arena, plan.placement,
+                                             flash=_flash(plan)) + "\n"
+    files["memory_report.json"] = json.dumps(
+        report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
+    files[MANIFEST] = sign(dict(_manifest(context, plan, plan.options), **manifest), files)
+    return files
+
+
+def render_context(graph: Graph, model_bytes: bytes, model_name: str, options: BuildOptions,
+                   plan: ProjectPlan) -> dict:
+    """What every template of a build sees: the project's and the library's (library.py)."""
     board = plan.board
     model_name = _printable(model_name)
-    context = dict(
+    return dict(
         version=__version__, target=options.target,
         model=dict(name=model_name, source=model_name,
                    sha256=hashlib.sha256(model_bytes).hexdigest(),
@@ -349,41 +391,26 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
                        "(not for this target: regenerate with --target "
                        f"{'|'.join(TARGET_NAMES)})"),
     )
-    files: dict[str, str] = {}
 
+
+def render_model(env: jinja2.Environment, context: dict, files: dict[str, str],
+                 plan: ProjectPlan, leave_out: frozenset[str] = frozenset()) -> None:
+    """The model's code, its kernels and, when it trains, the training engine and tables:
+    what the project and the library (library.py) both compile. ``leave_out``: engine files
+    (templates/train) the build does without."""
     def render(template: str, dest: str) -> None:
         files[dest] = env.get_template(template).render(context)
 
-    for name in ("model.c", "model.h", "weights.c", "weights.h", "firmware.h", "Makefile"):
-        folder = "" if name == "Makefile" else ("include/" if name.endswith(".h") else "src/")
-        render(f"templates/project/{name}.j2", folder + name)
-    render("templates/project/main.c", "src/main.c")  # plain C: firmware.h carries the data
+    for name in ("model.c", "model.h", "weights.c", "weights.h"):
+        render(f"templates/project/{name}.j2", ("include/" if name.endswith(".h") else "src/")
+               + name)
     render("templates/project/platform.h", "include/platform.h")
-    for template in _listing(env, "templates/kernels"):
+    for template in listing(env, "templates/kernels"):
         base = template.rsplit("/", 1)[1]
         render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
-    for template in _listing(env, "templates/platform/native"):
-        render(template, "src/platform/native/" + template.rsplit("/", 1)[1])
     files["include/zo_status.h"] = status.c_header()
-    files["include/zo_link_messages.h"] = link.c_header()
-    for template in _listing(env, "templates/link"):
-        base = template.rsplit("/", 1)[1]
-        if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
-            render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
     if plan.training is not None:
-        _render_training(env, render, options.train.estimator, plan.training)
-    for template in _listing(env, "qemu"):
-        base = template.rsplit("/", 1)[1]
-        if base != "platform.h":
-            render(template, "src/platform/qemu/" + base.removesuffix(".j2"))
-    if options.target in TARGET_NAMES:
-        _render_board(env, options.target, context, plan.placement, files)
-    files["memory_report.txt"] = report_text(graph, plan.arena, plan.placement,
-                                             flash=_flash(plan)) + "\n"
-    files["memory_report.json"] = json.dumps(
-        report_dict(graph, plan.arena, plan.placement, flash=_flash(plan)), indent=2) + "\n"
-    files[MANIFEST] = sign(_manifest(context, plan, options), files)
-    return files
+        _render_training(env, render, plan.options.train.estimator, plan.training, leave_out)
 
 
 #: The block device of every firmware: the host serves the image over the host link.
@@ -391,16 +418,16 @@ LINK_BLOCKDEV = "blockdev_link.c"
 
 
 def _render_training(env: jinja2.Environment, render, estimator: str,
-                     training: TrainingCode) -> None:
+                     training: TrainingCode, leave_out: frozenset[str]) -> None:
     """The training engine (templates/train: the files this build uses) and the model's
     training tables."""
     render("templates/project/training.c.j2", "src/training.c")
     render("templates/project/training.h.j2", "include/training.h")
     render("templates/project/zo_train_config.h.j2", "include/zo_train_config.h")
     used = engine_sources(estimator, backprop=bool(training.head))
-    for template in _listing(env, "templates/train"):
+    for template in listing(env, "templates/train"):
         base = template.rsplit("/", 1)[1]
-        if base in used or base not in ENGINE_SOURCES:
+        if (base in used or base not in ENGINE_SOURCES) and base not in leave_out:
             render(template, ("include/" if base.endswith(".h") else "src/train/") + base)
 
 
@@ -463,23 +490,36 @@ def _arena_region(data: dict, placement: Placement) -> str:
     return data["linker"]["default_arena_region"]
 
 
+def render_board_sources(env: jinja2.Environment, target: str, context: dict,
+                         placement: Placement, files: dict[str, str], folder: str,
+                         platform_dir: str) -> dict:
+    """The STM32 support files (startup, reset, clocks and USART, linker script, platform.mk)
+    into ``folder``; ``platform_dir`` is that folder as the including Makefile sees it.
+    Returns the context they were rendered with."""
+    data = target_data(target)
+    board_context = dict(context, target_info=data, platform_dir=platform_dir,
+                         arena_region=_arena_region(data, placement))
+    for template in listing(env, "targets/common") + listing(env, f"targets/{target}"):
+        base = template.rsplit("/", 1)[1]
+        if base == "target.json" or base.startswith("board_"):
+            continue
+        files[folder + base.removesuffix(".j2")] = env.get_template(template).render(
+            board_context)
+    return board_context
+
+
 def _render_board(env: jinja2.Environment, target: str, context: dict, placement: Placement,
                   files: dict[str, str]) -> None:
     """STM32 support files, platformio.ini and (H7B3) the board JSON PlatformIO lacks."""
     data = target_data(target)
-    board_context = dict(context, target_info=data,
-                         arena_region=_arena_region(data, placement))
-    for template in _listing(env, "targets/common") + _listing(env, f"targets/{target}"):
-        base = template.rsplit("/", 1)[1]
-        if base == "target.json" or base.startswith("board_"):
-            continue
-        files["src/platform/" + target + "/" + base.removesuffix(".j2")] = \
-            env.get_template(template).render(board_context)
+    folder = f"src/platform/{target}"
+    board_context = render_board_sources(env, target, context, placement, files, folder + "/",
+                                         folder)
     files["platformio.ini"] = env.get_template("templates/project/platformio.ini.j2").render(
         board_context)
     files["pio_link_flags.py"] = env.get_template("templates/project/pio_link_flags.py").render(
         board_context)
-    for template in _listing(env, f"targets/{target}"):
+    for template in listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
         if base.startswith("board_") and base.endswith(".json.j2"):
             board_id = data.get("platformio_board_id", base.removeprefix("board_")
