@@ -35,6 +35,30 @@ def test_rows_are_consistent_with_the_engine_files():
     assert ENGINE_SOURCES | set(CORE_SOURCES) <= listed, "zo_train_engine.h's file list"
 
 
+def _c_functions(path: Path) -> tuple[set[str], set[str]]:
+    """(the functions a C file defines with external linkage, the names it calls), its
+    comments left out."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)
+    defined = set(re.findall(r"^(?!static\b)[A-Za-z_][\w \t*]*?\b(\w+)\s*\([^;{}]*\)\s*\{",
+                             text, flags=re.M))
+    return defined, set(re.findall(r"\b(\w+)\s*\(", text)) - defined
+
+
+def test_the_engines_calls_point_downward():
+    """No estimator file calls a function another one defines (their shared parts are below
+    them, zo_step_parts.c), and zo_train.c is called back only through zo_train.h."""
+    estimators = {p.name: _c_functions(p) for p in sorted(TRAIN.glob("zo_estimate_*.c"))}
+    assert len(estimators) >= 6 and all(defined for defined, _ in estimators.values())
+    for name, (_, calls) in estimators.items():
+        for other, (defined, _) in estimators.items():
+            assert other == name or not calls & defined, f"{name} calls {other}"
+    step, _ = _c_functions(TRAIN / "zo_train.c")
+    public = set(re.findall(r"\b(zo_\w+)\s*\(", (TRAIN / "zo_train.h").read_text()))
+    for path in sorted(TRAIN.glob("zo_*.c")):
+        if path.name != "zo_train.c":
+            assert _c_functions(path)[1] & step <= public, f"{path.name} calls zo_train.c"
+
+
 @pytest.mark.parametrize("owner", [n for n in NAMES if REGISTRY[n].options])
 def test_another_estimators_option_is_refused_not_ignored(owner):
     """Each option a row declares is read only by its estimator: set for another one, the

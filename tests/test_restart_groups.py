@@ -84,7 +84,7 @@ def _disjoint(a: tuple[int, int], b: tuple[int, int]) -> bool:
                  id="digits-batch3-off"),
 ])
 def test_regions_overlap_nothing_live_with_them(spec, options, recompute):
-    """Re-derived from the C step (zo_train.c), not from the placement code: a group's
+    """Re-derived from the C step (zo_train.c, zo_estimate_wp.c), not from the placement code: a group's
     saved activations are written after the previous group's advance and read until its
     own; with N > 1 the previous group's advance runs ops from its restart op on, sample by
     sample. A member's gradient region lives from its queries (ops from the group's restart

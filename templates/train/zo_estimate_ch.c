@@ -29,12 +29,15 @@ static void channel_gradient(const zo_train_model *m, const zo_train_layer *L, u
     ZO_PROFILE_END();
 }
 
-/* Layer L's N samples' queries, the channel gradient summed over them, the saved
+/* Layer i's N samples' queries, the channel gradient summed over them, the saved
  * activations advanced with the old biases, then the biases' update (no clipping: the
  * weights stay, and --max-step bounds weight steps). */
-void zo_estimate_ch(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                    float coef)
+uint32_t zo_estimate_ch(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta)
 {
+    (void)s;
+    const zo_train_layer *L = &m->layers[i];
+    const float coef = (eta * L->gscale) * m->inv_nq;
     int32_t *g = layer_gradient(m, L); /* channels int32, then h(z + delta): d_a bytes each */
     int8_t *shifted = (int8_t *)(g + L->channels);
     memset(g, 0, L->channels * sizeof g[0]);
@@ -49,4 +52,5 @@ void zo_estimate_ch(const zo_train_model *m, const zo_train_layer *L, uint32_t s
     }
     ZO_PROFILE_END();
     zo_refold(L);
+    return i;
 }

@@ -23,58 +23,6 @@ static int32_t int8_perturbation(uint32_t *state, int32_t r_max, uint32_t p_q16)
     return (x & 0xFFFFu) >= p_q16 ? u : 0;
 }
 
-/* B - bits + halvings: the right shift of the rounding (training/int8.py round_to_bits),
- * B the bit length of `largest` = max |G| */
-static int32_t rounding_shift(uint32_t largest, int32_t bits, uint32_t halvings)
-{
-    int32_t length = 0;
-    for (uint32_t v = largest; v; v >>= 1) {
-        ++length;
-    }
-    const int32_t shift = length - bits + (int32_t)halvings;
-    return shift > 31 ? 31 : shift;
-}
-
-static uint32_t magnitude(int32_t g)
-{
-    return g < 0 ? 0u - (uint32_t)g : (uint32_t)g;
-}
-
-/* One weight's update: G's magnitude shifted right with stochastic rounding (up when the
- * dropped bits exceed the low bits of a rounding-stream draw); shift <= 0 keeps G. */
-static void apply_rounded(int8_t *w, int32_t g, int32_t shift, uint32_t *rounding)
-{
-    int32_t d = g;
-    if (shift > 0) {
-        const uint32_t mask = (1u << shift) - 1u;
-        const uint32_t a = magnitude(g);
-        const uint32_t q = (a >> shift) + ((a & mask) > (zo_xorshift32(rounding) & mask) ? 1u : 0u);
-        d = g < 0 ? -(int32_t)q : (int32_t)q;
-    }
-    *w = sat_s8((int32_t)*w - d); /* |d| <= 2^31 >> 1 */
-}
-
-#if ZO_TRAIN_BACKPROP
-/* A BP layer's update from its whole int32 gradient g, rounded to `bits` bits; biases keep
- * their values. */
-void zo_round_update(const zo_train_layer *L, const int32_t *g, int32_t bits,
-                     uint32_t halvings, uint32_t seed)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    uint32_t largest = 0u;
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        largest = magnitude(g[j]) > largest ? magnitude(g[j]) : largest;
-    }
-    const int32_t shift = rounding_shift(largest, bits, halvings);
-    uint32_t rounding = zo_rounding_seed(seed);
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        apply_rounded(&L->weights[j], g[j], shift, &rounding);
-    }
-    ZO_PROFILE_END();
-    zo_refold(L);
-}
-#endif
-
 /* G_j = sum_q sgn(D_q) z_qj of weight j, the Q query streams advanced by one draw each */
 static int32_t sign_gradient(const zo_train_model *m, uint32_t *states, uint32_t p_q16)
 {
@@ -99,9 +47,11 @@ static void query_states(const zo_train_model *m, uint32_t seed, uint32_t *state
  * sgn(D_q) z_qj rounded to b_zo bits (Alg. 2), G rebuilt weight by weight from the Q query
  * streams twice (its largest value, then the update), so that only the Q generator states
  * and the weight backup take memory. */
-void zo_estimate_int8(const zo_train_model *m, const zo_train_state *s,
-                      const zo_train_layer *L, uint32_t seed)
+uint32_t zo_estimate_int8(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                          uint32_t seed, float eta)
 {
+    (void)eta; /* the update is b_zo bits */
+    const zo_train_layer *L = &m->layers[i];
     uint8_t *arena = model_arena();
     uint32_t *states = (uint32_t *)layer_gradient(m, L);
     int8_t *backup = (int8_t *)(states + m->queries);
@@ -137,12 +87,7 @@ void zo_estimate_int8(const zo_train_model *m, const zo_train_state *s,
         }
     }
     zo_refold(L);
-    if (L->next_op != L->op) {
-        for (uint32_t n = 0; n < m->batch; ++n) {
-            zo_advance_saved(m, L, n);
-            zo_save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, L + 1, n));
-        }
-    }
+    zo_advance_all(m, L);
     ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
     uint32_t largest = 0u;
     query_states(m, seed, states);
@@ -150,12 +95,13 @@ void zo_estimate_int8(const zo_train_model *m, const zo_train_state *s,
         const uint32_t a = magnitude(sign_gradient(m, states, p_q16));
         largest = a > largest ? a : largest;
     }
-    const int32_t shift = rounding_shift(largest, m->b_zo, s->halvings);
+    const int32_t shift = zo_rounding_shift(largest, m->b_zo, s->halvings);
     uint32_t rounding = zo_rounding_seed(seed);
     query_states(m, seed, states);
     for (uint32_t j = 0; j < L->weight_count; ++j) {
-        apply_rounded(&L->weights[j], sign_gradient(m, states, p_q16), shift, &rounding);
+        zo_apply_rounded(&L->weights[j], sign_gradient(m, states, p_q16), shift, &rounding);
     }
     ZO_PROFILE_END();
     zo_refold(L);
+    return i;
 }

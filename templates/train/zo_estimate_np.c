@@ -39,9 +39,15 @@ static void node_gradient(const zo_train_model *m, const zo_train_layer *L, uint
     }
 }
 
-void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                    float coef)
+/* Layer i's node gradient from each sample's queries, the saved activations advanced with
+ * the old parameters, then the update (N = 1: straight from the node gradient; N > 1: from
+ * the gradients accumulated over the samples). */
+uint32_t zo_estimate_np(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta)
 {
+    (void)s;
+    const zo_train_layer *L = &m->layers[i];
+    const float coef = (eta * L->gscale) * m->inv_nq;
     uint8_t *arena = model_arena();
     int32_t *gz = layer_gradient(m, L); /* then h(z + delta): d_a bytes per shift */
     int32_t *acc = gz + L->output_count
@@ -58,7 +64,7 @@ void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t s
         if (has_next) {
             zo_save_spans(L->next_restart, L->next_restart_count, arena, saved_slot(m, L + 1, 0));
         }
-        return;
+        return i;
     }
     memset(acc, 0, (L->weight_count + L->bias_count) * sizeof acc[0]);
     for (uint32_t n = 0; n < m->batch; ++n) {
@@ -68,4 +74,5 @@ void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t s
     }
     zo_advance_all(m, L);
     zo_update_from_accumulator(m, L, acc, coef);
+    return i;
 }

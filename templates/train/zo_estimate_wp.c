@@ -5,32 +5,6 @@
  */
 #include "zo_train_engine.h"
 
-/* The layer's own kernel on one input with the given parameters (its geometry, or a
- * shifted copy): what model.c computes for it, with its current SRAM weights. */
-void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
-                         const zo_fc_params *fc, const int8_t *input, int8_t *output)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
-    if (L->kind == ZO_TRAIN_FC) {
-        zo_fully_connected_s8(fc, input, L->weights, L->bias, output);
-    } else {
-        L->conv_kernel(conv, input, L->weights, L->folded ? L->folded : L->bias, output);
-    }
-    ZO_PROFILE_END();
-}
-
-/* Adds (sign +1) or subtracts (-1) the perturbation of stream p to the weights restored
- * from the backup, with int8 saturation. */
-void zo_perturb_weights(const zo_train_layer *L, const int8_t *backup,
-                        zo_perturb_stream *p, int32_t sign)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_PERTURB);
-    for (uint32_t j = 0; j < L->weight_count; ++j) {
-        L->weights[j] = sat_s8(backup[j] + sign * zo_perturb_next(p));
-    }
-    ZO_PROFILE_END();
-}
-
 #if ZO_TRAIN_QUERY_BATCH == 1
 /* One WP query of sample n from the layer's restored input: the loss at the perturbed
  * weights, which are then restored exactly (even where they saturated). */
@@ -69,56 +43,6 @@ static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
 }
 #else
 /* ---- --query-batch B: B query forwards at once (P-RGE's outer loop) -------------------- */
-
-/* Forward f of a query group is query f / sides at sign + (f even or one-sided) or -. */
-int32_t zo_forward_sign(uint32_t f)
-{
-    return (ZO_TRAIN_TWO_SIDED && (f & 1u)) ? -1 : 1;
-}
-
-/* Copies of sample n's saved tensors into every slot of the query arena. */
-void zo_restore_batch(const zo_train_batch_span *spans, uint32_t count,
-                      const uint8_t *saved)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_RESTORE);
-    for (uint32_t k = 0; k < count; ++k) {
-        uint8_t *slot = model_query_arena_storage + spans[k].batch_offset;
-        for (uint32_t b = 0; b < ZO_TRAIN_QUERY_BATCH; ++b, slot += spans[k].bytes) {
-            memcpy(slot, saved + spans[k].saved_offset, spans[k].bytes);
-        }
-    }
-    ZO_PROFILE_END();
-}
-
-/* Layers first..last on every slot at once. */
-void zo_run_batch(int32_t first, int32_t last)
-{
-    if (first <= last) {
-        ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
-        model_run_batch_range(first, last);
-        ZO_PROFILE_END();
-    }
-}
-
-int32_t zo_slot_loss(const zo_train_model *m, uint32_t b, int32_t label)
-{
-    const uint8_t *logits = model_query_arena_storage + m->batch_logits_offset;
-    return zo_logits_loss(m, (const int8_t *)(logits + b * (uint32_t)m->classes), label);
-}
-
-/* The loss difference a finished forward f contributes (two-sided: at its minus side, from
- * the plus side's loss kept in *plus); 0 and *done = 0 while a query is unfinished. */
-int32_t zo_forward_difference(const zo_train_model *m, uint32_t f, int32_t loss,
-                              int32_t clean, int32_t *plus, int *done)
-{
-    if (ZO_TRAIN_TWO_SIDED && zo_forward_sign(f) > 0) {
-        *plus = loss;
-        *done = 0;
-        return 0;
-    }
-    *done = 1;
-    return ZO_TRAIN_TWO_SIDED ? loss_difference(m, *plus, loss) : loss_difference(m, loss, clean);
-}
 
 /* Sample n's Q (x 2 two-sided) query forwards, B at a time: each slot's layer output from
  * the saved input and its own perturbed weights, then the layers after it batched, into
@@ -162,24 +86,8 @@ static void weight_queries(const zo_train_model *m, const zo_train_layer *L,
 }
 #endif
 
-/* g_j = sum_q D_q xi_qj over the layer's `count` perturbations of stream `seed`, replayed. */
-void zo_replay_gradient(const zo_train_layer *L, uint32_t seed, const int32_t *sums,
-                        uint32_t count, int32_t *g)
-{
-    ZO_PROFILE_BEGIN(ZO_PROFILE_UPDATE);
-    memset(g, 0, L->weight_count * sizeof g[0]);
-    zo_perturb_stream stream;
-    zo_perturb_start(&stream, seed, L->perturb_shift);
-    for (uint32_t q = 0; q < count; ++q) {
-        for (uint32_t j = 0; j < L->weight_count; ++j) {
-            g[j] += zo_perturb_next(&stream) * sums[q];
-        }
-    }
-    ZO_PROFILE_END();
-}
-
 /* WP layer L's queries and its gradient, kept in its gradient region for the update. */
-void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed)
+static void wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed)
 {
     int32_t *g = layer_gradient(m, L);
     int8_t *backup = (int8_t *)(g + L->weight_count);
@@ -199,7 +107,7 @@ void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t s
 /* The end of the estimate of WP layers[first..last] (a restart group; first == last unless
  * the build recomputes): the saved activations advanced to the next layer with the old
  * weights, then each layer's update, in forward order. */
-void zo_finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta)
+static void finish_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta)
 {
     zo_advance_all(m, &m->layers[last]);
     for (uint32_t i = first; i <= last; ++i) {
@@ -209,4 +117,27 @@ void zo_finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, 
         ZO_PROFILE_END();
         zo_refold(W);
     }
+}
+
+/* Whether layers[i] starts its restart group (its queries restart at its own op). */
+static int starts_group(const zo_train_model *m, uint32_t i)
+{
+    return i == 0u || m->layers[i].restart_op == m->layers[i].op;
+}
+
+/* Layer i's queries and gradient; at the last layer of its restart group the whole group's
+ * update. */
+uint32_t zo_estimate_wp(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta)
+{
+    (void)s;
+    wp_gradient(m, &m->layers[i], seed);
+    if (i + 1u == m->layer_count || starts_group(m, i + 1u)) {
+        uint32_t first = i;
+        while (!starts_group(m, first)) {
+            --first;
+        }
+        finish_group(m, first, i, eta);
+    }
+    return i;
 }

@@ -2,21 +2,28 @@
  * zo_train_engine.h - what the files of the training engine share; the firmware around it
  * includes zo_train.h alone. One file per part (docs/training.md "The engine's files"):
  *
- *   zo_train.c           the step: samples, clean forwards, the layer loop, telemetry
- *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8);
- *                        zo_update_rules.h its per-weight arithmetic, inline
- *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
+ *   zo_train.c           the step: samples, clean forwards, the layer loop (one table of
+ *                        the estimators by layer mode), telemetry
  *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
- *   zo_node_queries.c    queries on a perturbed pre-activation, shared by NP and CH
  *   zo_estimate_np.c     node perturbation: the node gradient of the pre-activation
  *   zo_estimate_ch.c     channel-wise node perturbation: the per-channel biases only
  *   zo_estimate_split.c  --estimator split (FedSPZO)
  *   zo_estimate_int8.c   --estimator int8 (ElasticZO-INT8), integer only
  *   zo_estimate_bp.c     --bp-layers (ElasticZO): the last layers by back-propagation
+ *   zo_node_queries.c    queries on a perturbed pre-activation, shared by NP and CH
+ *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
+ *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8);
+ *                        zo_update_rules.h its per-weight arithmetic, inline
  *   zo_checkpoint.c      checkpoint encoding (zocodegen/training/checkpoint.py)
+ *   zo_step_parts.c      the parts every estimator shares: saved activations, loss,
+ *                        refold, kernel, weight perturbation and replay, query batches,
+ *                        the integer rounding; the profiling clock
  *
- * The generator renders only the files a build uses (codegen/training_code.py
- * ENGINE_SOURCES). Build with -ffp-contract=off: the update is float32 in a fixed order.
+ * Calls go down this list only: zo_train.c calls the estimators through its table, an
+ * estimator calls the files below the estimators and never another zo_estimate_*.c
+ * (tests/test_estimators.py), and nothing calls zo_train.c but through zo_train.h. The
+ * generator renders only the files a build uses (zocodegen/training/estimators,
+ * engine_sources). Build with -ffp-contract=off: the update is float32 in a fixed order.
  */
 #ifndef ZO_TRAIN_ENGINE_H
 #define ZO_TRAIN_ENGINE_H
@@ -52,10 +59,11 @@
 #define ZO_NP_SHIFT(x) ((uint32_t)((x) + ZO_PERTURB_MAX))
 #endif
 
-/* ---- profiling (-DZO_PROFILE_TRAIN; zo_train.c) ------------------------------------------ */
+/* ---- profiling (-DZO_PROFILE_TRAIN; zo_step_parts.c) ------------------------------------- */
 #ifdef ZO_PROFILE_TRAIN
 extern int zo_train_profile_running;
 int zo_train_profile_switch(int category);
+void zo_train_profile_restart(uint32_t now); /* every category at 0, OTHER running */
 #define ZO_PROFILE_BEGIN(category) \
     const int zo_train_profile_previous = zo_train_profile_switch(category)
 #define ZO_PROFILE_END() ((void)zo_train_profile_switch(zo_train_profile_previous))
@@ -73,6 +81,11 @@ int zo_train_profile_switch(int category);
 static inline int8_t sat_s8(int32_t x)
 {
     return (int8_t)(x > 127 ? 127 : (x < -128 ? -128 : x));
+}
+
+static inline uint32_t magnitude(int32_t g)
+{
+    return g < 0 ? 0u - (uint32_t)g : (uint32_t)g;
 }
 
 static inline int32_t sat_s32(int64_t x)
@@ -114,20 +127,31 @@ static inline void run_layers(int32_t first, int32_t last)
     }
 }
 
-/* ---- zo_train.c -------------------------------------------------------------------------- */
-void zo_advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n);
-void zo_advance_all(const zo_train_model *m, const zo_train_layer *L);
-int32_t zo_logits_loss(const zo_train_model *m, const int8_t *logits, int32_t label);
-int32_t zo_loss_q16(const zo_train_model *m, int32_t label);
-void zo_refold(const zo_train_layer *L);
-void zo_restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *arena,
-                      const uint8_t *slot);
-void zo_save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
-                   uint8_t *slot);
+/* ---- the estimators (zo_train.c's table, by zo_train_layer.mode) --------------------------- */
+/* Layer i's estimate and update at learning rate eta (0 in integer-only builds) from its
+ * step seed; returns the last layer it updated (WP: a restart group's layers update at its
+ * last; BP: every layer from i on at once). */
+typedef uint32_t (*zo_layer_estimator)(const zo_train_model *m, const zo_train_state *s,
+                                       uint32_t i, uint32_t seed, float eta);
+uint32_t zo_estimate_wp(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta);
+uint32_t zo_estimate_np(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta);
+uint32_t zo_estimate_ch(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta);
+uint32_t zo_estimate_int8(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                          uint32_t seed, float eta);
+uint32_t zo_estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32_t i,
+                        uint32_t seed, float eta);
+/* --estimator split: the whole step's estimate and update of both blocks */
+void zo_estimate_split(const zo_train_model *m, const zo_train_state *s, uint32_t t,
+                       float eta);
 
-/* ---- zo_update.c ------------------------------------------------------------------------- */
-float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
-                        float coef);
+/* ---- zo_node_queries.c ------------------------------------------------------------------- */
+/* Sample n's Q queries of layer L perturbed `width` wide (NP: d_a, CH: channels): h(z +
+ * delta) into `shifted` (ZO_NP_SHIFTS x d_a bytes), then the loss differences d[0..Q). */
+void zo_node_queries(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
+                     uint32_t n, uint32_t width, int8_t *shifted, int32_t *d);
 
 /* ---- zo_node_gradient.c ------------------------------------------------------------------ */
 void zo_accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,
@@ -138,48 +162,37 @@ void zo_update_from_node_gradient(const zo_train_model *m, const zo_train_layer 
                                   const int32_t *gz, const int8_t *a, int shift,
                                   float coef);
 
-/* ---- zo_estimate_wp.c -------------------------------------------------------------------- */
-void zo_finish_wp_group(const zo_train_model *m, uint32_t first, uint32_t last, float eta);
-int32_t zo_forward_difference(const zo_train_model *m, uint32_t f, int32_t loss,
-                              int32_t clean, int32_t *plus, int *done);
-int32_t zo_forward_sign(uint32_t f);
+/* ---- zo_update.c ------------------------------------------------------------------------- */
+float zo_update_weights(const zo_train_model *m, const zo_train_layer *L, const int32_t *g,
+                        float coef);
+
+/* ---- zo_step_parts.c --------------------------------------------------------------------- */
+void zo_advance_saved(const zo_train_model *m, const zo_train_layer *L, uint32_t n);
+void zo_advance_all(const zo_train_model *m, const zo_train_layer *L);
+int32_t zo_logits_loss(const zo_train_model *m, const int8_t *logits, int32_t label);
+int32_t zo_loss_q16(const zo_train_model *m, int32_t label);
+void zo_refold(const zo_train_layer *L);
+void zo_restore_spans(const zo_train_span *spans, uint32_t count, uint8_t *arena,
+                      const uint8_t *slot);
+void zo_save_spans(const zo_train_span *spans, uint32_t count, const uint8_t *arena,
+                   uint8_t *slot);
+/* float builds */
 void zo_perturb_weights(const zo_train_layer *L, const int8_t *backup,
                         zo_perturb_stream *p, int32_t sign);
 void zo_replay_gradient(const zo_train_layer *L, uint32_t seed, const int32_t *sums,
                         uint32_t count, int32_t *g);
+void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
+                         const zo_fc_params *fc, const int8_t *input, int8_t *output);
+/* --query-batch B > 1 */
+int32_t zo_forward_difference(const zo_train_model *m, uint32_t f, int32_t loss,
+                              int32_t clean, int32_t *plus, int *done);
+int32_t zo_forward_sign(uint32_t f);
 void zo_restore_batch(const zo_train_batch_span *spans, uint32_t count,
                       const uint8_t *saved);
 void zo_run_batch(int32_t first, int32_t last);
-void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
-                         const zo_fc_params *fc, const int8_t *input, int8_t *output);
 int32_t zo_slot_loss(const zo_train_model *m, uint32_t b, int32_t label);
-void zo_wp_gradient(const zo_train_model *m, const zo_train_layer *L, uint32_t seed);
-
-/* ---- zo_node_queries.c ------------------------------------------------------------------- */
-/* Sample n's Q queries of layer L perturbed `width` wide (NP: d_a, CH: channels): h(z +
- * delta) into `shifted` (ZO_NP_SHIFTS x d_a bytes), then the loss differences d[0..Q). */
-void zo_node_queries(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                     uint32_t n, uint32_t width, int8_t *shifted, int32_t *d);
-
-/* ---- zo_estimate_np.c -------------------------------------------------------------------- */
-void zo_estimate_np(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                    float coef);
-
-/* ---- zo_estimate_ch.c -------------------------------------------------------------------- */
-void zo_estimate_ch(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
-                    float coef);
-
-/* ---- zo_estimate_split.c ----------------------------------------------------------------- */
-void zo_estimate_split(const zo_train_model *m, const zo_train_state *s, uint32_t t,
-                       float eta);
-
-/* ---- zo_estimate_int8.c ------------------------------------------------------------------ */
-void zo_estimate_int8(const zo_train_model *m, const zo_train_state *s,
-                      const zo_train_layer *L, uint32_t seed);
-void zo_round_update(const zo_train_layer *L, const int32_t *g, int32_t bits,
-                     uint32_t halvings, uint32_t seed);
-
-/* ---- zo_estimate_bp.c -------------------------------------------------------------------- */
-void zo_estimate_bp(const zo_train_model *m, const zo_train_state *s, uint32_t first);
+/* integer-only builds */
+void zo_apply_rounded(int8_t *w, int32_t g, int32_t shift, uint32_t *rounding);
+int32_t zo_rounding_shift(uint32_t largest, int32_t bits, uint32_t halvings);
 
 #endif /* ZO_TRAIN_ENGINE_H */

@@ -9,7 +9,7 @@ from ...errors import UserError
 from .layerwise import step as layerwise_step
 
 #: Engine files every firmware compiles (templates/train; zo_train_engine.h lists them all).
-CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c")
+CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c", "zo_step_parts.c")
 #: The float engine every WP / NP estimator runs on.
 FLOAT_SOURCES = ("zo_update.c", "zo_node_gradient.c", "zo_estimate_wp.c", "zo_node_queries.c",
                  "zo_estimate_np.c")
