@@ -85,7 +85,7 @@ def test_device_time_of_a_simulated_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["simulate", str(DIGITS), "--data", str(data), "-o", str(run), "--steps",
                  "40", "--queries", "3"]) == 0
-    printed = capsys.readouterr().err  # the progress lines
+    printed = capsys.readouterr().out
     record = json.loads((run / "run.json").read_text())
     shape = dt.recorded_shape(record)
     assert shape == dt.run_shape(printed, 40, 1)

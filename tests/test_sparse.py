@@ -155,7 +155,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
     half = str(int(train[train.index("--steps") + 1]) // 2)
     assert main(["train", f"--{engine}", str(project), "--image", str(image), "-o", str(run),
                  "--steps", half, "--checkpoint-every", half]) == 0
-    out = capsys.readouterr().err  # the progress lines
+    out = capsys.readouterr().out
     selection = json.loads((simulated / "run.json").read_text())["selection"]
     want = [(k, selection["baseline_correct"], c) for k, c in enumerate(selection["correct"])]
     assert _trial_lines(out) == want
@@ -164,7 +164,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
     # a second invocation continues the run from its checkpoint: no trials again
     assert main(["train", f"--{engine}", str(project), "--image", str(image), "-o", str(run),
                  "--checkpoint-every", half]) == 0
-    assert _trial_lines(capsys.readouterr().err) == []
+    assert _trial_lines(capsys.readouterr().out) == []
     assert (run / "checkpoint.bin").read_bytes() == (simulated / "checkpoint.bin").read_bytes()
 
 

@@ -53,7 +53,8 @@ def test_walkthrough_small_folder(tmp_path, capsys):
     assert "test: none" in out
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run),
                  "--steps", "20"]) == 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err + captured.out  # the summary and the progress lines
     _accuracies_name_their_split(err)
     assert "validation accuracy" in err and "mean of the first / last 10 step(s)" in err
     header, row = (run / "confusion.csv").read_text().splitlines()[:2]

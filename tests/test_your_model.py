@@ -83,7 +83,7 @@ def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
     trained = capsys.readouterr().out
     assert "step 24: test confusion (rows true, columns predicted)" in trained, trained
     device = np.loadtxt(tmp_path / "run" / "confusion.csv", delimiter=",", dtype=np.int64)
-    accuracy = float(re.search(r"-> (\d+\.\d)%", trained.splitlines()[-1]).group(1))
+    accuracy = float(re.search(r"test accuracy [\d.]+% -> (\d+\.\d)%", trained).group(1))
     assert device.sum() == 360 and round(100 * np.trace(device) / 360, 1) == accuracy
     assert re.search(r"step 24, test accuracy 66\.4% -> \d+\.\d%", trained), trained
     assert main(["export", str(MODEL), str(tmp_path / "run" / "checkpoint.bin"), "-o",

@@ -141,6 +141,11 @@ def _sample_outputs(graph: Graph, engine: str, model: Path, args: argparse.Names
         yield result.outputs, result.cycles
 
 
+#: What `infer --input` reads as a photo (anything else as .npy / .npz arrays).
+PHOTO_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm",
+                  ".pgm")
+
+
 def _photo_inputs(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.ndarray],
                                                                    list[Path], list[str]]:
     """`infer --input PHOTO|FOLDER`: the inputs made as `pack` made the model's data (the
@@ -159,7 +164,7 @@ def _photo_inputs(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.
 
 def cmd_infer(args: argparse.Namespace) -> None:
     graph = load_model(args.model)
-    photos = args.input.is_dir() or args.input.suffix.lower() not in (".npy", ".npz")
+    photos = args.input.is_dir() or args.input.suffix.lower() in PHOTO_SUFFIXES
     if args.output is None and not photos:
         raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs")
     if args.output is not None:
@@ -238,8 +243,9 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def _say(text: str) -> None:
-    """A run's progress line, on stderr beside its bar."""
-    print(text, file=sys.stderr)
+    """A run's progress line, on stdout: stderr is for errors, one line each (the
+    contract's refusals count its lines)."""
+    print(text)
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
