@@ -34,6 +34,7 @@ from zocodegen.formats import link
 from zocodegen.formats.image import pack_image
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
+from zocodegen.summary import duration
 from zocodegen.projects import cached_build
 from zocodegen.qemu.runner import require_qemu
 from zocodegen.target import TARGET_NAMES, check_baud, target_data
@@ -274,15 +275,6 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     evaluations = tuple((r.step, r.accuracy, sum(seconds_at(r.step, shape, costs)) / 3600)
                         for r in rows if r.accuracy is not None)
     return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations)
-
-
-def duration(seconds: float) -> str:
-    """Seconds as a person says them: 85 ms, 42.0 s, 7.5 min, 3.20 h."""
-    if seconds < 1:
-        return f"{1000 * seconds:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
 def describe(run: Path, t: DeviceTime) -> list[str]:

@@ -18,6 +18,7 @@ from .codegen.training_code import TrainingCode
 from .errors import UserError
 from .ir import Graph, Op
 from .ops.table import macs
+from .summary import duration
 from .target import Target, target_data
 from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig
 
@@ -161,14 +162,6 @@ def board_fit(graph: Graph, board: Target, run: TrainConfig, link_seconds: float
     return BoardFit(board, tuple(modes), run.queries, run.batch, link_seconds)
 
 
-def _seconds(value: float) -> str:
-    if value < 1:
-        return f"{1000 * value:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
-
-
 def describe(found: BoardFit) -> list[str]:
     """The lines `inspect --target` prints first: the answer, then each mode."""
     board, chosen = found.board, found.chosen
@@ -199,9 +192,9 @@ def _step_line(found: BoardFit, m: ModeFit) -> str:
     slowest = max(m.step_seconds)
     steps = -(-EPOCH_RECORDS // found.batch)
     epoch = steps * slowest + EPOCH_RECORDS * found.link_seconds
-    blocks = (f" (blocks {', '.join(_seconds(s) for s in m.step_seconds)}; the device "
+    blocks = (f" (blocks {', '.join(duration(s) for s in m.step_seconds)}; the device "
               "picks one)" if len(m.step_seconds) > 1 else "")
     return (f"a step at Q = {found.queries}, N = {found.batch}: about "
-            f"{_seconds(slowest)}{blocks}; an epoch of {EPOCH_RECORDS:,} records about "
-            f"{_seconds(epoch)} (estimated without QEMU: within 7 % of `device-time` where "
+            f"{duration(slowest)}{blocks}; an epoch of {EPOCH_RECORDS:,} records about "
+            f"{duration(epoch)} (estimated without QEMU: within 7 % of `device-time` where "
             "measured, docs/training.md)")

@@ -124,3 +124,12 @@ def format_summary(summary: ModelSummary, budget: dict | None = None) -> str:
                      f"{t['arena_bytes']:,} B SRAM for activations and "
                      f"{t['param_bytes']:,} B flash for parameters")
     return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person says them: 85 ms, 42.0 s, 7.5 min, 3.20 h."""
+    if seconds < 1:
+        return f"{1000 * seconds:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
