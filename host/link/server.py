@@ -257,7 +257,8 @@ class DeviceSession:
             lba, count, _ = p.parse_block(payload)
             code, data = (self.blocks.read(lba, count) if 1 <= count <= p.MAX_SECTORS
                           else (p.STATUS_ARG, b""))
-            reply = p.status(code, data)
+            reply = p.sectors(code, data, self.identity is not None
+                              and self.identity.trimmed_reads)
         elif kind == p.Request.WRITE:
             lba, count, data = p.parse_block(payload)
             ok = 1 <= count <= p.MAX_SECTORS and len(data) == count * p.SECTOR

@@ -359,7 +359,7 @@ int zo_link_hello(const zo_link_identity *id)
     zo_put_f32(p + 52, id->input_scale);
     zo_put_u32(p + 56, (uint32_t)id->input_zero_point);
     zo_put_u32(p + 60, id->checkpoint_bytes);
-    zo_put_u32(p + 64, id->flags);
+    zo_put_u32(p + 64, id->flags | ZO_LINK_FLAG_TRIMMED_READS); /* zo_link_read fills zeros */
     p[68] = id->estimator;
     p[69] = id->mode;
     p[70] = id->block;
@@ -399,19 +399,31 @@ void zo_link_wait(uint32_t ms)
 
 /* READ and FETCH: a request of (u32 where, u16 how many) answered by a status and `bytes`
  * bytes, which the decoder writes straight into dst (a dropped or stale frame may have
- * written there too: dst holds the answer only when this returns ZO_LINK_OK). */
+ * written there too: dst holds the answer only when this returns ZO_LINK_OK). With trimmed,
+ * a successful answer may leave out trailing zero bytes (READ's SECTORS, HELLO's
+ * TRIMMED_READS flag): they are zero in dst. */
 static int ask_for_bytes(uint8_t type, uint32_t where, uint16_t count, uint8_t *dst,
-                         uint32_t bytes)
+                         uint32_t bytes, int trimmed)
 {
     uint8_t head[6];
     zo_link_frame answer;
+    uint32_t came;
     int rc;
     zo_put_u32(head, where);
     zo_put_u16(head + 4, count);
     zo_link_decoder_expect(&link_state.rx, dst, bytes);
     rc = zo_link_request(type, head, sizeof head, 0, 0u, &answer);
     zo_link_decoder_expect(&link_state.rx, 0, 0u); /* later frames must not reach dst */
-    return status_response(rc, &answer, bytes);
+    if (rc != ZO_LINK_OK || !trimmed || answer.len < ZO_LINK_STATUS_BYTES
+        || zo_get_u32(answer.payload) != 0u) {
+        return status_response(rc, &answer, bytes);
+    }
+    came = answer.len - ZO_LINK_STATUS_BYTES;
+    if (came > bytes) {
+        return ZO_LINK_ERR_PROTOCOL;
+    }
+    memset(dst + came, 0, bytes - came);
+    return ZO_LINK_OK;
 }
 
 int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)
@@ -420,7 +432,7 @@ int zo_link_read(uint32_t lba, uint32_t count, uint8_t *dst)
         return ZO_LINK_ERR_PROTOCOL;
     }
     return ask_for_bytes(ZO_LINK_READ, lba, (uint16_t)count, dst,
-                         count * ZO_LINK_SECTOR_BYTES);
+                         count * ZO_LINK_SECTOR_BYTES, 1);
 }
 
 int zo_link_write(uint32_t lba, uint32_t count, const uint8_t *src)
@@ -528,7 +540,7 @@ int zo_link_fetch(uint32_t offset, uint8_t *dst, uint32_t length)
     if (length < 1u || length > ZO_LINK_MAX_CHUNK) {
         return ZO_LINK_ERR_PROTOCOL;
     }
-    return ask_for_bytes(ZO_LINK_FETCH, offset, (uint16_t)length, dst, length);
+    return ask_for_bytes(ZO_LINK_FETCH, offset, (uint16_t)length, dst, length, 0);
 }
 
 int zo_link_put(uint32_t offset, const uint8_t *src, uint32_t length)

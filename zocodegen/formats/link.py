@@ -102,6 +102,10 @@ _MODES = ("full", "sparse")
 NO_BLOCK = 0xFF  # HELLO's block of a firmware that selects it (or does not train sparse)
 _FLAG_TRAINING, _FLAG_GNORM_SCALING, _FLAG_COSINE, _FLAG_QUANT_SCALING = 1, 2, 4, 8
 _FLAG_GUARD, _FLAG_LR_AUTO = 16, 32
+#: The device's link layer takes a SECTORS answer without its trailing zero bytes and fills
+#: them in itself (zo_link.c): a one-sector record of a small model is ~100 bytes on the wire
+#: instead of 530. Set by every zo_link.c that does; the host trims only for such a device.
+_FLAG_TRIMMED_READS = 64
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class Identity:
     quant_scaling: bool = True
     guard: bool = False
     lr_auto: bool = False
+    trimmed_reads: bool = False
 
     @property
     def selects_block(self) -> bool:
@@ -172,14 +177,15 @@ def parse_hello(payload: bytes) -> Identity:
                     None if block == NO_BLOCK else block, blocks, queries, batch, steps, seed,
                     lr, layers, cps, target.rstrip(b"\0").decode(errors="replace"),
                     bool(flags & _FLAG_QUANT_SCALING), bool(flags & _FLAG_GUARD),
-                    bool(flags & _FLAG_LR_AUTO))
+                    bool(flags & _FLAG_LR_AUTO), bool(flags & _FLAG_TRIMMED_READS))
 
 
 def pack_hello(identity: Identity) -> bytes:
     """The device's HELLO payload (for tests and simulated devices)."""
     flags = (_FLAG_TRAINING * identity.training | _FLAG_GNORM_SCALING * identity.gnorm_scaling
              | _FLAG_COSINE * identity.cosine | _FLAG_QUANT_SCALING * identity.quant_scaling
-             | _FLAG_GUARD * identity.guard | _FLAG_LR_AUTO * identity.lr_auto)
+             | _FLAG_GUARD * identity.guard | _FLAG_LR_AUTO * identity.lr_auto
+             | _FLAG_TRIMMED_READS * identity.trimmed_reads)
     return _HELLO.pack(HELLO_MAGIC, identity.version, identity.max_payload,
                        identity.model_sha256, identity.input_bytes, identity.output_bytes,
                        identity.classes, identity.input_scale, identity.input_zero_point,
@@ -337,6 +343,12 @@ def status(code: int, data: bytes = b"") -> bytes:
     return _STATUS.pack(code) + (data if code == STATUS_OK else b"")
 
 
+def sectors(code: int, data: bytes, trimmed: bool) -> bytes:
+    """READ's SECTORS answer; for a device whose HELLO has the trimmed-reads flag, without
+    the trailing zero bytes (records are padded to whole sectors with zeros)."""
+    return status(code, data.rstrip(b"\0") if trimmed else data)
+
+
 def command(cmd: Command, argument: bytes = b"") -> bytes:
     return cmd.value + argument
 
@@ -382,7 +394,8 @@ def c_header() -> str:
               f"#define ZO_LINK_NO_BLOCK 0x{NO_BLOCK:02X}{u}"]
     flags = {"TRAINING": _FLAG_TRAINING, "GNORM_SCALING": _FLAG_GNORM_SCALING,
              "COSINE": _FLAG_COSINE, "QUANT_SCALING": _FLAG_QUANT_SCALING,
-             "GUARD": _FLAG_GUARD, "LR_AUTO": _FLAG_LR_AUTO}
+             "GUARD": _FLAG_GUARD, "LR_AUTO": _FLAG_LR_AUTO,
+             "TRIMMED_READS": _FLAG_TRIMMED_READS}
     lines += [f"#define ZO_LINK_FLAG_{name} 0x{value:X}{u}" for name, value in flags.items()]
     lines += ["", "/* EVENT: kind, decision, 2 reserved, u32 step, correct, of, halvings, "
               "eta_ppm, steps,", " * i64 loss_q16 */", f"#define ZO_LINK_EVENT_BYTES "
