@@ -56,7 +56,7 @@ def model_table() -> str:
             "before -> now |", "|---|---:|---:|---:|---:|"]
     for name, size in MODELS.items():
         for turnaround in (0.0, TURNAROUND):
-            before = dt.record_link_seconds(size, BEFORE[1], BEFORE[0], turnaround)
+            before = dt.record_link_seconds(size, BEFORE[1], BEFORE[0], turnaround, trimmed=False)
             now = dt.record_link_seconds(size, now_link[1], now_link[0], turnaround)
             kb = (size + 8) / 1024
             rows.append(f"| {name}, {turnaround * 1000:g} ms turnaround | {kb / before:.1f} "

@@ -115,16 +115,20 @@ def seconds_at(step: int, shape: RunShape, costs: Costs) -> tuple[float, float]:
 
 
 def record_link_seconds(input_bytes: int, baud: int = link.DEFAULT_BAUD,
-                        max_sectors: int = link.MAX_SECTORS, turnaround: float = 0.0) -> float:
+                        max_sectors: int = link.MAX_SECTORS, turnaround: float = 0.0,
+                        trimmed: bool = True) -> float:
     """One record of ``input_bytes`` (plus label and CRC) over the link: its sectors in READs
     of up to ``max_sectors``, each a request and a response frame (COBS-framed: 6 B header,
     4 B CRC, 1 B per 254, the zero), 10 bits a byte (8N1) at ``baud``, plus ``turnaround``
-    seconds per READ (the answer's latency)."""
+    seconds per READ (the answer's latency). ``trimmed``: the last READ's answer ends with
+    the record, without the sector's zero padding (HELLO's trimmed-reads flag, docs/link.md);
+    False for firmware before it."""
     record = input_bytes + 8  # input bytes, label and CRC
     sectors = -(-record // 512)
     reads = -(-sectors // max_sectors)
     request = 6 + 6 + 4 + 2
-    response = [6 + 4 + 512 * min(max_sectors, sectors - max_sectors * k) + 4
+    per_read = 512 * max_sectors
+    response = [6 + 4 + min(per_read, (record if trimmed else 512 * sectors) - per_read * k) + 4
                 for k in range(reads)]
     wire = sum(request + r + r // 254 + 2 for r in response)
     return wire * 10 / baud + reads * turnaround
