@@ -1,7 +1,9 @@
 """`zocodegen monitor --port URL`: watch a device without driving it. Identity, telemetry, logs
 and errors are printed as they arrive and acknowledged so the device goes on; a device that
 asks for a command is told to wait, and requests for data are refused (the monitor serves no
-image: that is `zocodegen train`)."""
+image: that is `zocodegen train`). A field trainer (`build --data sdcard`) speaks no link: its
+lines of text (`field: ...`, docs/sdcard.md) are printed as they come, from the first whole
+one after the monitor attached."""
 from __future__ import annotations
 
 import time
@@ -13,6 +15,47 @@ from .link.server import BlockServer, HostLink, LineFailed, LinkError, Port
 
 #: A device that asks for work is told to ask again after this long.
 IDLE_WAIT_MS = 1000
+#: How a field trainer's line begins (templates/field/field_report.c field_say).
+FIELD_PREFIX = b"field: "
+
+
+class FieldLines:
+    """The port, passing every byte on to the link's decoder, and printing the field
+    trainer's text lines among them: whole lines that start with FIELD_PREFIX and hold only
+    printable text (a link frame never ends in a newline with such a start)."""
+
+    def __init__(self, port: Port, out: Callable[[str], None]):
+        self.port, self.out = port, out
+        self.line = bytearray()
+        self.whole = False  # the line being collected began after a newline we saw
+        self.lines = 0
+        self.ended = False  # the last line was the run's end ("field: end: ...")
+
+    def read(self, size: int = 1) -> bytes:
+        data = self.port.read(size)
+        for byte in data:
+            if byte == 0x0A:
+                text = bytes(self.line).rstrip(b"\r")
+                if self.whole and text.startswith(FIELD_PREFIX) and all(
+                        0x20 <= b < 0x7F for b in text):
+                    self.out(text.decode("ascii"))
+                    self.lines += 1
+                    self.ended = text.startswith(FIELD_PREFIX + b"end:")
+                self.line.clear()
+                self.whole = True
+            elif len(self.line) < 4096:
+                self.line.append(byte)
+        return data
+
+    @property
+    def in_waiting(self) -> int:
+        return self.port.in_waiting
+
+    def write(self, data: bytes) -> int | None:
+        return self.port.write(data)
+
+    def close(self) -> None:
+        self.port.close()
 
 
 def describe_identity(identity: p.Identity) -> str:
@@ -32,10 +75,11 @@ def describe_identity(identity: p.Identity) -> str:
 def monitor(port: Port, duration: float | None = None,
             out: Callable[[str], None] = print) -> int:
     """Watch until ``duration`` seconds have passed (forever when None); returns the number
-    of requests seen. A line that only ever carried bytes no frame decodes from is refused
-    (wrong port or baud rate); a silent one is said; a line the peer closed is refused, as
-    `train` does. Closes the port."""
+    of requests and field lines seen. A line that only ever carried bytes no frame decodes
+    from is refused (wrong port or baud rate); a silent one is said; a line the peer closed
+    is refused, as `train` does, unless a field trainer said its end. Closes the port."""
     end = None if duration is None else time.monotonic() + duration
+    port = FieldLines(port, out)
     link = HostLink(port, timeout=duration if duration is not None else 1e9)
     refuse = BlockServer()
     seen = 0
@@ -45,6 +89,8 @@ def monitor(port: Port, duration: float | None = None,
             try:
                 request = link.request()
             except LineFailed as exc:
+                if port.ended:
+                    break  # a native or emulated field trainer exits after its last line
                 raise UserError(f"{exc}: the peer closed the connection, or the port went "
                                 f"away ({seen} request(s) seen)") from None
             except LinkError:
@@ -74,6 +120,7 @@ def monitor(port: Port, duration: float | None = None,
             link.respond(request, reply)
     finally:
         port.close()
+    seen += port.lines
     if seen == 0 and link.received:
         raise UserError(f"{link.received} bytes arrived but no frame of the zocodegen link "
                         f"decoded ({link.dropped} garbled): is a zocodegen firmware on this "

@@ -151,7 +151,7 @@ class TrainSummary:
     kept_start: bool = False  # the guard's best was the start: the result is the flash model
 
 
-def _identity_record(identity: p.Identity) -> dict:
+def identity_record(identity: p.Identity) -> dict:
     return {"model_sha256": identity.model_sha256.hex(), "target": identity.target,
             "checkpoint_bytes": identity.checkpoint_bytes, **identity.training_options()}
 
@@ -273,7 +273,7 @@ class Trainer:
             identity = session.identity
         else:
             raise exc
-        if _identity_record(identity) != _identity_record(self.identity):
+        if identity_record(identity) != identity_record(self.identity):
             raise UserError("after the reset a different firmware answered; start a new run")
         self._check_image_unchanged(reopened=True)
         return session
@@ -422,7 +422,7 @@ class Trainer:
         if self.force:
             delete_run(self.run_dir, (self.scalars_path.name,))
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        mine = _identity_record(identity)
+        mine = identity_record(identity)
         self._image_stat = self._image_signature()
         image_sha = self._image_sha = file_sha256(self.image_path).hex()
         record = self._record() if self.ckpt_path.is_file() or self._has_record() else {}

@@ -43,7 +43,7 @@ DOC = REPO / "docs" / "image.md"
 
 TRAIN_SOURCES = ("zo_blockdev.h", "zo_bytes.h", "zo_crc32.h", "zo_crc32.c", "zo_image.h",
                  "zo_image.c")
-#: Test-only block devices (tests/data/): an image file through stdio or semihosting.
+#: The file backends (templates/field: the field trainer's cards on native and QEMU).
 TEST_BLOCKDEVS = ("blockdev_stdio.c", "blockdev_semihosting.c")
 READER_SOURCES = ("zo_image.c", "zo_crc32.c")
 WARN = ["-std=c99", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wpedantic",
@@ -394,7 +394,7 @@ def render_train(dst: Path) -> Path:
         (dst / name).write_text(env.get_template(name).render())
     (dst / "zo_status.h").write_text(status.c_header())
     for name in TEST_BLOCKDEVS:
-        shutil.copy(DRIVER_C.parent / name, dst / name)
+        shutil.copy(REPO / "templates" / "field" / name, dst / name)
     return dst
 
 

@@ -56,10 +56,16 @@ def test_the_c_sources_use_the_table_and_define_no_code_of_their_own():
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler (cc)")
 def test_the_compiled_header_has_the_values_of_the_table(tmp_path):
-    (tmp_path / "zo_status.h").write_text(status.c_header())
+    """The header of a --data sdcard build (every row; its zo_status_names.h names each) and
+    of a link build (without the card's and the field run's rows, as before issue 50)."""
+    (tmp_path / "zo_status.h").write_text(status.c_header(sdcard=True))
+    (tmp_path / "zo_status_names.h").write_text(status.c_names())
     names = [*(sub.ok for sub in status.SUBSYSTEMS), *status.BY_NAME]
-    body = "".join(f'    printf("%s %d\\n", "{n}", (int){n});\n' for n in names)
-    (tmp_path / "main.c").write_text('#include <stdio.h>\n#include "zo_status.h"\n'
+    body = "".join(f'    printf("%s %d\\n", "{n}", (int){n});\n'
+                   f'    if (strcmp(zo_status_name({n}), {n} ? "{n}" : "ok")) return 1;\n'
+                   for n in names)
+    (tmp_path / "main.c").write_text('#include <stdio.h>\n#include <string.h>\n'
+                                     '#include "zo_status_names.h"\n'
                                      f"int main(void)\n{{\n{body}    return 0;\n}}\n")
     subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I", str(tmp_path),
                     str(tmp_path / "main.c"), "-o", str(tmp_path / "codes")], check=True)
@@ -67,6 +73,8 @@ def test_the_compiled_header_has_the_values_of_the_table(tmp_path):
                              check=True).stdout.split("\n")
     values = dict(line.split() for line in printed if line)
     assert {n: int(v) for n, v in values.items()} == {n: status.code(n) for n in names}
+    link = status.c_header()
+    assert all((s.name in link) != sub.sdcard for sub in status.SUBSYSTEMS for s in sub.codes)
 
 
 @pytest.mark.parametrize("code", sorted(status.CODES))

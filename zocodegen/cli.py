@@ -31,7 +31,7 @@ from .projects import cached_build
 from .cli_options import build_parser, train_config
 from .host.engines import run_samples
 from .flash import flash_project
-from .host import device_time
+from .host import card, device_time
 from .host.devices import open_port
 from .host.monitor import monitor
 from .host.trainer import open_device
@@ -240,6 +240,9 @@ def cmd_build(args: argparse.Namespace) -> None:
     goals = "make native | make qemu" + (" | make firmware  (or: pio run)"
                                           if args.target in TARGET_NAMES else "")
     print(f"next: cd {out} && {goals}")
+    if plan.options.field:
+        print("a field trainer: put the image packed with --model on its card (zocodegen card "
+              "write IMAGE DEVICE); natively ZO_CARD=IMAGE build/native/model (docs/sdcard.md)")
 
 
 def _say(text: str) -> None:
@@ -374,6 +377,15 @@ def cmd_monitor(args: argparse.Namespace) -> None:
         monitor(device.connect(), args.duration)
     finally:
         device.close()
+
+
+def cmd_card_write(args: argparse.Namespace) -> None:
+    card.write_card(args.image, args.target, args.yes, say=_say)
+
+
+def cmd_card_read(args: argparse.Namespace) -> None:
+    found = card.read_card(args.source, args.output, args.force)
+    print("\n".join(card.describe(args.source, args.output, found)))
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -558,7 +570,8 @@ COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,
             "monitor": cmd_monitor, "export": cmd_export, "replay": cmd_replay,
             "flash": cmd_flash, "device_time": cmd_device_time,
             "fleet_serve": cmd_fleet_serve, "fleet_join": cmd_fleet_join,
-            "fleet_local": cmd_fleet_local}
+            "fleet_local": cmd_fleet_local, "card_write": cmd_card_write,
+            "card_read": cmd_card_read}
 
 
 #: The folder each fleet command writes (Flower's home, keys, rounds): a fleet command that

@@ -11,7 +11,7 @@ import numpy as np
 from .version import __version__
 from .errors import UserError
 from .codegen.project import BUILD_TARGETS
-from .codegen.project import INPUT_QUANTIZE_MODES, PATCH_MODES
+from .codegen.project import DATA_MODES, INPUT_QUANTIZE_MODES, PATCH_MODES
 from .formats.link import DEFAULT_BAUD
 from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(every selected layer), sparse (one block of them), or auto (full "
                         "when it fits the board, else sparse); none (default): inference "
                         "only")
+    p.add_argument("--data", choices=DATA_MODES, default="link",
+                   help="where a training firmware's image lives: link (default), served by "
+                        "`zocodegen train` over the serial line; sdcard, a field trainer that "
+                        "reads it from the board's own card and trains to the end with no "
+                        "host, keeping its checkpoints there (docs/sdcard.md)")
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="auto",
                    help="training: let WP layers restart their queries from an earlier "
                         "layer's saved activations, recomputing the layers between, instead "
@@ -189,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="required for a FOLDER (the model says the input's shape, colour "
                         "and quantization); optional for DATA.npz: check the data against "
                         "MODEL, record its sha256 and input quantization, and size the "
-                        "checkpoint area for its full training")
+                        "checkpoint area for its full training, link or field (docs/image.md)")
     p.add_argument("--shuffle", type=_SEED, metavar="SEED",
                    help="permute the train split with numpy's default_rng(SEED) (default: "
                         "the order of DATA.npz; a folder's, grouped by class, with seed 0; "
@@ -288,7 +293,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler="flash")
 
     _add_fleet_parser(sub)
+    _add_card_parser(sub)
     return parser
+
+
+def _add_card_parser(sub) -> None:
+    card = sub.add_parser("card", help="put a packed image on a card for a `build --data "
+                                       "sdcard` board, or read its field run back "
+                                       "(docs/sdcard.md)").add_subparsers(
+        dest="card_command", required=True, metavar="ACTION", parser_class=_Parser)
+    p = card.add_parser("write", help="write IMAGE to a card (a whole removable disk nothing "
+                                      "has mounted, after showing what it holds) or a file")
+    p.add_argument("image", type=Path, metavar="IMAGE")
+    p.add_argument("target", type=Path, metavar="DEVICE|FILE",
+                   help="the card's disk (/dev/sdX, /dev/mmcblkN) or a file")
+    p.add_argument("--yes", action="store_true",
+                   help="write without asking (what the card holds is still shown)")
+    p.set_defaults(handler="card_write")
+    p = card.add_parser("read", help="read a card's field run into RUN as `train` writes it: "
+                                     "checkpoint.bin, best.bin, metrics.csv, run.json")
+    p.add_argument("source", type=Path, metavar="DEVICE|FILE")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="RUN")
+    p.add_argument("--force", action="store_true",
+                   help="read into a RUN that holds files, replacing the ones it writes")
+    p.set_defaults(handler="card_read")
 
 
 def _add_device_options(p: argparse.ArgumentParser, emulated: bool = True) -> None:

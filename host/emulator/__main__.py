@@ -4,7 +4,9 @@ way the native firmware's line is; the host starts it on a pty (host/devices.py)
 the firmware's platform_exit status; a fault (what the silicon would refuse, a bus or usage
 fault) is described on stderr and exits with 131. ``--report`` adds the clocks it ran and
 the memory it used; ``--report-json`` writes them to a file (the host asks for it when
-ZOCODEGEN_EMULATOR_REPORT names one, host/devices.py)."""
+ZOCODEGEN_EMULATOR_REPORT names one, host/devices.py). ``--card FILE`` puts an SD card backed
+by FILE in the board's slot (sdcard.py; docs/emulated.md "The SD card"), with faults to inject;
+a power cut it injects exits with 133 and says so on stderr."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +20,7 @@ from pathlib import Path
 from zocodegen.formats.link import DEFAULT_BAUD
 from .clocks import MHZ, BoardFault
 from .machine import BOARDS, Board
+from .sdcard import FAULT_KINDS, Faults, SDCard
 
 
 class StdioLine:
@@ -36,6 +39,14 @@ class StdioLine:
             view = view[os.write(1, view):]
 
 
+class NoHost(StdioLine):
+    """A line no host is on (a field trainer's run): nothing ever arrives, and the line is
+    never "closed", so the run ends only at platform_exit, a fault or a power cut."""
+
+    def receive(self, seconds: float) -> bytes | None:
+        return b""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zocodegen.host.emulator",
                                      description=__doc__.splitlines()[0])
@@ -48,16 +59,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-json", type=Path, metavar="FILE",
                         help="write the report (clocks, instructions, stack and arena use) "
                              "as JSON at the end")
+    parser.add_argument("--card", type=Path, metavar="FILE",
+                        help="an SD card in the slot whose sectors are FILE's (the packed "
+                             "image); without it the slot is empty")
+    parser.add_argument("--card-absent", action="store_true",
+                        help="leave the card out of the slot (the firmware sees no card)")
+    parser.add_argument("--card-fault", action="append", default=[], metavar="KIND:N",
+                        help=f"inject a card fault, KIND one of {', '.join(FAULT_KINDS)}: at the "
+                             "Nth command (cmd-*), sector sent (read-*) or sector received "
+                             "(write-*) since power-on; repeatable")
+    parser.add_argument("--power-cut-at-write", metavar="N[:BYTES]",
+                        help="cut the power during the Nth write command: BYTES of it (default "
+                             "half) reach FILE, then the run ends with status 133")
+    parser.add_argument("--no-host", action="store_true",
+                        help="no host on USART1: it receives nothing and stdin is not read (a "
+                             "field trainer, docs/sdcard.md); what the firmware sends still "
+                             "goes to stdout")
     parser.add_argument("elf", type=Path)
     args = parser.parse_args(argv)
+    card = None
     try:
-        board = Board(args.board, args.elf, StdioLine(), args.baud)
+        if args.card is not None and not args.card_absent:
+            card = SDCard(args.card, faults=Faults.parse(args.card_fault,
+                                                         args.power_cut_at_write))
+        line = NoHost() if args.no_host else StdioLine()
+        board = Board(args.board, args.elf, line, args.baud, card=card)
         report = board.run()
-    except BoardFault as exc:
+    except (BoardFault, ValueError, OSError) as exc:
         print(f"emulated {args.board}: {exc}", file=sys.stderr)
         return 131
+    finally:
+        if card is not None:
+            card.close()
     if report.fault:
         print(f"emulated {args.board}: {report.fault}", file=sys.stderr)
+    if report.power_cut:
+        print(f"emulated {args.board}: {report.power_cut}", file=sys.stderr)
     if args.report_json:
         args.report_json.write_text(json.dumps(asdict(report), indent=2) + "\n")
     if args.report:

@@ -15,6 +15,7 @@ MHZ = 1_000_000
 #: Instructions a started oscillator or PLL takes before its ready flag sets: software that
 #: selects it without waiting for the flag is caught (the datasheets give microseconds).
 SETTLE_INSTRUCTIONS = 64
+GPIO_PORTS = "ABCDEFGHIJK"
 
 
 class BoardFault(Exception):
@@ -124,10 +125,14 @@ class F7Clocks(ClockTree):
         self.regs[addr] = value
 
     def pll_output(self) -> int:
-        """The main PLL's P output (RCC_PLLCFGR: PLLM 5:0, PLLN 14:6, PLLP 17:16, PLLSRC 22);
-        RM0385 5.3.2: VCO input 1-2 MHz, VCO output 100-432 MHz, N 50-432."""
+        """The main PLL's P output (RCC_PLLCFGR PLLP 17:16)."""
+        return int(self.vco() // (2 * (bits(self.regs[self.PLLCFGR], 16, 2) + 1)))
+
+    def vco(self) -> float:
+        """The main PLL's VCO (RCC_PLLCFGR: PLLM 5:0, PLLN 14:6, PLLSRC 22); RM0385 5.3.2: VCO
+        input 1-2 MHz, VCO output 100-432 MHz, N 50-432."""
         cfg = self.regs[self.PLLCFGR]
-        m, n, p = bits(cfg, 0, 6), bits(cfg, 6, 9), 2 * (bits(cfg, 16, 2) + 1)
+        m, n = bits(cfg, 0, 6), bits(cfg, 6, 9)
         source = self.hse_hz if cfg & (1 << 22) else self.hsi_hz
         if m < 2 or not 50 <= n <= 432:
             raise BoardFault(f"RCC_PLLCFGR 0x{cfg:08x}: PLLM {m} / PLLN {n} outside 2..63 / "
@@ -137,7 +142,26 @@ class F7Clocks(ClockTree):
             raise BoardFault(f"RCC_PLLCFGR 0x{cfg:08x}: VCO input {vco_in / MHZ:g} MHz (1-2) "
                              f"or output {vco / MHZ:g} MHz (100-432) out of range (RM0385 "
                              "5.3.2)")
-        return int(vco // p)
+        return vco
+
+    def sdmmc_kernel(self, now: int) -> int:
+        """SDMMC1's kernel clock SDMMCCLK (RM0385 5.3.26 RCC_DCKCFGR2: SDMMC1SEL bit 28 = 1
+        SYSCLK; 0 the 48 MHz clock, which CK48MSEL bit 27 = 0 makes PLL48CLK = VCO / PLLQ,
+        RCC_PLLCFGR 27:24, at most 48 MHz: DS10916)."""
+        dck, cfg = self.regs.get(self.DCKCFGR2, 0), self.regs[self.PLLCFGR]
+        if dck & (1 << 28):
+            return self.clocks().sysclk
+        if dck & (1 << 27):
+            raise BoardFault("SDMMC1 clocked from PLLSAI's P output (RCC_DCKCFGR2 CK48MSEL = "
+                             "1), which this model does not run")
+        q = bits(cfg, 24, 4)
+        if not self.ready("PLL", now) or q < 2:
+            raise BoardFault(f"SDMMC1 clocked from PLL48CLK (RCC_DCKCFGR2 SDMMC1SEL = 0) with "
+                             f"the main PLL not ready or PLLQ {q} (RM0385 5.3.2, 5.3.26)")
+        hz = int(self.vco() // q)
+        if hz > 48 * MHZ:
+            raise BoardFault(f"PLL48CLK {hz / MHZ:g} MHz (PLLQ {q}) above 48 MHz (DS10916)")
+        return hz
 
     def _check_switch(self, now: int) -> None:
         clocks = self.switched(bits(self.regs[self.CFGR], 0, 2), {0: "HSI", 1: "HSE", 2: "PLL"},
@@ -159,9 +183,11 @@ class F7Clocks(ClockTree):
         return Clocks(sysclk, hclk, pclk2, usart)
 
     def clocked(self, peripheral: str) -> bool:
-        """RCC enable bits of the peripherals the firmware uses (RM0385 5.3.10, 5.3.14)."""
-        where = {"USART1": (self.APB2ENR, 4), "GPIOA": (self.AHB1ENR, 0),
-                 "GPIOB": (self.AHB1ENR, 1), "PWR": (self.APB1ENR, 28)}[peripheral]
+        """RCC enable bits of the peripherals the firmware uses (RM0385 5.3.10 GPIOxEN bits
+        0-10, 5.3.13, 5.3.14)."""
+        where = (self.AHB1ENR, GPIO_PORTS.index(peripheral[4])) if peripheral.startswith(
+            "GPIO") else {"USART1": (self.APB2ENR, 4), "SDMMC1": (self.APB2ENR, 11),
+                          "PWR": (self.APB1ENR, 28)}[peripheral]
         return bool(self.regs.get(where[0], 0) & (1 << where[1]))
 
 
@@ -171,12 +197,13 @@ class H7Clocks(ClockTree):
     RCC = 0x58024400
     CR, CFGR, CDCFGR1, CDCFGR2 = RCC + 0x000, RCC + 0x010, RCC + 0x018, RCC + 0x01C
     PLLCKSELR, PLLCFGR, PLL1DIVR = RCC + 0x028, RCC + 0x02C, RCC + 0x030
-    CDCCIP2R, AHB4ENR, APB2ENR = RCC + 0x054, RCC + 0x0E0, RCC + 0x0F0
+    CDCCIPR, CDCCIP2R, AHB3ENR, AHB4ENR, APB2ENR = (RCC + 0x04C, RCC + 0x054, RCC + 0x0D4,
+                                                     RCC + 0x0E0, RCC + 0x0F0)
     PWR_CSR1, PWR_CR3, PWR_SRDCR = 0x58024804, 0x5802480C, 0x58024818
     FLASH_ACR = 0x52002000
     RESET = {CR: 0x00000025, PLLCKSELR: 0x02020200, PLLCFGR: 0x01FF0000,
-             PLL1DIVR: 0x01010280, PWR_CR3: 0x00000006, PWR_SRDCR: 0x00004000,
-             FLASH_ACR: 0x00000013}
+             PLL1DIVR: 0x01010280, PLL1DIVR + 8: 0x01010280, PWR_CR3: 0x00000006,
+             PWR_SRDCR: 0x00004000, FLASH_ACR: 0x00000013}  # PLL1DIVR + 8: RCC_PLL2DIVR
     WINDOWS = ((RCC, 0x400), (0x58024800, 0x400), (FLASH_ACR, 0x1000))
     WAIT_STATE_MHZ = 42  # VOS0: 0 wait states up to 42 MHz, ..., 6 up to 280 MHz
     MAXIMA = (280 * MHZ, 140 * MHZ, "DS13139")
@@ -189,9 +216,9 @@ class H7Clocks(ClockTree):
 
     def read(self, addr: int, now: int) -> int:
         v = self.regs.get(addr, 0)
-        if addr == self.CR:  # HSIRDY b2, HSERDY b17, PLL1RDY b25
-            v &= ~((1 << 2) | (1 << 17) | (1 << 25))
-            for name, flag in (("HSI", 2), ("HSE", 17), ("PLL", 25)):
+        if addr == self.CR:  # HSIRDY b2, HSERDY b17, PLL1RDY b25, PLL2RDY b27
+            v &= ~((1 << 2) | (1 << 17) | (1 << 25) | (1 << 27))
+            for name, flag in (("HSI", 2), ("HSE", 17), ("PLL", 25), ("PLL2", 27)):
                 v |= (1 << flag) if self.ready(name, now) else 0
         elif addr == self.CFGR:  # SWS (5:3) mirrors SW (2:0)
             v = (v & ~(7 << 3)) | (bits(v, 0, 3) << 3)
@@ -206,34 +233,51 @@ class H7Clocks(ClockTree):
             self.cr3_written = True
         if addr == self.CR:
             self.enable("HSE", bool(value & (1 << 16)), now)
-            if value & (1 << 24) and not self.regs.get(addr, 0) & (1 << 24):
-                self.pll_output()
-            self.enable("PLL", bool(value & (1 << 24)), now)
+            for n, on in ((1, 24), (2, 26)):  # PLL1ON, PLL2ON: refuse a bad configuration
+                if value & (1 << on) and not self.regs.get(addr, 0) & (1 << on):
+                    self.vco(n)
+                self.enable("PLL" if n == 1 else "PLL2", bool(value & (1 << on)), now)
         self.regs[addr] = value
         if addr == self.CFGR:
             self._check_switch(now)
 
     def pll_output(self) -> int:
-        """PLL1's P output (RCC_PLLCKSELR PLLSRC 1:0, DIVM1 9:4; RCC_PLL1DIVR DIVN1 8:0,
-        DIVP1 15:9; RCC_PLLCFGR PLL1RGE 3:2, PLL1VCOSEL 1): RM0455, wide VCO 128-560 MHz,
-        DIVN1 8..420 (+1), reference within PLL1RGE's range."""
-        sel, cfg, div = (self.regs[self.PLLCKSELR], self.regs[self.PLLCFGR],
-                         self.regs[self.PLL1DIVR])
+        """PLL1's P output (RCC_PLL1DIVR DIVP1 15:9)."""
+        return int(self.vco(1) // (bits(self.regs[self.PLL1DIVR], 9, 7) + 1))
+
+    def vco(self, n: int) -> float:
+        """PLLn's VCO (RCC_PLLCKSELR PLLSRC 1:0, DIVMn at 4 + 8 (n - 1); RCC_PLLnDIVR DIVNn
+        8:0, at 0x30 + 8 (n - 1); RCC_PLLCFGR PLLnRGE at 2 + 4 (n - 1)): RM0455, wide VCO
+        128-560 MHz, DIVNn 8..420 (+1), reference within PLLnRGE's range."""
+        sel, cfg = self.regs[self.PLLCKSELR], self.regs[self.PLLCFGR]
+        div = self.regs[self.PLL1DIVR + 8 * (n - 1)]
         source = {0: self.hsi_hz, 1: 4 * MHZ, 2: self.hse_hz}.get(bits(sel, 0, 2), 0)
-        m, n, p = bits(sel, 4, 6), bits(div, 0, 9) + 1, bits(div, 9, 7) + 1
+        m, dn = bits(sel, 4 + 8 * (n - 1), 6), bits(div, 0, 9) + 1
         if m == 0 or source == 0:
-            raise BoardFault(f"RCC_PLLCKSELR 0x{sel:08x}: PLL1 has no reference (DIVM1 0 or "
-                             "no source)")
-        ref, rge = source / m, bits(cfg, 2, 2)
+            raise BoardFault(f"RCC_PLLCKSELR 0x{sel:08x}: PLL{n} has no reference (DIVM{n} 0 "
+                             "or no source)")
+        ref, rge = source / m, bits(cfg, 2 + 4 * (n - 1), 2)
         low, high = [(1, 2), (2, 4), (4, 8), (8, 16)][rge]
         if not low * MHZ <= ref <= high * MHZ:
-            raise BoardFault(f"PLL1 reference {ref / MHZ:g} MHz outside PLL1RGE {rge}'s "
+            raise BoardFault(f"PLL{n} reference {ref / MHZ:g} MHz outside PLL{n}RGE {rge}'s "
                              f"{low}-{high} MHz (RM0455 RCC_PLLCFGR)")
-        vco = ref * n
-        if not 8 <= n <= 420 or not 128 * MHZ <= vco <= 560 * MHZ:
-            raise BoardFault(f"RCC_PLL1DIVR 0x{div:08x}: DIVN1 {n} / VCO {vco / MHZ:g} MHz "
-                             "outside 8..420 / 128-560 MHz (RM0455 RCC PLL1)")
-        return int(vco // p)
+        vco = ref * dn
+        if not 8 <= dn <= 420 or not 128 * MHZ <= vco <= 560 * MHZ:
+            raise BoardFault(f"RCC_PLL{n}DIVR 0x{div:08x}: DIVN{n} {dn} / VCO {vco / MHZ:g} MHz "
+                             f"outside 8..420 / 128-560 MHz (RM0455 RCC PLL{n})")
+        return vco
+
+    def sdmmc_kernel(self, now: int) -> int:
+        """SDMMC1's kernel clock (RM0455 RCC_CDCCIPR SDMMCSEL bit 16: 0 pll1_q_ck, DIVQ1 22:16
+        enabled by DIVQ1EN 17; 1 pll2_r_ck, DIVR2 30:24 enabled by DIVR2EN 21)."""
+        n = 2 if self.regs.get(self.CDCCIPR, 0) & (1 << 16) else 1
+        output, enable, shift = ("pll2_r_ck", 21, 24) if n == 2 else ("pll1_q_ck", 17, 16)
+        if not self.ready("PLL2" if n == 2 else "PLL", now) or not self.regs[
+                self.PLLCFGR] & (1 << enable):
+            raise BoardFault(f"SDMMC1 clocked from {output} (RCC_CDCCIPR SDMMCSEL {n - 1}) with "
+                             f"PLL{n} not ready or its output not enabled (RCC_PLLCFGR bit "
+                             f"{enable}; RM0455 RCC)")
+        return int(self.vco(n) // (bits(self.regs[self.PLL1DIVR + 8 * (n - 1)], shift, 7) + 1))
 
     def _check_switch(self, now: int) -> None:
         clocks = self.switched(bits(self.regs[self.CFGR], 0, 3), {0: "HSI", 2: "HSE", 3: "PLL"},
@@ -256,6 +300,9 @@ class H7Clocks(ClockTree):
         return Clocks(sysclk, hclk, pclk2, usart)
 
     def clocked(self, peripheral: str) -> bool:
-        where = {"USART1": (self.APB2ENR, 4), "GPIOA": (self.AHB4ENR, 0),
-                 "GPIOB": (self.AHB4ENR, 1)}.get(peripheral)
+        """RCC enable bits (RM0455: RCC_AHB4ENR GPIOxEN bits 0-10, RCC_AHB3ENR SDMMC1EN 16,
+        RCC_APB2ENR USART1EN 4)."""
+        where = (self.AHB4ENR, GPIO_PORTS.index(peripheral[4])) if peripheral.startswith(
+            "GPIO") else {"USART1": (self.APB2ENR, 4), "SDMMC1": (self.AHB3ENR, 16)}.get(
+            peripheral)
         return where is None or bool(self.regs.get(where[0], 0) & (1 << where[1]))

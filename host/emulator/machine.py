@@ -1,7 +1,8 @@
 """An emulated STM32F746 / STM32H7B3 board: a Cortex-M7 (the Unicorn engine's model), the
 board's memory map from its target.json (anything else faults), and register models of what
-the firmware touches: the clock tree (clocks.py), GPIO alternate functions, USART1, and the
-core's SCB, DWT and debug registers (ARMv7-M ARM B3.2, C1.6, C1.8).
+the firmware touches: the clock tree (clocks.py), GPIO alternate functions, USART1, SDMMC1
+with the SD card in its slot (sdmmc.py, sdcard.py), and the core's SCB, DWT and debug
+registers (ARMv7-M ARM B3.2, C1.6, C1.8).
 
 The firmware is the ELF a user flashes, booted from its vector table. It runs until it
 reaches ``platform_exit`` (which ends in ``bkpt`` when a debugger is attached, as this board
@@ -27,7 +28,10 @@ from unicorn.arm_const import (UC_ARM_REG_LR, UC_ARM_REG_MSP, UC_ARM_REG_PC, UC_
 from zocodegen.formats.link import DEFAULT_BAUD
 from zocodegen.target import BAUD_TOLERANCE, TARGET_NAMES, target_data, usart_divisor
 
-from .clocks import MHZ, BoardFault, ClockTree, F7Clocks, H7Clocks
+from .clocks import GPIO_PORTS, MHZ, BoardFault, ClockTree, F7Clocks, H7Clocks
+from .gpio import require_alternate
+from .sdcard import PowerCut, SDCard
+from .sdmmc import SDMMC
 
 #: Register models by the family a board's target.json names in its "emulator" section
 #: (with its GPIO base, boot address and cache geometry).
@@ -47,6 +51,7 @@ CORE_RESET = {0xE000ED00: 0x411FC271, 0xE000ED0C: 0xFA050000, 0xE000ED14: 0x0004
               0xE000ED78: 0x09000003, 0xE000ED7C: 0x8303C003, 0xE0001000: 0x40000000,
               0xE0001FB4: 0x3, DHCSR: 1}  # DHCSR C_DEBUGEN: "a debugger is attached"
 FAULT_STATUS = 131  # the exit status of a fault (QEMU's runner uses 128 + 3, HardFault)
+POWER_CUT_STATUS = 133  # the exit status of a power cut the SD card model injected
 #: Real time a poll of an empty receive line stands for, so that the firmware's timeouts
 #: (DWT-based) pass while the host has nothing to say.
 IDLE_SECONDS = 0.002
@@ -67,6 +72,7 @@ class Line(Protocol):
 class Report:
     status: int | None = None  # platform_exit's status
     fault: str | None = None  # what the silicon would have refused, or the fault
+    power_cut: str | None = None  # the injected power cut that ended the run (sdcard.py)
     sysclk_hz: int = 0
     usart_baud: float = 0.0
     instructions: int = 0
@@ -91,7 +97,8 @@ def thumb_instructions(code: bytes) -> int:
 class Board:
     """One emulated board running one firmware ELF."""
 
-    def __init__(self, name: str, elf: Path, line: Line, baud: int = DEFAULT_BAUD):
+    def __init__(self, name: str, elf: Path, line: Line, baud: int = DEFAULT_BAUD,
+                 card: SDCard | None = None):
         if name not in BOARDS:
             raise ValueError(f"no emulated board {name}; there are {', '.join(BOARDS)}")
         facts = target_data(name)
@@ -104,6 +111,8 @@ class Board:
         self.clocks = FAMILIES[emulator["family"]](facts["clock"]["hse_hz"])
         self.vcp, self.baud = facts["vcp"], baud  # baud: the host's end of the line
         self.regs = dict(CORE_RESET)  # the other peripherals' plain registers
+        self.sdmmc = SDMMC(facts["sdmmc"], self.clocks, self.regs, self.gpio_base, card,
+                           lambda: self.instructions)  # card None: the slot is empty
         self.report = Report()
         self.instructions = self.cycle_base = self.idle_cycles = 0
         self.rx = bytearray()
@@ -194,6 +203,8 @@ class Board:
         self._flush()
         if self.report.fault is not None:
             self.report.status = FAULT_STATUS
+        elif self.report.power_cut is not None:
+            self.report.status = POWER_CUT_STATUS
         return self.report
 
     def stop(self, fault: str | None = None) -> None:
@@ -287,9 +298,11 @@ class Board:
     def _peripheral(self, address: int) -> str | None:
         if USART1 <= address < USART1 + 0x400:
             return "USART1"
+        if self.sdmmc.base <= address < self.sdmmc.base + 0x400:
+            return "SDMMC1"
         port = (address - self.gpio_base) // 0x400
         if 0 <= port < 11 and address >= self.gpio_base:
-            return "GPIO" + "ABCDEFGHIJK"[port]
+            return "GPIO" + GPIO_PORTS[port]
         return None
 
     def _check_clocked(self, address: int) -> None:
@@ -302,7 +315,12 @@ class Board:
     def _read(self, uc, offset, size, base):
         address = base + offset
         word = address & ~3
-        value = self._read_word(word)
+        try:
+            value = self._read_word(word)
+        except BoardFault as exc:
+            pc = uc.reg_read(UC_ARM_REG_PC)
+            self.stop(f"{exc} (pc 0x{pc:08x}, {self.symbol_at(pc)})")
+            return 0
         return (value >> (8 * (address & 3))) & ((1 << (8 * size)) - 1)
 
     def _read_word(self, word: int) -> int:
@@ -313,6 +331,8 @@ class Board:
         if self.clocks.owns(word):
             return self.clocks.read(word, self.instructions)
         self._check_clocked(word)
+        if self.sdmmc.owns(word):
+            return self.sdmmc.read(word)
         if word == USART1 + USART_ISR:
             return self._usart_status()
         if word == USART1 + USART_RDR:
@@ -337,6 +357,9 @@ class Board:
         except BoardFault as exc:
             pc = uc.reg_read(UC_ARM_REG_PC)
             self.stop(f"{exc} (pc 0x{pc:08x}, {self.symbol_at(pc)})")
+        except PowerCut as exc:
+            self.report.power_cut = str(exc)
+            self.stop()
 
     def _write_word(self, word: int, value: int) -> None:
         if word == DWT_CYCCNT:
@@ -349,6 +372,9 @@ class Board:
             self.clocks.write(word, value, self.instructions)
             return
         self._check_clocked(word)
+        if self.sdmmc.owns(word):
+            self.sdmmc.write(word, value)
+            return
         if word == USART1 + USART_TDR:
             if not self.pins_checked:
                 self._check_pins()
@@ -410,13 +436,4 @@ class Board:
         function (the firmware hands them over after enabling the USART)."""
         self.pins_checked = True
         for pin in (self.vcp["tx"], self.vcp["rx"]):
-            port, number = pin[1], int(pin[2:])
-            base = self.gpio_base + 0x400 * "ABCDEFGHIJK".index(port)
-            mode = (self.regs.get(base, 0) >> (2 * number)) & 3
-            afr = self.regs.get(base + (0x24 if number >= 8 else 0x20), 0)
-            function = (afr >> (4 * (number % 8))) & 0xF
-            if mode != 2 or function != self.vcp["af"]:
-                afr = f"GPIO{port}_AFR{'H' if number >= 8 else 'L'}"
-                raise BoardFault(f"USART1 sends with {pin} in GPIO{port}_MODER mode {mode} "
-                                 f"(needs 2, alternate function) and {afr} AF{function} (needs "
-                                 f"AF{self.vcp['af']})")
+            require_alternate(self.regs, self.gpio_base, pin, self.vcp["af"], "USART1 sends")

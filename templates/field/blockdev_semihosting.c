@@ -3,8 +3,10 @@
  * the host, reached through Arm semihosting (the debug host does the file I/O while the core
  * is halted on BKPT 0xAB).
  *
- * Used by the image reader's QEMU test driver (tests/test_image.py); generated firmware reads
- * its image over the host link instead (blockdev_link.c), which needs no debugger.
+ * The card of a field trainer built for QEMU (`build --data sdcard`, docs/sdcard.md: the file
+ * card.img in QEMU's working folder), and the image reader's QEMU test driver
+ * (tests/test_image.py); link firmware reads its image over the host link (blockdev_link.c),
+ * which needs no debugger.
  *
  * Works under QEMU with `-semihosting-config enable=on,target=native` (the zocodegen QEMU
  * runner passes it; the path is relative to QEMU's working directory) and on a real board

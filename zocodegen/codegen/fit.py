@@ -31,7 +31,8 @@ def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
     for c in range(largest_bp_layers(graph, trainable_ops(graph), logits_op), 0, -1):
         config = replace(train, bp_layers=c)
         try:
-            _, _, items = layout(graph, arena, board, config, options.recompute)
+            _, _, items = layout(graph, arena, board, config, options.recompute,
+                                 options.field)
         except UserError:  # e.g. sparse training with no zeroth-order layer left
             continue
         if place(items, board.name, board.sram_budget_bytes, strict=False).fits:
@@ -58,7 +59,7 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
     def fits(config: TrainConfig) -> bool:
         if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
             return False
-        _, _, items = layout(graph, arena, board, config, options.recompute)
+        _, _, items = layout(graph, arena, board, config, options.recompute, options.field)
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
     default = replace(train, blocks=DEFAULT_BLOCKS)
@@ -127,7 +128,8 @@ def _placed_fits(graph: Graph, options: BuildOptions) -> bool:
     try:
         board = load_target(options.board)
         arena = build_arena(graph, options, board)
-        _, _, items = layout(graph, arena, board, options.train, options.recompute)
+        _, _, items = layout(graph, arena, board, options.train, options.recompute,
+                             options.field)
     except UserError:  # the build itself refuses: plan_project says why
         return False
     return place(items, board.name, board.sram_budget_bytes, strict=False).fits

@@ -43,13 +43,19 @@ STACK_BYTES = 8192
 #: sent (a request goes out from the caller's bytes); docs/link.md.
 LINK_RX_BYTES = link.RESPONSE_BUFFER
 LINK_TX_BYTES = 254
-#: The rest of the firmware's .bss, besides the link buffers: zo_link.c's state and counters,
-#: the platform's clock and exit-status words, and for training main.c's image reader (with
-#: its sector scratch) and run state. Measured with arm-none-eabi-size -A, the same for both
-#: boards and every estimator (368 and 1124 B of .bss in all); tests/test_linked_fit.py
-#: checks every fixture's linked firmware against the plan, so a new static shows there.
+#: A field trainer (--data sdcard) has no link buffers but templates/field/field.h's state:
+#: the card's sector, the status record's fields, HELLO's identity.
+FIELD_STATE_BYTES = 752
+#: The rest of the firmware's .bss, besides the link buffers (or the field trainer's state):
+#: zo_link.c's state and counters (the SD driver's), the platform's clock and exit-status
+#: words, and for training main.c's image reader (with its sector scratch) and run state.
+#: Measured with arm-none-eabi-size -A, the same for both boards and every estimator (368,
+#: 1124 and, field, 1548 B of .bss in all); tests/test_linked_fit.py checks every fixture's
+#: linked firmware against the plan, so a new static shows there (tests/test_field.py a
+#: field trainer's).
 RUNTIME_BSS_BYTES = {"inference": 368 - LINK_RX_BYTES - LINK_TX_BYTES,
-                     "training": 1124 - LINK_RX_BYTES - LINK_TX_BYTES}
+                     "training": 1124 - LINK_RX_BYTES - LINK_TX_BYTES,
+                     "field": 1548 - FIELD_STATE_BYTES}
 #: .zo_arena is 32-byte aligned (the linker scripts) after the 4-byte aligned .bss where the
 #: two share a memory (the F746): up to 28 bytes between them belong to neither.
 ARENA_ALIGNMENT_GAP = 28
@@ -62,6 +68,9 @@ VALUES_PER_LINE = 16
 MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 PATCH_MODES = ("auto", "on", "off")
 INPUT_QUANTIZE_MODES = ("auto", "device", "host")
+#: Where a training firmware's data image lives: served by the host over the link, or on the
+#: board's own card, trained from without a host (templates/field, docs/sdcard.md).
+DATA_MODES = ("link", "sdcard")
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,12 @@ class BuildOptions:
     recompute: str = "auto"
     baud: int = link.DEFAULT_BAUD  # the host link's line on a board (firmware.h FIRMWARE_BAUD)
     library: bool = False  # --as-library: sources and zo_library.h for a firmware (library.py)
+    data: str = "link"  # one of DATA_MODES
+
+    @property
+    def field(self) -> bool:
+        """A field trainer: the image and checkpoints on the board's card, no host."""
+        return self.data == "sdcard"
 
     @property
     def board(self) -> str:
@@ -116,10 +131,11 @@ def whole_arena(graph: Graph, train: TrainConfig | None,
                       in_place_convolutions=in_place_convolutions)
 
 
-def _inference_items(arena: ArenaPlan, board: Target,
-                     training: TrainingCode | None = None) -> list[RamItem]:
+def _inference_items(arena: ArenaPlan, board: Target, training: TrainingCode | None = None,
+                     field: bool = False) -> list[RamItem]:
     """What the linked firmware puts in SRAM besides the training buffers: a fit is judged on
-    what links (statics, stack, alignment), not on the arena alone."""
+    what links (statics, stack, alignment), not on the arena alone. ``field``: a field
+    trainer's (--data sdcard), which keeps the card's state where others keep the link's."""
     stack_memory = target_data(board.name)["linker"]["stack_region"]
     # The link buffers are ordinary .bss, which every linker script puts right after the
     # stack: pinned to the stack's memory, they are placed (and reported) there too.
@@ -130,18 +146,21 @@ def _inference_items(arena: ArenaPlan, board: Target,
         what += f"; patch-based: {arena.patches.describe()}"
     return [RamItem("arena", align_up(arena.arena_bytes, ITEM_ALIGNMENT), what),
             RamItem("stack", STACK_BYTES, "call stack", memory=stack_memory),
+            RamItem("field trainer", FIELD_STATE_BYTES, "a card sector, the run's status and "
+                    "identity (static)", memory=stack_memory) if field else
             RamItem("host link buffers", LINK_RX_BYTES + LINK_TX_BYTES,
                     f"answer payloads {LINK_RX_BYTES} B + COBS group {LINK_TX_BYTES} B "
                     "(static; sectors go straight to their buffer)", memory=stack_memory),
-            _statics_item(training, stack_memory)]
+            _statics_item(training, stack_memory, field)]
 
 
-def _statics_item(training: TrainingCode | None, memory: str) -> RamItem:
+def _statics_item(training: TrainingCode | None, memory: str, field: bool) -> RamItem:
     """.data and the rest of .bss, which follow the stack, and the gap before .zo_arena.
     Sparse --block auto keeps a pointer to each trained array in .data (*_active)."""
     pointers = 0 if training is None or not training.selects_block else sum(
         1 + L.has_bias + (L.folded_count > 0) for L in training.layers if L.defines)
-    bss = RUNTIME_BSS_BYTES["inference" if training is None else "training"]
+    bss = RUNTIME_BSS_BYTES["inference" if training is None else "field" if field
+                            else "training"]
     return RamItem("firmware statics", bss + 4 * pointers + ARENA_ALIGNMENT_GAP,
                    f"runtime state {bss} B (.bss), {pointers} trained-array pointers (.data), "
                    f"up to {ARENA_ALIGNMENT_GAP} B aligning the arena", memory=memory)
@@ -162,7 +181,7 @@ def build_arena(graph: Graph, options: BuildOptions, board: Target) -> ArenaPlan
 
     def fits(arena: ArenaPlan) -> bool:
         items = (_inference_items(arena, board) if train is None
-                 else layout(graph, arena, board, train, options.recompute)[2])
+                 else layout(graph, arena, board, train, options.recompute, options.field)[2])
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
     whole = whole_arena(graph, train)
@@ -190,18 +209,38 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     if options.target not in BUILD_TARGETS:
         raise UserError(f"unknown target '{options.target}'; choose one of "
                         f"{', '.join(BUILD_TARGETS)}")
+    _check_data(options)
     board = load_target(options.board)
     if options.target in TARGET_NAMES:
         check_baud(board.name, options.baud)
     arena = build_arena(graph, options, board)
-    code, training, items = layout(graph, arena, board, options.train, options.recompute)
+    code, training, items = layout(graph, arena, board, options.train, options.recompute,
+                                   options.field)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
-        tips = (_fitting_alternatives(graph, arena, board, options.train, options.recompute)
+        tips = (_fitting_alternatives(graph, arena, board, options.train, options.recompute,
+                                      options.field)
                 + _recompute_suggestions(training, options.recompute) + TRAINING_SUGGESTIONS
                 if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
     return ProjectPlan(arena, placement, code, board, training, options)
+
+
+def _check_data(options: BuildOptions) -> None:
+    """--data sdcard is a whole firmware that trains by itself (templates/field)."""
+    if options.data not in DATA_MODES:
+        raise UserError(f"--data {options.data}: choose one of {', '.join(DATA_MODES)}")
+    if not options.field:
+        return
+    if options.train is None:
+        raise UserError("--data sdcard builds a field trainer, which trains from its card: add "
+                        "--train full|sparse|auto")
+    if options.library:
+        raise UserError("--data sdcard builds a whole firmware; --as-library leaves the "
+                        "storage to your firmware: drop one of them")
+    if options.train.record_scalars:
+        raise UserError("--record-scalars sends the query sums to a host; a --data sdcard "
+                        "firmware has none: drop one of them")
 
 
 def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions) -> list[str]:
@@ -221,8 +260,10 @@ def _inference_suggestions(graph: Graph, arena: ArenaPlan, options: BuildOptions
 
 
 def layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | None,
-            recompute: str = "auto") -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
-    """Layer code, training tables and the SRAM items of one build configuration."""
+            recompute: str = "auto", field: bool = False
+            ) -> tuple[ModelCode, TrainingCode | None, list[RamItem]]:
+    """Layer code, training tables and the SRAM items of one build configuration (``field``:
+    of a field trainer, BuildOptions.field)."""
     if recompute not in RECOMPUTE_MODES + (EVERY,):
         raise UserError(f"--recompute {recompute}: choose one of {', '.join(RECOMPUTE_MODES)}")
     if train is None:
@@ -231,15 +272,16 @@ def layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | N
     code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
                       switched=len(plans) > 1)
     def fits(training: TrainingCode) -> bool:
-        items = _training_items(arena, board, training)
+        items = _training_items(arena, board, training, field)
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits
 
     training = training_code(graph, arena, code, plans, recompute, fits)
-    return code, training, _training_items(arena, board, training)
+    return code, training, _training_items(arena, board, training, field)
 
 
-def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode) -> list[RamItem]:
-    items = _inference_items(arena, board, training)
+def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode,
+                    field: bool) -> list[RamItem]:
+    items = _inference_items(arena, board, training, field)
     if training.arena_tail:
         saved = ("" if training.split else f"saved activations of {training.batch} "
                  f"sample{'s' if training.batch > 1 else ''} (up to "
@@ -266,10 +308,10 @@ def _recompute_suggestions(training: TrainingCode, recompute: str) -> list[str]:
 
 
 def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
-                          train: TrainConfig, recompute: str) -> list[str]:
+                          train: TrainConfig, recompute: str, field: bool) -> list[str]:
     """Sparse configurations of the same run that fit the board, for the refusal."""
     def total(config: TrainConfig) -> int | None:
-        _, _, items = layout(graph, arena, board, config, recompute)
+        _, _, items = layout(graph, arena, board, config, recompute, field)
         placement = place(items, board.name, board.sram_budget_bytes, strict=False)
         return placement.total if placement.fits else None
 
@@ -344,8 +386,12 @@ def render_project(graph: Graph, model_bytes: bytes, model_name: str, options: B
     files["include/zo_link_messages.h"] = link.c_header()
     for template in listing(env, "templates/link"):
         base = template.rsplit("/", 1)[1]
+        if options.field and base in FIELD_REPLACES:
+            continue
         if base != LINK_BLOCKDEV or plan.training is not None:  # zo_blockdev.h trains only
             render(template, ("include/" if base.endswith(".h") else "src/link/") + base)
+    if options.field:
+        _render_field(env, render)
     for template in listing(env, "qemu"):
         base = template.rsplit("/", 1)[1]
         if base != "platform.h":
@@ -385,7 +431,7 @@ def render_context(graph: Graph, model_bytes: bytes, model_name: str, options: B
         flash_data_bytes=plan.code.flash_bytes, stack_bytes=STACK_BYTES,
         emulated=dict(name=board.name, sram_kb=board.sram_budget_bytes // 1024),
         ram_bytes=board.sram_budget_bytes, flash_bytes=board.flash_bytes,
-        firmware=options.target in TARGET_NAMES, baud=options.baud,
+        firmware=options.target in TARGET_NAMES, baud=options.baud, field=options.field,
         firmware_note=(f"{options.target} ELF + bin   build/{options.target}/firmware.elf"
                        if options.target in TARGET_NAMES else
                        "(not for this target: regenerate with --target "
@@ -408,13 +454,34 @@ def render_model(env: jinja2.Environment, context: dict, files: dict[str, str],
     for template in listing(env, "templates/kernels"):
         base = template.rsplit("/", 1)[1]
         render(template, ("include/" if base.endswith(".h") else "src/kernels/") + base)
-    files["include/zo_status.h"] = status.c_header()
+    field = plan.options is not None and plan.options.field
+    files["include/zo_status.h"] = status.c_header(sdcard=field)
+    if field:
+        files["include/zo_status_names.h"] = status.c_names()
     if plan.training is not None:
         _render_training(env, render, plan.options.train.estimator, plan.training, leave_out)
 
 
 #: The block device of every firmware: the host serves the image over the host link.
 LINK_BLOCKDEV = "blockdev_link.c"
+#: What a field trainer does without: the host link and its block device (templates/field
+#: answers main.c's link calls on the board).
+FIELD_REPLACES = ("zo_link.c", LINK_BLOCKDEV)
+#: The field trainer's card on each platform: native and QEMU read a file, a board its SD card
+#: (targets/common/blockdev_sdmmc.c).
+FIELD_CARDS = {"blockdev_stdio.c": "src/platform/native/",
+               "blockdev_semihosting.c": "src/platform/qemu/"}
+#: targets/ files of the SD card only field trainers have.
+FIELD_TARGET_PREFIXES = ("blockdev_", "sdmmc_")
+
+
+def _render_field(env: jinja2.Environment, render) -> None:
+    """The field trainer (templates/field): the driver in src/field, each platform's card
+    backend beside its platform files, and the status names it prints."""
+    for template in listing(env, "templates/field"):
+        base = template.rsplit("/", 1)[1]
+        render(template, FIELD_CARDS.get(base, "include/" if base.endswith(".h")
+                                         else "src/field/") + base)
 
 
 def _render_training(env: jinja2.Environment, render, estimator: str,
@@ -501,7 +568,8 @@ def render_board_sources(env: jinja2.Environment, target: str, context: dict,
                          arena_region=_arena_region(data, placement))
     for template in listing(env, "targets/common") + listing(env, f"targets/{target}"):
         base = template.rsplit("/", 1)[1]
-        if base == "target.json" or base.startswith("board_"):
+        if base == "target.json" or base.startswith("board_") or (
+                base.startswith(FIELD_TARGET_PREFIXES) and not context["field"]):
             continue
         files[folder + base.removesuffix(".j2")] = env.get_template(template).render(
             board_context)
@@ -551,4 +619,5 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         },
         "inputs": [t.__dict__ for t in plan.code.inputs],
         "outputs": [t.__dict__ for t in plan.code.outputs],
+        **({"data": options.data} if options.field else {}),  # link builds: as before it
     }

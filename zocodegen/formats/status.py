@@ -25,6 +25,9 @@ class Subsystem:
     first: int     # codes run from first down to last (both negative)
     last: int
     codes: tuple[Status, ...]
+    # rendered only into `build --data sdcard` firmware's zo_status.h: a link build's C stays
+    # byte for byte what it was before the field trainer (issue 50)
+    sdcard: bool = False
 
 
 def _rows(prefix: str, first: int, rows: tuple[tuple[str, str], ...]) -> tuple[Status, ...]:
@@ -74,6 +77,31 @@ SUBSYSTEMS = (
         ("PROTOCOL", "a link message of the wrong size or content"),
         ("UNSUPPORTED", "a command this firmware does not have"),
     ))),
+    # The SD card backend's own failures (targets/common/blockdev_sdmmc.c, docs/sdcard.md): the
+    # block device's range above is full, so they take a range of their own.
+    Subsystem("SD card", "zo_blockdev.h", "ZO_BLOCKDEV_OK", -50, -59, _rows("ZO_BLOCKDEV_ERR_", -50, (
+        ("NO_CARD", "no card in the slot (its card-detect switch is open)"),
+        ("TIMEOUT", "the SD card did not answer a command or send its data in time"),
+        ("CRC", "an SD card response or data block failed its CRC check"),
+        ("WRITE", "the SD card reported that a write failed (its status shows an error)"),
+        ("CARD", "the card is unusable: SD 1.x, or it refused the voltage or identification"),
+        ("CLOCK", "the SD interface's kernel clock does not run (the PLL output it needs is "
+                  "off)"),
+    )), sdcard=True),
+    # The field trainer's own stops (templates/field/field.c, docs/sdcard.md "Faults").
+    Subsystem("field run", "zo_field.h", "ZO_FIELD_OK", -60, -69, _rows("ZO_FIELD_ERR_", -60, (
+        ("AREA", "the image's checkpoint area is too small for a field run (two copies of the "
+                 "run and best slots, the run log, the status): pack the image with --model "
+                 "MODEL (or a larger --checkpoint-kb)"),
+        ("IMAGE", "the image was packed for another model or input quantization than the "
+                  "firmware's: pack it with --model MODEL"),
+        ("OTHER_RUN", "the card holds a run of another build (model or training options): "
+                      "write the image to the card again to start a new run"),
+        ("DONE", "the card's run is complete, nothing is left to train: read it with "
+                 "`zocodegen card read`, or write the image again to train anew"),
+        ("BEST", "neither copy of the guard's best slot verifies: the best restarts from the "
+                 "run's checkpoint"),
+    )), sdcard=True),
 )
 
 CODES: dict[int, Status] = {s.code: s for sub in SUBSYSTEMS for s in sub.codes}
@@ -97,15 +125,22 @@ def describe(value: int) -> str:
     return f"{status.meaning} ({status.name})"
 
 
-def c_header() -> str:
-    """include/zo_status.h: the table as C macros, one block per subsystem."""
+def _rendered(sdcard: bool) -> tuple[Subsystem, ...]:
+    return tuple(sub for sub in SUBSYSTEMS if sdcard or not sub.sdcard)
+
+
+def c_header(sdcard: bool = False) -> str:
+    """include/zo_status.h: the table as C macros, one block per subsystem (``sdcard``: also
+    the subsystems only `build --data sdcard` firmware has)."""
     lines = ["/* zo_status.h - every status code of the firmware, one range per subsystem.",
              " * Generated from zocodegen/formats/status.py; the host names codes from the same",
              " * table. Do not edit: add a row there. */",
              "#ifndef ZO_STATUS_H", "#define ZO_STATUS_H"]
-    for sub in SUBSYSTEMS:
-        lines += ["", f"/* {sub.name} ({sub.header}): {sub.first}..{sub.last} */",
-                  f"#define {sub.ok} 0"]
+    defined: set[str] = set()
+    for sub in _rendered(sdcard):  # a second range of one header shares its success macro
+        lines += ["", f"/* {sub.name} ({sub.header}): {sub.first}..{sub.last} */"]
+        lines += [] if sub.ok in defined else [f"#define {sub.ok} 0"]
+        defined.add(sub.ok)
         width = max(len(f"#define {s.name} ({s.code})") for s in sub.codes)
         for s in sub.codes:
             define = f"#define {s.name} ({s.code})"
@@ -113,3 +148,19 @@ def c_header() -> str:
             lines += [line] if len(line) <= 100 else [f"/* {s.meaning} */", define]
     lines += ["", "#endif /* ZO_STATUS_H */", ""]
     return "\n".join(lines)
+
+
+def c_names() -> str:
+    """include/zo_status_names.h of `--data sdcard` firmware: the name of every code, so a
+    field trainer prints ``ZO_FIELD_ERR_AREA`` on its UART where a host is not there to."""
+    cases = [f'    case {s.name}:\n        return "{s.name}";' for sub in _rendered(True)
+             for s in sub.codes]
+    return "\n".join([
+        "/* zo_status_names.h - the name of each status code (zo_status.h), for the text a",
+        " * field trainer prints. Generated from zocodegen/formats/status.py. */",
+        "#ifndef ZO_STATUS_NAMES_H", "#define ZO_STATUS_NAMES_H", "",
+        '#include "zo_status.h"', "",
+        "static inline const char *zo_status_name(int code)", "{", "    switch (code) {",
+        "    case 0:", '        return "ok";', *cases, "    default:",
+        '        return "unknown status";', "    }", "}", "", "#endif /* ZO_STATUS_NAMES_H */",
+        ""])

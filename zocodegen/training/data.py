@@ -16,8 +16,8 @@ import numpy as np
 from ..errors import DataError, check_finite, check_labels
 from ..files import check_output, file_sha256, not_a_file
 from ..frontends import load_model
-from ..formats.image import (CHECKPOINT_SLOTS, MAGIC, ImageLayout, checkpoint_slot_bytes,
-                          pack_image, read_image)
+from ..formats import field
+from ..formats.image import MAGIC, SECTOR_BYTES, ImageLayout, pack_image, read_image
 from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
@@ -316,9 +316,9 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
             raise DataError(f"--shuffle SEED must be >= 0, got {shuffle}")
         order = np.random.default_rng(shuffle).permutation(len(found["x"]))
         found["x"], found["y"] = found["x"][order], found["y"][order]
-    if checkpoint_bytes is None:
-        checkpoint_bytes = (CHECKPOINT_SLOTS * checkpoint_slot_bytes(need) if need is not None
-                            else DEFAULT_CHECKPOINT_BYTES)
+    if checkpoint_bytes is None:  # room for a field run (formats/field.py), which holds more
+        checkpoint_bytes = (field.area_sectors(field.slot_sectors(need)) * SECTOR_BYTES
+                            if need is not None else DEFAULT_CHECKPOINT_BYTES)
     x, y = found.pop("x"), found.pop("y")
     try:
         layout = pack_image(image_path, x, y, **found, checkpoint_bytes=checkpoint_bytes,

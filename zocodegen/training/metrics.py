@@ -92,6 +92,14 @@ class MetricsLog:
         self._file.close()
 
 
+def write_metrics(path: Path, rows: Sequence[MetricsRow]) -> None:
+    """metrics.csv holding ``rows``, written whole (a crash keeps the old file)."""
+    log = MetricsLog(path)
+    log.rows = list(rows)
+    log._rewrite()
+    log.close()
+
+
 def read_metrics(path: Path) -> list[MetricsRow]:
     """The rows of a run's metrics.csv (none without the file); a file that is not one is a
     DataError naming the line."""
