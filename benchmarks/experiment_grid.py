@@ -78,7 +78,12 @@ ABLATION_METHODS = TUNED + (
     Method("no-quant", "no quantization-aware scaling", ("--no-quant-scaling",)),
     Method("sparse", "sparse (one of 4 blocks, --block auto)", ("--train", "sparse")),
 )
-METHODS = {m.key: m for m in GRID_METHODS + ABLATION_METHODS}
+#: Estimators judged for the default (issue 48, benchmarks/estimator_screen.py): not in the grid.
+CANDIDATES = (Method("np-channel", "np-channel (NP layers as ours, CH where ours uses WP)",
+                     ("--estimator", "np-channel")),
+              Method("channel", "channel (CH in every layer: biases only)",
+                     ("--estimator", "channel")))
+METHODS = {m.key: m for m in GRID_METHODS + ABLATION_METHODS + CANDIDATES}
 #: The runs whose curves docs/experiment_grid_<model>.png shows.
 PLOTTED = ("ours", "mezo", "wp", "np", "sparse", "hybrid-1", "hybrid-2")
 

@@ -39,6 +39,19 @@ def traced_check(out: Path):
     return traced
 
 
+def traced_baseline(out: Path):
+    """Guard.baseline, also writing the start's check (step 0) to ``out``."""
+    baseline = simulator.Guard.baseline
+
+    def traced(self, graph, plan, params):
+        score = baseline(self, graph, plan, params)
+        with out.open("a") as f:
+            f.write(json.dumps(dict(step=0, correct=score.correct, loss=score.loss,
+                                    records=len(self.y_val), event="")) + "\n")
+        return score
+    return traced
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     rule = parser.add_mutually_exclusive_group(required=True)
@@ -59,6 +72,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     simulator.Guard.check = traced_check(out)
+    simulator.Guard.baseline = traced_baseline(out)
     return cli.main(["simulate", *rest])
 
 

@@ -126,12 +126,14 @@ def test_score_rules():
     assert Score(50, 1251).falls_below(best, 64) and not Score(50, 1250).falls_below(best, 64)
 
 
-def test_a_best_must_clear_the_start_by_the_margin():
-    """The start is beaten only by more than fall_margin; later bests by any improvement."""
+def test_a_best_must_beat_the_start_by_count_and_loss():
+    """The start is beaten only by more than half the fall margin more correct records with
+    a lower loss sum; later bests by any improvement."""
     start = GuardState(lr=0.01, best_step=0, best=Score(41, 1000))
-    margin = fall_margin(41, 101)  # 13
-    assert not new_best(Score(41 + margin, 1), start, 101)
-    assert new_best(Score(41 + margin + 1, 5000), start, 101)
+    half = fall_margin(41, 101) // 2  # 6
+    assert not new_best(Score(41 + half, 1), start, 101)  # not enough more correct
+    assert not new_best(Score(60, 1000), start, 101)  # a loss no lower: drift, not learning
+    assert new_best(Score(41 + half + 1, 999), start, 101)
     later = GuardState(lr=0.01, best_step=40, best=Score(60, 1000))
     assert new_best(Score(61, 5000), later, 101) and new_best(Score(60, 999), later, 101)
     assert not new_best(Score(60, 1000), later, 101)

@@ -62,13 +62,13 @@ def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(tmp_path / "sim"),
                  "--epochs", "1"]) == 0
     summary = capsys.readouterr().err
-    # validation goes 32 -> 42 of 53 (test 66.4 -> 75.8 % at that check), but a best must
-    # beat the start by the fall margin, 10 of 53 records here (training/guard.new_best):
-    # on 53 records the run keeps its start, and says so
-    assert "test accuracy 66.4% -> 66.4%" in summary, summary
-    assert "no validated improvement: the result equals the starting model" in summary
+    # a check beats the start by more than half the fall margin with a lower loss sum
+    # (training/guard.new_best): the run keeps its gain (the whole margin, 10 of 53 records,
+    # kept the start here: docs/scale.md section 12)
+    assert "test accuracy 66.4% -> 73.9%" in summary, summary
+    assert "no validated improvement" not in summary
     confusion = np.loadtxt(tmp_path / "sim" / "confusion.csv", delimiter=",", dtype=np.int64)
-    assert confusion.sum() == 360 and np.trace(confusion) == round(0.664 * 360)
+    assert confusion.sum() == 360 and np.trace(confusion) == round(0.739 * 360)
     assert "true \\ predicted" in summary
     tags = _tensorboard_tags(tmp_path / "sim" / "tensorboard")
     assert {"train/loss", "train/eta", "accuracy/test", "accuracy/validation",

@@ -80,12 +80,14 @@ static uint32_t fall_margin(const zo_train_state *s, uint32_t records)
 }
 
 /* A new best (training/guard.py new_best): while the best is still the parameters from
- * before training, only by more than the fall margin, as the maximum of many noisy checks
- * is biased upward; after that, more correct, or as many with a lower loss sum. */
+ * before training, only with more than half the fall margin more correct AND a lower loss
+ * sum (the maximum of many noisy counts is biased upward; drifting parameters raise the
+ * loss); after that, more correct, or as many with a lower loss sum. */
 static int better(const score *a, const zo_train_state *s, uint32_t records)
 {
     if (s->best_step == 0u) {
-        return a->correct > s->best_correct + fall_margin(s, records);
+        return a->correct > s->best_correct + fall_margin(s, records) / 2u
+               && a->loss < s->best_loss;
     }
     return a->correct > s->best_correct
            || (a->correct == s->best_correct && a->loss < s->best_loss);

@@ -108,11 +108,16 @@ def fall_margin(best_correct: int, records: int) -> int:
 
 def new_best(score: Score, state: "GuardState", records: int) -> bool:
     """Whether a check becomes the run's best. While the best is still the parameters from
-    before training (best_step 0), only by more than fall_margin: the best of a run's ~100
-    noisy checks on the same records is biased upward, and without the margin a run with
-    nothing to gain ended up to 3.1 test points below its start (docs/scale.md section 9)."""
+    before training (best_step 0), only with more than half the fall margin (one standard
+    deviation of a difference of two counts) more correct records AND a lower loss sum: the
+    best of many noisy counts is biased upward (a run with nothing to gain ended up to 3.1
+    test points below its start, docs/scale.md section 9), and parameters that drift without
+    learning raise the loss sum, a far finer measurement than the count. The whole margin
+    (the rule of 2026-11-28) kept the start on 10 of the 16 digits cells, where 53
+    validation records cannot show a real 6-9 point gain by two deviations (section 12)."""
     if state.best_step == 0:
-        return score.correct > state.best.correct + fall_margin(state.best.correct, records)
+        return (score.correct > state.best.correct + fall_margin(state.best.correct, records) // 2
+                and score.loss < state.best.loss)
     return score.better_than(state.best)
 
 
