@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -194,8 +195,8 @@ class Trainer:
         self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
         self._image_sha = ""  # the image's SHA-256 when the run began (run.json's)
         self._image_stat: tuple[int, int, int] | None = None  # its inode, size, mtime then
-        self._plotter: threading.Thread | None = None  # curves drawn during the run
-        self._plot_error: list[Exception] = []  # what that drawing raised
+        self._plotter: ProcessPoolExecutor | None = None  # draws the curves during the run
+        self._plotted: Future | None = None  # the drawing under way
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> TrainSummary:
@@ -241,6 +242,8 @@ class Trainer:
                 self.metrics.close()
             self.device.close()
             self.blocks.close()
+            if self._plotter is not None:  # the drawing under way finishes first
+                self._plotter.shutdown()
         self._plot(background=False)
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
@@ -525,14 +528,13 @@ class Trainer:
 
     def _plot(self, background: bool) -> None:
         """curves.png and the TensorBoard log from the rows so far. During the run they are
-        drawn in a thread: drawing takes 0.3-1.5 s, and a host that stops reading the line
-        that long makes the device, waiting for its next command, retransmit after 100 ms of
-        silence (docs/link.md "Pacing under QEMU")."""
-        if self._plotter is not None:
-            self._plotter.join()
-            self._plotter = None
-            if self._plot_error:  # raised here, in the command's thread: one line, exit 2
-                raise self._plot_error.pop()
+        drawn in another process: drawing takes 0.3-1.5 s, a thread of this one held
+        Python's lock long enough for the device, waiting for an answer, to retransmit
+        after 100 ms of silence (docs/link.md "Pacing under QEMU"), and a host that stops
+        reading the line that long does the same."""
+        if self._plotted is not None:  # its failure (a full disk) is raised here: one line
+            done, self._plotted = self._plotted, None
+            done.result()
         rows = list(self.metrics.rows) if self.metrics else []
         if not any(not math.isnan(r.loss) for r in rows):
             return
@@ -540,20 +542,13 @@ class Trainer:
                else f"{self.identity.lr:g}")
         title = (f"{self.identity.target}: {self.identity.estimator}, "
                  f"Q={self.identity.queries}, eta={eta}")
-        if background:
-            self._plotter = threading.Thread(target=self._plot_in_background,
-                                             args=(rows, title))
-            self._plotter.start()
-        else:
+        if not background:
             write_curves(rows, self.run_dir, title)
-
-    def _plot_in_background(self, rows: list[MetricsRow], title: str) -> None:
-        """write_curves whose failure (a full disk) reaches the command at the next _plot,
-        instead of a thread's traceback on stderr."""
-        try:
-            write_curves(rows, self.run_dir, title)
-        except Exception as exc:  # noqa: BLE001 - re-raised in the command's thread
-            self._plot_error.append(exc)
+            return
+        if self._plotter is None:  # one worker for the run: matplotlib is imported once
+            self._plotter = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"))
+        self._plotted = self._plotter.submit(write_curves, rows, self.run_dir, title)
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:
