@@ -1,6 +1,6 @@
 """`zocodegen card`: a packed image onto a card, and a field run back from one (docs/sdcard.md).
 
-``write`` puts an image on a card for a `build --data sdcard` firmware, safely: a regular file
+``write`` puts an image on a card for a `build --data-source sdcard` firmware, safely: a regular file
 is written whole or not at all; a block device only when it is a whole removable disk that
 nothing has mounted, after saying what it holds and how much of it the image overwrites, and
 after the user said yes (or gave ``--yes``). The mount table and the kernel's disk facts are
@@ -248,7 +248,7 @@ def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
                         "of one holds the whole image")
     area = field.read_area(raw)
     if area.status is None:
-        raise UserError(f"{source} holds no field run: no `--data sdcard` firmware has "
+        raise UserError(f"{source} holds no field run: no `--data-source sdcard` firmware has "
                         "trained from it yet (or the image's checkpoint area was too small "
                         "for one: pack with --model MODEL)")
     identity = p.parse_hello(area.status.identity)

@@ -1,7 +1,7 @@
 """`zocodegen monitor --port URL`: watch a device without driving it. Identity, telemetry, logs
 and errors are printed as they arrive and acknowledged so the device goes on; a device that
 asks for a command is told to wait, and requests for data are refused (the monitor serves no
-image: that is `zocodegen train`). A field trainer (`build --data sdcard`) speaks no link: its
+image: that is `zocodegen train`). A field trainer (`build --data-source sdcard`) speaks no link: its
 lines of text (`field: ...`, docs/sdcard.md) are printed as they come, from the first whole
 one after the monitor attached."""
 from __future__ import annotations

@@ -299,7 +299,8 @@ class Trainer:
             self._check_image_unchanged(reopened=False)
             self._save(session, step)
             self._evaluate(session, step)
-            self._plot(background=True)
+            if step < total:  # after the last chunk run() draws them once, in this process
+                self._plot(background=True)
 
     def _restore(self, session: DeviceSession) -> int:
         """Device state = RUN/checkpoint.bin (or the flash parameters); returns the step."""

@@ -1,4 +1,4 @@
-"""Issue 50, the field trainer (`build --data sdcard`, docs/sdcard.md): a board that trains from
+"""Issue 50, the field trainer (`build --data-source sdcard`, docs/sdcard.md): a board that trains from
 the image on its own card with no host ends with the checkpoint `simulate` ends with, on the
 native build (full with the guard, sparse with the device's block choice, --lr auto) and under
 QEMU; it resumes after a kill and after power cuts at random writes (a torn slot is never
@@ -107,7 +107,7 @@ def area_of(card: Path) -> field.FieldArea:
 
 
 def _native(config: TrainConfig) -> Path:
-    return cached_build(MODEL, "native", train=config, data="sdcard")
+    return cached_build(MODEL, "native", train=config, data_source="sdcard")
 
 
 # ---- training in the field == simulate ------------------------------------------------
@@ -144,7 +144,7 @@ def test_a_native_field_run_ends_as_simulate(config, kind, images, tmp_path):
 def test_a_qemu_field_run_ends_as_simulate(images, tmp_path):
     """The Cortex-M build, its card a file through semihosting (card.img in QEMU's folder)."""
     ckpt, best, _ = _expected(GUARDED, images["hard"], tmp_path)
-    elf = cached_build(MODEL, "qemu", train=GUARDED, data="sdcard")
+    elf = cached_build(MODEL, "qemu", train=GUARDED, data_source="sdcard")
     card = _card(images["hard"], tmp_path)
     done = subprocess.run(qemu_command(elf, icount=False), cwd=tmp_path, capture_output=True,
                           stdin=subprocess.DEVNULL, timeout=600)
@@ -291,12 +291,12 @@ def test_a_card_of_another_build_is_left_alone(images, tmp_path):
 # ---- the build ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra, words", [
-    ([], ("--data sdcard", "--train")),
+    ([], ("--data-source sdcard", "--train")),
     (["--train", "full", "--as-library", "--target", "stm32f746"], ("--as-library",)),
     (["--train", "full", "--estimator", "wp", "--no-guard", "--lr", "0.01",
       "--record-scalars"], ("--record-scalars",))])
 def test_a_field_build_refuses_what_it_cannot_be(tmp_path, capsys, extra, words):
-    argv = ["build", str(MODEL), "--data", "sdcard", "-o", str(tmp_path / "fw")]
+    argv = ["build", str(MODEL), "--data-source", "sdcard", "-o", str(tmp_path / "fw")]
     if "--target" not in extra:
         argv += ["--target", "native"]
     code = main(argv + extra)
@@ -308,7 +308,7 @@ def test_a_field_build_refuses_what_it_cannot_be(tmp_path, capsys, extra, words)
 @pytest.mark.parametrize("board", ["stm32f746", "stm32h7b3"])
 def test_board_field_firmware_builds_clean_and_as_planned(board, tmp_path):
     """Zero warnings, the SD driver linked, and .bss as the memory plan says."""
-    result = api.build(MODEL, target=board, train="full", data="sdcard", steps=20,
+    result = api.build(MODEL, target=board, train="full", data_source="sdcard", steps=20,
                        output=tmp_path / "fw")
     items = {i.name: i.bytes for i in result.plan.placement.items}
     assert "field trainer" in items and "host link buffers" not in items
@@ -321,7 +321,7 @@ def test_board_field_firmware_builds_clean_and_as_planned(board, tmp_path):
     bss = int(re.search(r"^\.bss\s+(\d+)", size, re.M).group(1))
     assert bss <= items["field trainer"] + items["firmware statics"], (bss, items)
     manifest = json.loads((result.project / "manifest.json").read_text())
-    assert manifest["data"] == "sdcard"
+    assert manifest["data_source"] == "sdcard"
     assert "blockdev_sdmmc.c" in (result.project / "Makefile").read_text()
 
 
@@ -379,7 +379,7 @@ def link_build_hashes() -> dict[str, dict[str, str]]:
 
 
 def test_a_link_build_is_byte_identical_to_before_issue_50():
-    """Every file of the default (--data link) builds, against the hashes recorded at the
+    """Every file of the default (--data-source link) builds, against the hashes recorded at the
     commit before issue 50 (tests/data/link_build_sha256.json). A deliberate change of the
     link firmware regenerates them: python -c "import json, sys; sys.path[:0] = ['tests'];
     import test_field; json.dump(test_field.link_build_hashes(), open(

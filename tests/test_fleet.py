@@ -344,7 +344,7 @@ def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
     images = _images(tmp_path, 4)
     out = tmp_path / "out"
     config = launch.run_config(MODEL, fleet_build, out, rounds=2, steps=K, min_devices=4,
-                               wait=60, deadline=25, test=None)
+                               wait=60, deadline=60, test=None)
     with launch.Flower(out / "flower") as flower:
         address = flower.superlink("127.0.0.1", launch.free_port())
         nodes = [flower.supernode(address, launch.node_config(
@@ -367,8 +367,11 @@ def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
     first = record["rounds"][0]["participants"]
     assert sorted(p["device"] for p in first if p["accepted"]) == ["device0", "device1",
                                                                   "device2"]
-    assert [p["reason"] for p in first if not p["accepted"]] == [
-        "no answer within the 25.0 s deadline"]
+    # the killed node is left out by the deadline or by Flower's missed heartbeats, whichever
+    # comes first (round 0 took 25-60 s on a 2-core machine: 4 SuperNodes start their apps)
+    reasons = [p["reason"] for p in first if not p["accepted"]]
+    assert len(reasons) == 1 and ("no answer within the 60.0 s deadline" in reasons[0]
+                                  or "Node Unavailable" in reasons[0]), reasons
     model = FleetModel.load(MODEL, fleet_build)
     data = {img.stem: xy for img, xy in zip(images, _device_data(4))}
     saved = model.params((out / "model.bin").read_bytes(), "model.bin")

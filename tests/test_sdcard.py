@@ -7,7 +7,7 @@ The firmware is tests/data/sdcard_main.c, built with the boards' own flags (plat
 card's file, what it writes lands in the file, every injected fault ends the call with its
 named status and never hangs, an absent card is refused, and a power cut leaves a torn write.
 The card and interface models are also tested alone, register by register. Last, the field
-trainer (`build --data sdcard`, tests/test_field.py) runs on both emulated boards from the image
+trainer (`build --data-source sdcard`, tests/test_field.py) runs on both emulated boards from the image
 on the emulated card and ends as `simulate` does, also after power cuts."""
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def code(name: str) -> int:
 
 @pytest.fixture(scope="module")
 def firmware(tmp_path_factory) -> dict[str, Path]:
-    """tests/data/sdcard_main.c with the SD driver, laid out as a `--data sdcard` project lays
+    """tests/data/sdcard_main.c with the SD driver, laid out as a `--data-source sdcard` project lays
     the board files out (src/platform/<board>/), compiled with platform.mk's flags."""
     if shutil.which("arm-none-eabi-gcc") is None or shutil.which("make") is None:
         pytest.skip("needs arm-none-eabi-gcc and make")
@@ -414,7 +414,7 @@ def field_image(tmp_path_factory) -> tuple[Path, bytes, bytes | None]:
 
 def _field_boot(board: str, card_path: Path, faults: Faults | None = None
                 ) -> tuple[Report, str]:
-    elf = cached_build(MODEL, "emulated", emulate=board, train=GUARDED, data="sdcard")
+    elf = cached_build(MODEL, "emulated", emulate=board, train=GUARDED, data_source="sdcard")
     card, line = SDCard(card_path, faults=faults), NoHost()
     try:
         report = Board(board, elf, line, card=card).run(max_instructions=400_000_000)
@@ -427,7 +427,7 @@ def _field_boot(board: str, card_path: Path, faults: Faults | None = None
 @pytest.mark.usefixtures("module_build_cache")
 @pytest.mark.parametrize("board", BOARDS)
 def test_a_field_run_from_the_emulated_card_ends_as_simulate(board, field_image, tmp_path):
-    """The board's own `--data sdcard` firmware, its image on the emulated card through the
+    """The board's own `--data-source sdcard` firmware, its image on the emulated card through the
     SDMMC1 driver, no host: 20 guarded steps end with simulate's checkpoint and best, byte for
     byte (about 156 M instructions, 30 s a board)."""
     image, run, best = field_image

@@ -56,7 +56,7 @@ def test_the_c_sources_use_the_table_and_define_no_code_of_their_own():
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler (cc)")
 def test_the_compiled_header_has_the_values_of_the_table(tmp_path):
-    """The header of a --data sdcard build (every row; its zo_status_names.h names each) and
+    """The header of a --data-source sdcard build (every row; its zo_status_names.h names each) and
     of a link build (without the card's and the field run's rows, as before issue 50)."""
     (tmp_path / "zo_status.h").write_text(status.c_header(sdcard=True))
     (tmp_path / "zo_status_names.h").write_text(status.c_names())

@@ -200,7 +200,7 @@ def run_build(args: argparse.Namespace) -> BuildResult:
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
                                              recompute=args.recompute, baud=args.baud,
-                                             library=args.as_library, data=args.data), out,
+                                             library=args.as_library, data_source=args.data_source), out,
                     force=args.force)
     return BuildResult(Path(out), plan)
 

@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(every selected layer), sparse (one block of them), or auto (full "
                         "when it fits the board, else sparse); none (default): inference "
                         "only")
-    p.add_argument("--data", choices=DATA_MODES, default="link",
+    p.add_argument("--data-source", choices=DATA_MODES, default="link",
                    help="where a training firmware's image lives: link (default), served by "
                         "`zocodegen train` over the serial line; sdcard, a field trainer that "
                         "reads it from the board's own card and trains to the end with no "
@@ -298,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_card_parser(sub) -> None:
-    card = sub.add_parser("card", help="put a packed image on a card for a `build --data "
-                                       "sdcard` board, or read its field run back "
+    card = sub.add_parser("card", help="put a packed image on a card for a `build "
+                                       "--data-source sdcard` board, or read its field run back "
                                        "(docs/sdcard.md)").add_subparsers(
         dest="card_command", required=True, metavar="ACTION", parser_class=_Parser)
     p = card.add_parser("write", help="write IMAGE to a card (a whole removable disk nothing "

@@ -72,18 +72,19 @@ def cached_build(model_path: Path, engine: str, emulate: str = DEFAULT_TARGET,
                  sanitize: bool = False, extra_cflags: str = "", soft_float: bool = False,
                  graph: Graph | None = None, train: TrainConfig | None = None,
                  patches: str = "auto", input_quantize: str = "auto",
-                 recompute: str = "auto", data: str = "link") -> Path:
+                 recompute: str = "auto", data_source: str = "link") -> Path:
     """Build the engine's executable for a model once per distinct generated project.
 
     The key is a hash of every generated file (so a new zocodegen version, template or model
     rebuilds) plus the goal; a hit skips the compiler entirely. ``engine`` "emulated" builds
     the board firmware of ``emulate`` (make firmware), the ELF the emulated board runs;
-    ``data`` "sdcard" a field trainer (BuildOptions.data).
+    ``data_source`` "sdcard" a field trainer (BuildOptions.data_source).
     """
     target, goal = (emulate, "firmware") if engine == "emulated" else (engine, engine)
     _, files = _render(model_path, BuildOptions(target=target, emulate=emulate, train=train,
                                                 patches=patches, recompute=recompute,
-                                                input_quantize=input_quantize, data=data),
+                                                input_quantize=input_quantize,
+                                                data_source=data_source),
                        graph)
     digest = hashlib.sha256()
     for rel in sorted(files):

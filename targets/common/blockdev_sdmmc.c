@@ -1,5 +1,5 @@
 /*
- * blockdev_sdmmc.c - zo_blockdev.h backend of `--data sdcard` board firmware (zocodegen,
+ * blockdev_sdmmc.c - zo_blockdev.h backend of `--data-source sdcard` board firmware (zocodegen,
  * docs/sdcard.md "The driver"): the microSD card in the board's slot on SDMMC1, the packed
  * image written raw to it (LBA n of the image = block n of the card). The board's facts
  * (register base and layout of its SDMMC version, pins, card detect, kernel clock) come from

@@ -1,7 +1,7 @@
 /*
  * sdmmc_board.h - the microSD slot of the STM32H7B3I-DK for blockdev_sdmmc.c (zocodegen,
  * docs/sdcard.md "The driver"). Included by targets/common/blockdev_sdmmc.c only, after
- * SD_REG32() and sd_wait_any(); compiled into `--data sdcard` builds only.
+ * SD_REG32() and sd_wait_any(); compiled into `--data-source sdcard` builds only.
  *
  * Slot: UM2569 (STM32H7B3I-DK user manual), "microSD card" section: SDMMC1 with D0..D3 =
  * PC8..PC11, CK = PC12, CMD = PD2, alternate function AF12 (DS13139 alternate function

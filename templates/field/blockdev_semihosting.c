@@ -3,7 +3,7 @@
  * the host, reached through Arm semihosting (the debug host does the file I/O while the core
  * is halted on BKPT 0xAB).
  *
- * The card of a field trainer built for QEMU (`build --data sdcard`, docs/sdcard.md: the file
+ * The card of a field trainer built for QEMU (`build --data-source sdcard`, docs/sdcard.md: the file
  * card.img in QEMU's working folder), and the image reader's QEMU test driver
  * (tests/test_image.py); link firmware reads its image over the host link (blockdev_link.c),
  * which needs no debugger.

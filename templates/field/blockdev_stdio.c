@@ -1,6 +1,6 @@
 /*
  * blockdev_stdio.c - zo_blockdev.h backend for native programs (host gcc): the data image is
- * a file, accessed with stdio. The card of a native field trainer (`build --data sdcard`,
+ * a file, accessed with stdio. The card of a native field trainer (`build --data-source sdcard`,
  * docs/sdcard.md), and the image reader's test driver (tests/test_image.py).
  * Reading past the end of the file is ZO_BLOCKDEV_ERR_RANGE;
  * writing past it extends the file (as a card would not: keep writes inside the image's

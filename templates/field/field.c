@@ -1,5 +1,5 @@
 /*
- * field.c - the field trainer (`zocodegen build --data sdcard`, docs/sdcard.md): a board that
+ * field.c - the field trainer (`zocodegen build --data-source sdcard`, docs/sdcard.md): a board that
  * trains with no host attached, its data image and checkpoints on its own card.
  *
  * The firmware is the link firmware's command loop (main.c, the same file) with this file in

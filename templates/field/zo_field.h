@@ -1,5 +1,5 @@
 /*
- * zo_field.h - what a field trainer (`build --data sdcard`, docs/sdcard.md) keeps in the
+ * zo_field.h - what a field trainer (`build --data-source sdcard`, docs/sdcard.md) keeps in the
  * image's checkpoint area on its card, so a power cut at any write loses at most the steps
  * since the last checkpoint (docs/image.md "The checkpoint area of a field run"; Python twin:
  * zocodegen/formats/field.py, checked against these values by tests/test_field.py).

@@ -43,7 +43,7 @@ STACK_BYTES = 8192
 #: sent (a request goes out from the caller's bytes); docs/link.md.
 LINK_RX_BYTES = link.RESPONSE_BUFFER
 LINK_TX_BYTES = 254
-#: A field trainer (--data sdcard) has no link buffers but templates/field/field.h's state:
+#: A field trainer (--data-source sdcard) has no link buffers but templates/field/field.h's state:
 #: the card's sector, the status record's fields, HELLO's identity.
 FIELD_STATE_BYTES = 752
 #: The rest of the firmware's .bss, besides the link buffers (or the field trainer's state):
@@ -90,12 +90,12 @@ class BuildOptions:
     recompute: str = "auto"
     baud: int = link.DEFAULT_BAUD  # the host link's line on a board (firmware.h FIRMWARE_BAUD)
     library: bool = False  # --as-library: sources and zo_library.h for a firmware (library.py)
-    data: str = "link"  # one of DATA_MODES
+    data_source: str = "link"  # one of DATA_MODES (--data-source)
 
     @property
     def field(self) -> bool:
         """A field trainer: the image and checkpoints on the board's card, no host."""
-        return self.data == "sdcard"
+        return self.data_source == "sdcard"
 
     @property
     def board(self) -> str:
@@ -135,7 +135,7 @@ def _inference_items(arena: ArenaPlan, board: Target, training: TrainingCode | N
                      field: bool = False) -> list[RamItem]:
     """What the linked firmware puts in SRAM besides the training buffers: a fit is judged on
     what links (statics, stack, alignment), not on the arena alone. ``field``: a field
-    trainer's (--data sdcard), which keeps the card's state where others keep the link's."""
+    trainer's (--data-source sdcard), which keeps the card's state where others keep the link's."""
     stack_memory = target_data(board.name)["linker"]["stack_region"]
     # The link buffers are ordinary .bss, which every linker script puts right after the
     # stack: pinned to the stack's memory, they are placed (and reported) there too.
@@ -227,19 +227,20 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
 
 
 def _check_data(options: BuildOptions) -> None:
-    """--data sdcard is a whole firmware that trains by itself (templates/field)."""
-    if options.data not in DATA_MODES:
-        raise UserError(f"--data {options.data}: choose one of {', '.join(DATA_MODES)}")
+    """--data-source sdcard is a whole firmware that trains by itself (templates/field)."""
+    if options.data_source not in DATA_MODES:
+        raise UserError(f"--data-source {options.data_source}: choose one of "
+                        f"{', '.join(DATA_MODES)}")
     if not options.field:
         return
     if options.train is None:
-        raise UserError("--data sdcard builds a field trainer, which trains from its card: add "
+        raise UserError("--data-source sdcard builds a field trainer, which trains from its card: add "
                         "--train full|sparse|auto")
     if options.library:
-        raise UserError("--data sdcard builds a whole firmware; --as-library leaves the "
+        raise UserError("--data-source sdcard builds a whole firmware; --as-library leaves the "
                         "storage to your firmware: drop one of them")
     if options.train.record_scalars:
-        raise UserError("--record-scalars sends the query sums to a host; a --data sdcard "
+        raise UserError("--record-scalars sends the query sums to a host; a --data-source sdcard "
                         "firmware has none: drop one of them")
 
 
@@ -619,5 +620,5 @@ def _manifest(context: dict, plan: ProjectPlan, options: BuildOptions) -> dict:
         },
         "inputs": [t.__dict__ for t in plan.code.inputs],
         "outputs": [t.__dict__ for t in plan.code.outputs],
-        **({"data": options.data} if options.field else {}),  # link builds: as before it
+        **({"data_source": options.data_source} if options.field else {}),  # link builds: as before it
     }

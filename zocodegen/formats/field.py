@@ -1,5 +1,5 @@
 """The checkpoint area of a field run on its card (docs/image.md, "The checkpoint area of a
-field run"): what `build --data sdcard` firmware keeps there (templates/field/zo_field.h, whose
+field run"): what `build --data-source sdcard` firmware keeps there (templates/field/zo_field.h, whose
 ``#define`` values tests/test_field.py checks against these) and how the host reads it back
 (`zocodegen card read`).
 

@@ -25,7 +25,7 @@ class Subsystem:
     first: int     # codes run from first down to last (both negative)
     last: int
     codes: tuple[Status, ...]
-    # rendered only into `build --data sdcard` firmware's zo_status.h: a link build's C stays
+    # rendered only into `build --data-source sdcard` firmware's zo_status.h: a link build's C stays
     # byte for byte what it was before the field trainer (issue 50)
     sdcard: bool = False
 
@@ -131,7 +131,7 @@ def _rendered(sdcard: bool) -> tuple[Subsystem, ...]:
 
 def c_header(sdcard: bool = False) -> str:
     """include/zo_status.h: the table as C macros, one block per subsystem (``sdcard``: also
-    the subsystems only `build --data sdcard` firmware has)."""
+    the subsystems only `build --data-source sdcard` firmware has)."""
     lines = ["/* zo_status.h - every status code of the firmware, one range per subsystem.",
              " * Generated from zocodegen/formats/status.py; the host names codes from the same",
              " * table. Do not edit: add a row there. */",
@@ -151,7 +151,7 @@ def c_header(sdcard: bool = False) -> str:
 
 
 def c_names() -> str:
-    """include/zo_status_names.h of `--data sdcard` firmware: the name of every code, so a
+    """include/zo_status_names.h of `--data-source sdcard` firmware: the name of every code, so a
     field trainer prints ``ZO_FIELD_ERR_AREA`` on its UART where a host is not there to."""
     cases = [f'    case {s.name}:\n        return "{s.name}";' for sub in _rendered(True)
              for s in sub.codes]
