@@ -41,7 +41,7 @@ from zocodegen.host.fleet.client import DeviceClient  # noqa: E402
 from zocodegen.host.fleet.server import FleetServer  # noqa: E402
 from zocodegen.host.fleet.updates import LEVEL, FleetModel, make_update, pack_scalars  # noqa: E402,E501
 from zocodegen.formats.image import pack_image  # noqa: E402
-from zocodegen.host.trainer import open_device  # noqa: E402
+from zocodegen.host.devices import open_device  # noqa: E402
 from zocodegen.training import replay, simulator  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"

@@ -44,7 +44,8 @@ from zocodegen.training.plan import training_plans
 
 from .devices import Firmware
 from .engines import run_samples
-from .trainer import LaunchedDevice, Trainer
+from .devices import LaunchedDevice
+from .trainer import Trainer
 
 @dataclass(frozen=True)
 class Costs:

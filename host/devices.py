@@ -11,6 +11,7 @@ trying zocodegen needs no board (DESIGN.md section 6):
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -18,13 +19,15 @@ import subprocess
 import tempfile
 import time
 import tty
+from collections.abc import Callable
 from pathlib import Path
 
 import serial
 
 from zocodegen.errors import UserError
+from zocodegen.formats import link as p
 from zocodegen.formats.link import DEFAULT_BAUD
-from .link.server import LinkError, Port
+from .link.server import DeviceSession, LinkError, Port
 
 #: How long a read waits before the host checks that the firmware process still runs.
 POLL_SECONDS = 0.05
@@ -169,3 +172,98 @@ class Firmware:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+
+class Device:
+    """A device at a serial URL: a reset shows up as a HELLO on the same port."""
+
+    restartable = False
+
+    def __init__(self, url: str, baud: int = p.DEFAULT_BAUD):
+        self.url, self.baud = url, baud
+        self.port: Port | None = None
+
+    def connect(self) -> Port:
+        if self.port is None:
+            self.port = open_port(self.url, self.baud)
+        return self.port
+
+    def alive(self) -> None:
+        pass
+
+    def finish(self, session: DeviceSession) -> None:
+        """Leave the board idle: it keeps asking for commands until a host answers."""
+
+    def close(self) -> None:
+        if self.port is not None:
+            self.port.close()
+            self.port = None
+
+    def describe(self) -> str:
+        return self.url
+
+
+class LaunchedDevice(Device):
+    """Firmware the host started (``--native`` / ``--qemu``): restarting it is a reset."""
+
+    restartable = True
+
+    def __init__(self, firmware: Firmware):
+        super().__init__("")
+        self.firmware = firmware
+
+    def connect(self) -> Port:
+        return self.firmware.start()
+
+    def alive(self) -> None:
+        self.firmware.alive()
+
+    def finish(self, session: DeviceSession) -> None:
+        session.run(p.Command.QUIT.value)
+        self.firmware.wait()
+
+    def close(self) -> None:
+        self.firmware.close()
+
+    def describe(self) -> str:
+        return f"{self.firmware.kind} firmware {self.firmware.artefact}"
+
+
+def open_device(port: str | None = None, native: Path | None = None,
+                qemu: Path | None = None, emulated: Path | None = None,
+                baud: int = p.DEFAULT_BAUD, say: Callable[[str], None] = lambda text: None
+                ) -> Device:
+    """The device of `--port URL`, `--native PROJECT`, `--qemu PROJECT` or `--emulated
+    PROJECT` (a board project, its firmware on the emulated board), built with make when
+    needed (said first through ``say``: a compile takes seconds); `--baud` for a board's
+    line and an emulated one."""
+    from zocodegen.projects import make
+    if port:
+        return Device(port, baud)
+    where = {"native": native, "qemu": qemu, "emulated": emulated}
+    kind = next((k for k, project in where.items() if project is not None), "qemu")
+    project = where[kind]
+    if project is None or not (Path(project) / "Makefile").is_file():
+        raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
+    goal = "firmware" if kind == "emulated" else kind
+    if kind == "emulated":
+        _check_emulated(Path(project))
+    say(f"compiling {project} (make {goal}) ...")
+    return LaunchedDevice(Firmware(kind, make(Path(project), goal), baud=baud))
+
+
+def _check_emulated(project: Path) -> None:
+    """The emulated board runs a board's firmware: a native or QEMU project has none, and
+    make would only fail on it with pages of output."""
+    from .emulator.machine import BOARDS
+    try:
+        manifest = json.loads((project / "manifest.json").read_text())
+        target, budget = manifest["target"], manifest.get("budget_of")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{project}/manifest.json is unreadable ({exc}); build the project "
+                        f"again with `zocodegen build MODEL --target {BOARDS[0]}`") from None
+    if target not in BOARDS:
+        board = budget if budget in BOARDS else BOARDS[0]
+        raise UserError(f"{project} was built for {target} (--target {target}); --emulated "
+                        f"runs a board's firmware: build it with `zocodegen build MODEL "
+                        f"--target {board} -o {project}`")

@@ -37,7 +37,8 @@ from zocodegen.formats.image import pack_image  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.host.devices import Firmware, open_port  # noqa: E402
 from zocodegen.host.link.server import Port  # noqa: E402
-from zocodegen.host.trainer import LaunchedDevice, Trainer  # noqa: E402
+from zocodegen.host.devices import LaunchedDevice  # noqa: E402
+from zocodegen.host.trainer import Trainer  # noqa: E402
 from zocodegen.training import checkpoint  # noqa: E402
 from zocodegen.training.config import TrainConfig  # noqa: E402
 

@@ -17,7 +17,8 @@ from zocodegen.projects import cached_build
 from zocodegen.cli import main
 from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image
-from zocodegen.host.trainer import LaunchedDevice, Trainer
+from zocodegen.host.devices import LaunchedDevice
+from zocodegen.host.trainer import Trainer
 from zocodegen.training.config import TrainConfig
 
 MODEL = FIXTURES / "mcunet_in1.tflite"

@@ -51,7 +51,8 @@ def test_project_layout_and_native_build(tmp_path, capsys):
     graph = load_model(FIXTURES / "mcunet_tiny.tflite")
     for rel in ("Makefile", "memory_report.txt", "memory_report.json", "manifest.json",
                 "include/model.h", "include/zo_kernels.h", "include/platform.h",
-                "include/zo_link.h", "src/link/zo_link.c", "src/link/zo_crc32.c",
+                "include/zo_link.h", "src/link/zo_link.c", "src/link/zo_link_hello.c",
+                "src/link/zo_crc32.c",
                 "src/model.c", "src/weights.c", "src/main.c",
                 "src/platform/native/platform_native.c", "src/platform/qemu/mps2_an500.ld"):
         assert (out / rel).is_file(), rel

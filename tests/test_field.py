@@ -42,7 +42,6 @@ from zocodegen.training.simulator import initial_params, validation_score
 
 MODEL = FIXTURES / "digits_cnn.tflite"
 HEADER = REPO / "templates" / "field" / "zo_field.h"
-GOLDEN = REPO / "tests" / "data" / "link_build_sha256.json"
 CUT_STATUS = 86  # blockdev_stdio.c's power cut
 #: a guarded run on validation records the model starts wrong on: new bests and rollbacks,
 #: a checkpoint every 2 steps
@@ -362,30 +361,36 @@ def test_the_area_layout_agrees_between_c_python_and_the_docs():
         assert re.search(rf"\| {offset} \| [^|]+ \| [^|]+ \| `{name}` \|", doc), name
 
 
-def link_build_hashes() -> dict[str, dict[str, str]]:
-    """SHA-256 of every file of five default (link) builds of the digits CNN."""
-    cases = {"native-full": dict(target="native", train="full"),
-             "qemu-full": dict(target="qemu", train="full"),
-             "stm32f746-full": dict(target="stm32f746", train="full"),
-             "stm32h7b3-sparse": dict(target="stm32h7b3", train="sparse"),
-             "stm32f746-none": dict(target="stm32f746")}
-    out = {}
-    for name, given in cases.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            project = api.build(MODEL, output=Path(tmp) / "fw", **given).project
-            out[name] = {f.relative_to(project).as_posix(): hashlib.sha256(f.read_bytes())
-                         .hexdigest() for f in sorted(project.rglob("*")) if f.is_file()}
-    return out
+def _file_hashes(**given) -> dict[str, str]:
+    """SHA-256 of every file of a build of the digits CNN."""
+    with tempfile.TemporaryDirectory() as tmp:
+        project = api.build(MODEL, output=Path(tmp) / "fw", **given).project
+        return {f.relative_to(project).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in sorted(project.rglob("*")) if f.is_file()}
 
 
-def test_a_link_build_is_byte_identical_to_before_issue_50():
-    """Every file of the default (--data-source link) builds, against the hashes recorded at the
-    commit before issue 50 (tests/data/link_build_sha256.json). A deliberate change of the
-    link firmware regenerates them: python -c "import json, sys; sys.path[:0] = ['tests'];
-    import test_field; json.dump(test_field.link_build_hashes(), open(
-    'tests/data/link_build_sha256.json', 'w'), indent=1, sort_keys=True)"."""
-    golden = json.loads(GOLDEN.read_text())
-    now = link_build_hashes()
-    changed = {name: sorted(f for f in set(golden[name]) | set(now[name])
-                            if golden[name].get(f) != now[name].get(f)) for name in golden}
-    assert not any(changed.values()), changed
+@pytest.mark.parametrize("target", ["native", "stm32f746"])
+def test_a_link_build_is_the_field_build_without_the_field(target):
+    """Issue 50's promise to link builds: --data-source sdcard adds the field trainer and its
+    card (and drops the link and its block device) and changes nothing else: the model, the
+    training engine and every board file are byte-identical; the link build carries no field
+    file, no SD card status and nothing of the field in its Makefile."""
+    linked = _file_hashes(target=target, train="full")
+    fielded = _file_hashes(target=target, train="full", data_source="sdcard")
+    field_files = {f for f in fielded if f.startswith("src/field/")
+                   or f.rsplit("/", 1)[-1].startswith(("blockdev_s", "sdmmc_", "zo_field",
+                                                       "field", "zo_status_names"))}
+    assert sorted(set(linked) - set(fielded)) == ["src/link/blockdev_link.c",
+                                                  "src/link/zo_link.c"]
+    assert set(fielded) - set(linked) == field_files
+    assert not field_files & set(linked)
+    differ = {f for f in set(linked) & set(fielded) if linked[f] != fielded[f]}
+    assert differ == {"Makefile", "include/zo_status.h", "manifest.json", "memory_report.json",
+                      "memory_report.txt"}
+    with tempfile.TemporaryDirectory() as tmp:
+        project = api.build(MODEL, output=Path(tmp) / "fw", target=target, train="full").project
+        statuses = (project / "include" / "zo_status.h").read_text()
+        makefile = (project / "Makefile").read_text()
+    assert statuses == status.c_header() != status.c_header(sdcard=True)  # no SD card rows
+    assert "ZO_FIELD" not in statuses
+    assert "src/field" not in makefile and "src/link/zo_link.c" in makefile

@@ -27,7 +27,7 @@ from zocodegen.host.fleet.server import FleetServer
 from zocodegen.host.fleet.updates import (FleetModel, Update, make_update, pack_scalars,
                                           reconstruct, unpack_scalars)
 from zocodegen.formats.image import pack_image
-from zocodegen.host.trainer import open_device
+from zocodegen.host.devices import open_device
 from zocodegen.training import checkpoint, replay, simulator
 
 MODEL = FIXTURES / "digits_cnn.tflite"

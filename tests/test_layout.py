@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"zocodegen": "zocodegen", "host": "zocodegen.host", "qemu": "zocodegen.qemu",
            "targets": "zocodegen.targets", "templates": "zocodegen.templates"}
 #: The command line and the Python API façade: above the host tools, so they may use them.
-FACADE = {"zocodegen.api", "zocodegen.cli", "zocodegen.cli_options", "zocodegen.__main__"}
+FACADE = {"zocodegen.api", "zocodegen.cli", "zocodegen.cli_fleet", "zocodegen.cli_options",
+          "zocodegen.__main__"}
 HOST = "zocodegen.host"
 
 

@@ -19,7 +19,8 @@ from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image
 from zocodegen.training.metrics import read_metrics
 from zocodegen.host.monitor import monitor
-from zocodegen.host.trainer import Device, LaunchedDevice, Trainer
+from zocodegen.host.devices import Device, LaunchedDevice
+from zocodegen.host.trainer import Trainer
 from zocodegen.training import checkpoint
 from zocodegen.training.config import TrainConfig
 

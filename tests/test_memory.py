@@ -13,7 +13,8 @@ from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image
-from zocodegen.host.trainer import LaunchedDevice, Trainer
+from zocodegen.host.devices import LaunchedDevice
+from zocodegen.host.trainer import Trainer
 from zocodegen.ops.table import macs
 from zocodegen.planner import plan_arena, verify
 from zocodegen.ops.conv import in_place_rows

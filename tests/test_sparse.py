@@ -174,7 +174,7 @@ def test_training_before_selection_is_refused(tmp_path, image, capsys):
     from zocodegen.host.devices import Firmware
     from zocodegen.formats.link import Command, train
     from zocodegen.formats.status import code
-    from zocodegen.host.trainer import LaunchedDevice
+    from zocodegen.host.devices import LaunchedDevice
     from zocodegen.host.blocks import ImageBlocks
     from zocodegen.host.link.server import DeviceSession, HostLink
 

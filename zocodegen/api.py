@@ -31,7 +31,8 @@ from .errors import UserError
 from .files import check_output, writing_run
 from .frontends import load_model
 from .host.device_time import link_seconds_per_record
-from .host.trainer import Trainer, TrainSummary, open_device
+from .host.devices import open_device
+from .host.trainer import Trainer, TrainSummary
 from .projects import generate
 from .summary import ModelSummary, summarize
 from .target import Target, load_target

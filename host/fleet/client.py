@@ -18,7 +18,8 @@ from pathlib import Path
 from zocodegen.errors import DataError
 from zocodegen.training import checkpoint, replay
 from zocodegen.formats.image import verify_image
-from ..trainer import Device, Trainer
+from ..devices import Device
+from ..trainer import Trainer
 from .updates import Update, apply_delta, inflate, make_update, upload_limit
 
 

@@ -19,7 +19,7 @@ from flwr.serverapp import Grid, ServerApp
 from zocodegen.errors import DataError, UserError
 from zocodegen.formats.link import DEFAULT_BAUD
 from ..link.server import LinkError
-from ..trainer import open_device
+from ..devices import open_device
 from .client import DeviceClient
 from .server import FleetServer, test_split
 from .updates import FleetModel, Update

@@ -436,7 +436,7 @@ int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycle
 /* HELLO: who trains, and the card attached. */
 int zo_link_hello(const zo_link_identity *id)
 {
-    field_pack_identity(id);
+    zo_link_pack_hello(id, id->flags, field.identity); /* the status record keeps it */
     field.model_sha256 = id->model_sha256;
     field.input_scale = id->input_scale;
     field.input_zero_point = id->input_zero_point;

@@ -56,7 +56,4 @@ void field_put_i64(uint8_t *p, int64_t v);
 /* Appends it to the card's run log, when the card's run is this one. */
 void field_log(uint8_t *e);
 
-/* The identity main.c says HELLO with, in HELLO's bytes (field.identity). */
-void field_pack_identity(const zo_link_identity *id);
-
 #endif /* FIELD_H */

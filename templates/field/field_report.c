@@ -78,44 +78,6 @@ void field_log(uint8_t *e)
     }
 }
 
-/* ---- HELLO's identity ------------------------------------------------------------------- */
-
-/* The identity in HELLO's layout (docs/link.md "HELLO"), as the status record keeps it for
- * `zocodegen card read` and a resumed run compares it. It repeats zo_link_hello's packing:
- * zo_link.c is not part of a field build, and a link build's files stay as they were. */
-void field_pack_identity(const zo_link_identity *id)
-{
-    uint8_t *p = field.identity;
-    uint32_t n = 0u;
-    memset(p, 0, ZO_LINK_HELLO_BYTES);
-    memcpy(p, "ZOLK", 4u);
-    zo_put_u16(p + 4, (uint16_t)ZO_LINK_VERSION);
-    zo_put_u16(p + 6, (uint16_t)ZO_LINK_MAX_PAYLOAD);
-    memcpy(p + 8, id->model_sha256, 32u);
-    zo_put_u32(p + 40, id->input_bytes);
-    zo_put_u32(p + 44, id->output_bytes);
-    zo_put_u32(p + 48, id->classes);
-    zo_put_f32(p + 52, id->input_scale);
-    zo_put_u32(p + 56, (uint32_t)id->input_zero_point);
-    zo_put_u32(p + 60, id->checkpoint_bytes);
-    zo_put_u32(p + 64, id->flags);
-    p[68] = id->estimator;
-    p[69] = id->mode;
-    p[70] = id->block;
-    p[71] = id->blocks;
-    zo_put_u32(p + 72, id->queries);
-    zo_put_u32(p + 76, id->batch);
-    zo_put_u32(p + 80, id->steps);
-    zo_put_u32(p + 84, id->seed);
-    zo_put_f32(p + 88, id->lr);
-    zo_put_u32(p + 92, id->trainable_layers);
-    zo_put_u32(p + 96, id->cycles_per_second);
-    while (n < ZO_LINK_TARGET_BYTES && id->target[n] != '\0') {
-        p[100 + n] = (uint8_t)id->target[n];
-        ++n;
-    }
-}
-
 /* ---- the reports ------------------------------------------------------------------------ */
 
 void zo_link_init(void)

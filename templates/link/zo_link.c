@@ -348,30 +348,7 @@ int zo_link_hello(const zo_link_identity *id)
 {
     uint8_t p[ZO_LINK_HELLO_BYTES];
     zo_link_frame welcome;
-    memset(p, 0, sizeof p);
-    memcpy(p, "ZOLK", 4u);
-    zo_put_u16(p + 4, (uint16_t)ZO_LINK_VERSION);
-    zo_put_u16(p + 6, (uint16_t)ZO_LINK_MAX_PAYLOAD);
-    memcpy(p + 8, id->model_sha256, 32u);
-    zo_put_u32(p + 40, id->input_bytes);
-    zo_put_u32(p + 44, id->output_bytes);
-    zo_put_u32(p + 48, id->classes);
-    zo_put_f32(p + 52, id->input_scale);
-    zo_put_u32(p + 56, (uint32_t)id->input_zero_point);
-    zo_put_u32(p + 60, id->checkpoint_bytes);
-    zo_put_u32(p + 64, id->flags | ZO_LINK_FLAG_TRIMMED_READS); /* zo_link_read fills zeros */
-    p[68] = id->estimator;
-    p[69] = id->mode;
-    p[70] = id->block;
-    p[71] = id->blocks;
-    zo_put_u32(p + 72, id->queries);
-    zo_put_u32(p + 76, id->batch);
-    zo_put_u32(p + 80, id->steps);
-    zo_put_u32(p + 84, id->seed);
-    zo_put_f32(p + 88, id->lr);
-    zo_put_u32(p + 92, id->trainable_layers);
-    zo_put_u32(p + 96, id->cycles_per_second);
-    memcpy(p + 100, id->target, text_bytes(id->target, ZO_LINK_TARGET_BYTES)); /* NUL padded */
+    zo_link_pack_hello(id, id->flags | ZO_LINK_FLAG_TRIMMED_READS, p); /* zo_link_read fills zeros */
     /* docs/link.md: HELLO is request 0; a session the host restarted begins here too. */
     link_state.next_seq = 0u;
     link_state.restart = 0u;

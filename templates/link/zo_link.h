@@ -129,6 +129,11 @@ typedef struct {
     const char *target;         /* up to ZO_LINK_TARGET_BYTES characters are sent */
 } zo_link_identity;
 
+/* The identity in HELLO's bytes with these flags (zo_link_hello.c): what HELLO sends and what
+ * a field trainer's status record keeps. */
+void zo_link_pack_hello(const zo_link_identity *id, uint32_t flags,
+                        uint8_t p[ZO_LINK_HELLO_BYTES]);
+
 /* After platform_init(): resets the link and sends the one zero byte that puts the host's
  * decoder in sync before the first frame. */
 void zo_link_init(void);
