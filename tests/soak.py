@@ -35,9 +35,8 @@ from zocodegen.cli import main as cli  # noqa: E402
 from zocodegen.formats import link as p  # noqa: E402
 from zocodegen.formats.image import pack_image  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
-from zocodegen.host.devices import Firmware, open_port  # noqa: E402
+from zocodegen.host.devices import Firmware, LaunchedDevice, open_port  # noqa: E402
 from zocodegen.host.link.server import Port  # noqa: E402
-from zocodegen.host.devices import LaunchedDevice  # noqa: E402
 from zocodegen.host.trainer import Trainer  # noqa: E402
 from zocodegen.training import checkpoint  # noqa: E402
 from zocodegen.training.config import TrainConfig  # noqa: E402

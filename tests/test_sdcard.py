@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_field import GUARDED, MODEL, _card, _expected, _pack, area_of
+from test_field import GUARDED, MODEL, SPARSE, _card, _expected, _pack, area_of
 from test_stm32_targets import REPO, build, write_project
 from zocodegen.formats import status
 from zocodegen.host.emulator.clocks import BoardFault, F7Clocks, H7Clocks
@@ -31,6 +31,7 @@ from zocodegen.projects import cached_build
 from zocodegen.host.emulator.sdmmc import (ARG, CLKCR, CMD, CMDREND, CTIMEOUT, DCTRL, DLEN, FIFO,
                                            ICR, POWER, STA, SDMMC)
 from zocodegen.target import target_data
+from zocodegen.training.config import TrainConfig
 
 SECTORS = 40  # the card file: a capacity of 1024 sectors (SDHC) or exactly 40 (SDSC)
 LIMIT = 30_000_000  # instructions: a run that needs more has hung
@@ -412,9 +413,20 @@ def field_image(tmp_path_factory) -> tuple[Path, bytes, bytes | None]:
     return image, run, best
 
 
-def _field_boot(board: str, card_path: Path, faults: Faults | None = None
-                ) -> tuple[Report, str]:
-    elf = cached_build(MODEL, "emulated", emulate=board, train=GUARDED, data_source="sdcard")
+@pytest.fixture(scope="module")
+def sparse_field_image(tmp_path_factory) -> tuple[Path, bytes, bytes | None]:
+    """test_field.py's sparse run (the block chosen on the device, the guard on) and
+    simulate's run and best."""
+    tmp = tmp_path_factory.mktemp("sparse")
+    image = _pack(tmp, "plain", False)
+    run, best, _ = _expected(SPARSE, image, tmp)
+    return image, run, best
+
+
+def _field_boot(board: str, card_path: Path, faults: Faults | None = None,
+                config: TrainConfig = GUARDED) -> tuple[Report, str]:
+    """One power-up of the board's field trainer on the emulated card, no host attached."""
+    elf = cached_build(MODEL, "emulated", emulate=board, train=config, data_source="sdcard")
     card, line = SDCard(card_path, faults=faults), NoHost()
     try:
         report = Board(board, elf, line, card=card).run(max_instructions=400_000_000)
@@ -425,14 +437,18 @@ def _field_boot(board: str, card_path: Path, faults: Faults | None = None
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("module_build_cache")
-@pytest.mark.parametrize("board", BOARDS)
-def test_a_field_run_from_the_emulated_card_ends_as_simulate(board, field_image, tmp_path):
-    """The board's own `--data-source sdcard` firmware, its image on the emulated card through the
-    SDMMC1 driver, no host: 20 guarded steps end with simulate's checkpoint and best, byte for
-    byte (about 156 M instructions, 30 s a board)."""
-    image, run, best = field_image
+@pytest.mark.parametrize("board, mode", [("stm32f746", "full"), ("stm32h7b3", "full"),
+                                         ("stm32f746", "sparse")])
+def test_a_field_run_from_the_emulated_card_ends_as_simulate(board, mode, request, tmp_path):
+    """The board's own `--data-source sdcard` firmware, its image on the emulated card through
+    the SDMMC1 driver, no host: 20 guarded steps (full: new bests and rollbacks; sparse: the
+    block chosen on the board) end with simulate's checkpoint and best, byte for byte (about
+    156 M instructions, 30 s a board)."""
+    config = SPARSE if mode == "sparse" else GUARDED
+    image, run, best = request.getfixturevalue("sparse_field_image" if mode == "sparse"
+                                               else "field_image")
     card = _card(image, tmp_path)
-    report, out = _field_boot(board, card)
+    report, out = _field_boot(board, card, config=config)
     assert report.status == 0, (report.fault, out[-2000:])
     assert out.splitlines()[-1].startswith("field: end: complete: 20 steps"), out[-500:]
     area = area_of(card)
