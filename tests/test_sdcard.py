@@ -437,8 +437,7 @@ def _field_boot(board: str, card_path: Path, faults: Faults | None = None,
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("module_build_cache")
-@pytest.mark.parametrize("board, mode", [("stm32f746", "full"), ("stm32h7b3", "full"),
-                                         ("stm32f746", "sparse")])
+@pytest.mark.parametrize("board, mode", [(b, m) for b in BOARDS for m in ("full", "sparse")])
 def test_a_field_run_from_the_emulated_card_ends_as_simulate(board, mode, request, tmp_path):
     """The board's own `--data-source sdcard` firmware, its image on the emulated card through
     the SDMMC1 driver, no host: 20 guarded steps (full: new bests and rollbacks; sparse: the
