@@ -5,9 +5,11 @@ default changes. Only the simulator is changed: evidence, not a product.
     .venv/bin/python benchmarks/guard_start.py --rule loss -- MODEL --data D.npz -o RUN ...
 
 Rules (what a check must do to replace the start as the run's best; later bests are as now):
-  margin  more than fall_margin more correct records (the rule of 2026-11-28)
+  margin  more than fall_margin more correct records (the rule of stop 52)
   none    more correct, or as many with a lower loss sum (the rule before it)
   loss    more correct records AND a lower validation loss sum than the start
+  half    more than fall_margin // 2 more correct AND a lower loss sum (guard.new_best now)
+benchmarks/guard_start_replay.py reads every rule off traced runs with the same definitions.
 """
 from __future__ import annotations
 
@@ -21,20 +23,27 @@ from zocodegen import cli  # noqa: E402
 from zocodegen.training import guard, simulator  # noqa: E402
 
 
+#: The start rules this script and guard_start_replay.py know.
+RULES = ("margin", "none", "loss", "half")
+
+
 def start_rule(name: str):
-    """new_best with the start's rule ``name``."""
+    """new_best with the start's rule ``name`` (``half``: the product's own)."""
     def rule(score: guard.Score, state: guard.GuardState, records: int) -> bool:
-        if state.best_step != 0 or name == "margin":
+        best = state.best
+        if state.best_step != 0 or name == "half":
             return guard.new_best(score, state, records)
+        if name == "margin":
+            return score.correct > best.correct + guard.fall_margin(best.correct, records)
         if name == "none":
-            return score.better_than(state.best)
-        return score.correct > state.best.correct and score.loss < state.best.loss
+            return score.better_than(best)
+        return score.correct > best.correct and score.loss < best.loss
     return rule
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rule", choices=("margin", "none", "loss"), required=True)
+    parser.add_argument("--rule", choices=RULES, required=True)
     parser.add_argument("simulate", nargs=argparse.REMAINDER,
                         help="-- then the arguments of `zocodegen simulate`")
     args = parser.parse_args()

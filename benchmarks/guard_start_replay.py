@@ -36,13 +36,14 @@ for _p in (str(HERE), str(HERE.parent)):
 import experiment  # noqa: E402
 import experiment_grid as digits  # noqa: E402
 import scale_experiment as grid  # noqa: E402
+from guard_start import RULES as START_RULES, start_rule  # noqa: E402
 from zocodegen.training import guard  # noqa: E402
 
 ROOT = grid.RUNS / "trace"
 DIGITS_ROOT = digits.RUNS / "trace"
 DIGITS_DATA = digits.RUNS / "trace-data"
 GUARD_EVERY = 8  # the scale grid's check interval (from its forward budget)
-RULES = ("margin", "none", "loss", "half", "last")
+RULES = (*START_RULES, "last")
 
 
 def run(cell: str, seed: int, estimator: str | None) -> Path:
@@ -86,19 +87,11 @@ def pick(rule: str, checks: list[dict]) -> dict:
         last = checks[-1]
         wins = last["correct"] > start["correct"] and last["loss"] < start["loss"]
         return last if wins else start
+    new_best = start_rule(rule)
     best = start
     for c in checks[1:]:
-        s, b = score[id(c)], score[id(best)]
-        if best is start and rule == "margin":
-            better = s.correct > b.correct + guard.fall_margin(b.correct, records)
-        elif best is start and rule == "loss":
-            better = s.correct > b.correct and s.loss < b.loss
-        elif best is start and rule == "half":
-            better = (s.correct > b.correct + guard.fall_margin(b.correct, records) // 2
-                      and s.loss < b.loss)
-        else:
-            better = s.better_than(b)
-        best = c if better else best
+        state = guard.GuardState(lr=0.0, best_step=best["step"], best=score[id(best)])
+        best = c if new_best(score[id(c)], state, records) else best
     return best
 
 
