@@ -361,7 +361,9 @@ def run(args) -> Path:
                                                                     scores)]
     print(f"lr trials: {trials} -> {lr:g}", flush=True)
     plan = replace(plan, config=replace(plan.config, lr=lr))
-    guard = simulator.Guard(x_val, y_val, schedule, GuardState(lr))
+    held = confirmation_records(len(data.x), schedule)
+    guard = simulator.Guard(x_val, y_val, schedule, GuardState(lr), data.x[held],
+                            data.y[held], params0)
     guard.baseline(graph, plan, params0)
 
     steps_rows, cos_rows, probes, evals = [], [], [], []

@@ -69,6 +69,7 @@ class RunShape:
     val_records: int = 0
     blocks: int = 0
     block_samples: int = 0
+    confirm_records: int = 0  # the end's confirmation: training records, best and start
 
 
 def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
@@ -76,10 +77,11 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
               re.findall(r"lr trial [^:]+: (\d+) steps, validation \d+/(\d+)", log_text)]
     guard = re.search(r"a check every (\d+) steps on (\d+) validation records", log_text)
     blocks = re.findall(r"block \d+: held-out \d+ -> \d+ of (\d+) correct", log_text)
+    confirm = re.search(r"on the last (\d+) training records", log_text)
     val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
     return RunShape(steps, batch, len(trials), trials[0][0] if trials else 0,
                     int(guard.group(1)) if guard else 0, val, len(blocks),
-                    int(blocks[0]) if blocks else 0)
+                    int(blocks[0]) if blocks else 0, int(confirm.group(1)) if confirm else 0)
 
 
 def recorded_shape(record: dict) -> RunShape:
@@ -88,7 +90,7 @@ def recorded_shape(record: dict) -> RunShape:
     return RunShape(config["steps"], config["batch"], record.get("lr_trials", 0),
                     record.get("lr_trial_steps", 0), record.get("guard_every") or 0,
                     record.get("validation_records", 0), len(selection.get("correct", ())),
-                    selection.get("samples", 0))
+                    selection.get("samples", 0), record.get("confirmation_records", 0))
 
 
 def setup_seconds(shape: RunShape, costs: Costs) -> tuple[float, float]:
@@ -111,6 +113,8 @@ def seconds_at(step: int, shape: RunShape, costs: Costs) -> tuple[float, float]:
     compute, link_s = setup_seconds(shape, costs)
     checks = step // shape.guard_every if shape.guard_every else 0
     records = checks * shape.val_records
+    if step >= shape.steps:  # the end's confirmation measures best and start once
+        records += 2 * shape.confirm_records
     return (compute + step * costs.step + records * costs.forward,
             link_s + step * shape.batch * costs.link + records * costs.link)
 

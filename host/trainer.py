@@ -94,6 +94,7 @@ class Trainer:
         self.identity: p.Identity | None = None
         self._losses: list[float] = []
         self._trials: list[tuple[int, int]] = []  # --lr auto's (loss sum, steps), as they come
+        self._start_confirmed = p.Event(p.EventKind.CONFIRM, p.Decision.NONE, 0, 0, 0, 0)
         self._accuracy: float | None = None
         self._split: str | None = None  # where _accuracy was measured
         self._chunk_end = -1
@@ -485,6 +486,14 @@ class Trainer:
         """The guard's checks and --lr auto's trials (docs/link.md "Events")."""
         if e.kind == p.EventKind.GUARD_CHECK:
             self._guard_check(e)
+        elif e.kind == p.EventKind.CONFIRM and e.step == 0:
+            self._start_confirmed = e
+        elif e.kind == p.EventKind.CONFIRM:
+            start, of = self._start_confirmed, max(1, e.of)
+            self._say(f"guard: on the last {e.of} training records, which no check saw, the "
+                      f"best (step {e.step}) gets {e.correct} right, loss "
+                      f"{e.loss_q16 / 65536 / of:.4f}, the start {start.correct}, loss "
+                      f"{start.loss_q16 / 65536 / of:.4f}")
         elif e.kind == p.EventKind.LR_TRIAL:
             self._trials.append((e.loss_q16, e.steps))
             self._say(f"lr trial {e.eta_ppm / 1e6:g}: {e.steps} steps, validation "
@@ -519,6 +528,9 @@ class Trainer:
                       f"the best; rolled back, eta halved {e.halvings}x")
         elif e.decision == p.Decision.RESTORE:
             self._say(f"guard: step {e.step}: the result is the best validated parameters")
+        elif e.decision == p.Decision.START:
+            self._say(f"guard: step {e.step}: the result is the start (the best did not "
+                      "confirm)")
 
     def _say(self, text: str) -> None:
         if self.bar is not None and not self.bar.disable:  # a disabled bar still prints

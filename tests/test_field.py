@@ -349,9 +349,9 @@ def test_the_area_layout_agrees_between_c_python_and_the_docs():
     assert [c[f"LOG_{k}"] for k in ("START", "BLOCK", "EVALUATION", "CHECKPOINT", "END",
                                      "FAULT")] == [field.START, field.BLOCK, field.EVALUATION,
                                                    field.CHECKPOINT, field.END, field.FAULT]
-    assert [field.GUARD_CHECK, field.LR_TRIAL, field.LR_CHOSEN] == [
+    assert [field.GUARD_CHECK, field.LR_TRIAL, field.LR_CHOSEN, field.CONFIRM] == [
         int(k) for k in (link.EventKind.GUARD_CHECK, link.EventKind.LR_TRIAL,
-                         link.EventKind.LR_CHOSEN)]
+                         link.EventKind.LR_CHOSEN, link.EventKind.CONFIRM)]
     doc = (REPO / "docs" / "image.md").read_text()
     for name, (offset, _) in {**field.STATUS_FIELDS, "identity": (field.OFF_IDENTITY, ""),
                               "crc": (field.OFF_STATUS_CRC, "")}.items():

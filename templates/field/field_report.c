@@ -133,7 +133,8 @@ int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
     return ZO_LINK_OK;
 }
 
-static const char *const decisions[] = {"", ", best", ", rolled back", ", the best is the result"};
+static const char *const decisions[] = {"", ", best", ", rolled back", ", the best is the result",
+                                        ", the best did not confirm: the start is the result"};
 
 /* The guard's checks and --lr auto's trials (docs/link.md "Events"): a line and a log entry. */
 int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correct,
@@ -154,11 +155,19 @@ int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correc
         zo_line_u64(&l, "guard check at step ", step);
         zo_line_u64(&l, ": validation ", correct);
         zo_line_u64(&l, " of ", of);
-        zo_line_text(&l, decision < 4u ? decisions[decision] : "");
+        zo_line_text(&l, decision < 5u ? decisions[decision] : "");
         if (halvings) {
             zo_line_u64(&l, ", eta halved ", halvings);
             zo_line_text(&l, "x");
         }
+    } else if (kind == ZO_EVENT_CONFIRM) {
+        if (step) {
+            zo_line_u64(&l, "confirmation: the best of step ", step);
+        } else {
+            zo_line_text(&l, "confirmation: the start");
+        }
+        zo_line_u64(&l, ": training records ", correct);
+        zo_line_u64(&l, " of ", of);
     } else if (kind == ZO_EVENT_LR_TRIAL) {
         field_line_fixed(&l, "lr trial eta ", eta_ppm, 6u);
         zo_line_u64(&l, ": ", steps);

@@ -32,7 +32,10 @@ static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
     return n < m->guard->samples ? n : m->guard->samples;
 }
 
-static int measure(const zo_train_model *m, zo_image *img, uint32_t records, score *out)
+/* Records first .. first + records - 1 of a split through the model (the guard's checks: the
+ * validation split from its first record; the confirmation: the training split's last). */
+static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
+                   uint32_t records, score *out)
 {
     uint8_t *arena = model_arena();
     const int8_t *logits = (const int8_t *)(arena + m->logits_offset);
@@ -40,7 +43,7 @@ static int measure(const zo_train_model *m, zo_image *img, uint32_t records, sco
     out->loss = 0;
     for (uint32_t i = 0; i < records; ++i) {
         int32_t label = 0;
-        const int rc = zo_image_read_sample(img, ZO_SPLIT_VAL, i, arena + m->input_offset,
+        const int rc = zo_image_read_sample(img, split, first + i, arena + m->input_offset,
                                             &label);
         if (rc != ZO_IMAGE_OK) {
             return rc;
@@ -110,6 +113,64 @@ static int restore_best(const zo_train_model *m, zo_train_state *s, zo_image *im
     return rc;
 }
 
+/* The flash parameters into the SRAM copies; the run's state stays as it is. */
+static void restore_start(const zo_train_model *m, zo_train_state *s)
+{
+    const zo_train_state keep = *s;
+    zo_train_init(m, s);
+    *s = keep;
+}
+
+static void report_confirm(zo_guard_report report, uint32_t step, const score *sc,
+                           uint32_t records)
+{
+    zo_guard_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = ZO_EVENT_CONFIRM;
+    e.step = step;
+    e.correct = sc->correct;
+    e.of = records;
+    e.loss_q16 = sc->loss;
+    report(&e);
+}
+
+/* The end of a run whose best is not the start (training/guard.py confirmed): the best and
+ * the start on the training split's last records, which no check saw; the best stays the
+ * result only with no fewer correct AND a lower loss sum there. Otherwise the start is the
+ * result and the best slot, measured on the validation records as the baseline was.
+ * SRAM holds the best's parameters on entry; *kept says which is the result. */
+static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
+                   uint32_t records, zo_guard_report report, int *kept)
+{
+    const uint32_t train = zo_image_count(img, ZO_SPLIT_TRAIN);
+    const uint32_t n = train < m->guard->samples ? train : m->guard->samples;
+    score best, start;
+    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &best);
+    if (rc != ZO_TRAIN_OK) {
+        return rc;
+    }
+    restore_start(m, s);
+    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start);
+    if (rc != ZO_TRAIN_OK) {
+        return rc;
+    }
+    report_confirm(report, 0u, &start, n);
+    report_confirm(report, s->best_step, &best, n);
+    *kept = best.correct >= start.correct && best.loss < start.loss;
+    if (*kept) {
+        return restore_best(m, s, img);
+    }
+    score baseline;
+    rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline);
+    if (rc == ZO_TRAIN_OK) {
+        s->best_step = 0u;
+        s->best_correct = baseline.correct;
+        s->best_loss = baseline.loss;
+        rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
+    }
+    return rc;
+}
+
 static void report_check(zo_guard_report report, uint32_t step, const score *sc,
                          uint32_t records, uint8_t decision, uint32_t halvings)
 {
@@ -150,7 +211,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         }
         score sc;
         if (rc == ZO_TRAIN_OK) {
-            rc = measure(m, img, records, &sc);
+            rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
         }
         if (rc != ZO_TRAIN_OK) {
             return rc;
@@ -201,7 +262,7 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
 #endif
     if (rc == ZO_TRAIN_OK && g->guard && s->best_step == ZO_TRAIN_NO_BEST) {
         score sc;
-        rc = measure(m, img, records, &sc);
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
         if (rc == ZO_TRAIN_OK) {
             s->best_step = s->step;
             s->best_correct = sc.correct;
@@ -227,7 +288,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     }
     const uint32_t records = validation_records(m, img);
     score sc;
-    int rc = measure(m, img, records, &sc);
+    int rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
     uint8_t decision = ZO_DECISION_NONE;
     int rolled_back = 0;
     if (rc != ZO_TRAIN_OK) {
@@ -256,6 +317,11 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     if (rc == ZO_TRAIN_OK && last && s->best_step != done && !rolled_back) {
         rc = restore_best(m, s, img);
         decision = ZO_DECISION_RESTORE;
+    }
+    if (rc == ZO_TRAIN_OK && last && s->best_step != 0u) {
+        int kept = 1;
+        rc = confirm(m, s, img, records, report, &kept);
+        decision = kept ? decision : ZO_DECISION_START;
     }
     report_check(report, done, &sc, records, decision, s->halvings);
     return rc;

@@ -258,6 +258,7 @@ class EventKind(enum.IntEnum):
     GUARD_CHECK = 1
     LR_TRIAL = 2
     LR_CHOSEN = 3
+    CONFIRM = 4  # the end of the run: the start (step 0) or the best on held-back records
 
 
 class Decision(enum.IntEnum):
@@ -266,6 +267,7 @@ class Decision(enum.IntEnum):
     BEST = 1  # a new best: saved to the best slot
     ROLLBACK = 2  # validation fell: the best parameters back, eta halved
     RESTORE = 3  # the last step: the best parameters are the result
+    START = 4  # the last step: the best did not confirm, the start is the result
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,9 @@ class Event:
             return (f"guard check step={self.step} correct={self.correct} of={self.of} "
                     f"loss_q16={self.loss_q16} event={self.decision.name.lower()} "
                     f"halvings={self.halvings}")
+        if self.kind == EventKind.CONFIRM:
+            return (f"guard confirm step={self.step} correct={self.correct} of={self.of} "
+                    f"loss_q16={self.loss_q16}")
         if self.kind == EventKind.LR_TRIAL:
             return (f"lr trial eta_ppm={self.eta_ppm} steps={self.steps} "
                     f"correct={self.correct} of={self.of} loss_q16={self.loss_q16}")

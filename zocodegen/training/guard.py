@@ -121,6 +121,22 @@ def new_best(score: Score, state: "GuardState", records: int) -> bool:
     return score.better_than(state.best)
 
 
+def confirmation_records(train_count: int, schedule: GuardSchedule) -> slice:
+    """The training records the end's confirmation measures: the last ``schedule.samples``
+    (a one-epoch run trains on them last, so a best chosen before then never saw them)."""
+    return slice(train_count - min(train_count, schedule.samples), train_count)
+
+
+def confirmed(best: Score, start: Score) -> bool:
+    """Whether the run's best replaces the start at the end of the run, measured on the last
+    ``schedule.samples`` training records, which no check saw (and which a one-epoch run's
+    best, chosen before its last steps, never trained on): no fewer correct AND a lower loss
+    sum. The best is the maximum of ~100 checks on one validation split and so biased
+    upward by the choice itself: a run with nothing to gain kept a best that tested 3.1
+    points below its start (docs/scale.md section 14); records outside the choice are not."""
+    return best.correct >= start.correct and best.loss < start.loss
+
+
 @dataclass(frozen=True)
 class GuardState:
     """What the checkpoint carries so a resumed run decides exactly as an uninterrupted one:

@@ -22,7 +22,8 @@ from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
 from .data import Dataset, load_dataset
-from .guard import GuardState, guard_schedule, trials_tied, validation_count
+from .guard import (GuardState, confirmation_records, guard_schedule, trials_tied,
+                    validation_count)
 from .plan import TrainingPlan, check_blocks, loss_head, training_plans
 
 #: Where a run's progress lines go: the command line passes print; the API is silent unless
@@ -122,11 +123,13 @@ def _lr_trials(graph, plan: TrainingPlan, params, data: Dataset, x_val, y_val, s
 
 
 def begin(graph, plan: TrainingPlan, params, data: Dataset,
-          ckpt: checkpoint.Checkpoint | None = None, say: Say = silent
+          ckpt: checkpoint.Checkpoint | None = None, say: Say = silent, start=None
           ) -> tuple[TrainingPlan, GuardState, simulator.Guard | None]:
     """A run's start as the device makes it: --lr auto trials and the guard's baseline on a
-    new run, the guard state from the checkpoint on a resumed one. Returns the plan with the
-    eta in use, that state, and the guard (None without). Prints what the device logs."""
+    new run, the guard state from the checkpoint on a resumed one (``start``: the parameters
+    before training, which the end's confirmation needs; a new run's are ``params``). Returns
+    the plan with the eta in use, that state, and the guard (None without). Prints what the
+    device logs."""
     config = plan.config
     x_val, y_val, schedule = _validation(data, plan)
     state = GuardState(float(np.float32(config.lr)))
@@ -138,7 +141,9 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     plan = replace(plan, config=replace(config, lr=state.lr))
     if not config.guard:
         return plan, state, None
-    guard = simulator.Guard(x_val, y_val, schedule, state)
+    held = confirmation_records(len(data.x), schedule)
+    guard = simulator.Guard(x_val, y_val, schedule, state, data.x[held], data.y[held],
+                            params if start is None else start)
     if ckpt is None:
         score = guard.baseline(graph, plan, params)
         say(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
@@ -303,7 +308,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         plan = replace(plan, run_seed=ckpt.seed)
         params = simulator.from_checkpoint(graph, plan, ckpt, sha)
         first = ckpt.step
-    plan, state, guard = begin(graph, plan, params, data, ckpt, say)
+    plan, state, guard = begin(graph, plan, params, data, ckpt, say, start)
     best_path = out_dir / "best.bin"
     baseline = None
     if guard is not None:
@@ -351,10 +356,10 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                                record.val_accuracy, record.event))
             recent = np.mean(losses[-50:])
             post = {"loss": f"{recent:.3f}"}
-            if record.event == "best":
+            if record.event in ("best", "start"):
                 checkpoint.save(best_path, simulator.to_checkpoint(plan, params, record.step,
                                                                    sha, guard.state))
-            elif record.event:
+            if record.event not in ("", "best") or (guard and guard.confirmation):
                 (say if bar.disable else bar.write)(_event_line(record, guard))
             if record.accuracy is not None:
                 post["acc"] = f"{100 * record.accuracy:.1f}%"
@@ -378,7 +383,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
-    record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0)
+    record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0,
+                  confirmation_records=len(guard.y_confirm) if guard and guard.confirmation
+                  else 0)
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
     window = max(1, min(LOSS_WINDOW, len(losses) // 2))
@@ -403,6 +410,9 @@ def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> s
     guard kept the start, no check having beaten it, or every update rounded to zero."""
     if resumed or any(not np.array_equal(start[k], params[k]) for k in start):
         return ""
+    if guard is not None and guard.state.best_step == 0 and guard.confirmation:
+        return (f"the best (step {guard.confirmation[2]}) did not confirm on the last "
+                f"{len(guard.y_confirm)} training records, which no check saw")
     if guard is not None and guard.state.best_step == 0:
         best = guard.state.best
         return (f"no check beat the start ({best.correct}/{len(guard.y_val)} validation "
@@ -411,11 +421,19 @@ def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> s
 
 
 def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
-    """A rollback or the final restore, never silent (the device logs the same)."""
+    """A rollback, the final restore or the end's confirmation, never silent (the device
+    logs the same)."""
     best = guard.state
-    if record.event == "rollback":
+    if record.event == "rollback" and guard.confirmation is None:
         return (f"guard: step {record.step}: validation {100 * record.val_accuracy:.1f}% fell "
                 f"below the best ({best.best.correct}/{len(guard.y_val)} at step "
                 f"{best.best_step}); rolled back, eta halved {best.halvings}x")
-    return (f"guard: step {record.step}: the result is the best validated parameters "
-            f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
+    if guard.confirmation is None:
+        return (f"guard: step {record.step}: the result is the best validated parameters "
+                f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
+    start, chosen, step = guard.confirmation
+    return (f"guard: step {record.step}: on the last {len(guard.y_confirm)} training records, "
+            f"which no check saw, the best (step {step}) gets {chosen.correct} right, loss "
+            f"{chosen.loss / 65536 / len(guard.y_confirm):.4f}, the start {start.correct}, "
+            f"loss {start.loss / 65536 / len(guard.y_confirm):.4f}: the result is the "
+            + ("best" if record.event != "start" else "start (the best did not confirm)"))

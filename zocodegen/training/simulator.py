@@ -20,7 +20,8 @@ from ..ir import Graph
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
-from .guard import FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, lr_scale, new_best
+from .guard import (FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, confirmed, lr_scale,
+                    new_best)
 from .plan import TrainingPlan
 from .prng import step_seed
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
@@ -205,7 +206,7 @@ class StepRecord:
     lr: float
     accuracy: float | None  # on the test split, when evaluated at this step
     val_accuracy: float | None = None  # the guard's check at this step
-    event: str = ""  # the guard's decision: best, rollback, restore (the final best)
+    event: str = ""  # the guard's decision: best, rollback, restore (the final best), start
 
 
 @dataclass
@@ -217,7 +218,11 @@ class Guard:
     y_val: np.ndarray
     schedule: GuardSchedule
     state: GuardState
+    x_confirm: np.ndarray  # the training split's last records: the end's confirmation
+    y_confirm: np.ndarray
+    start_params: Params  # the parameters before training, the end's alternative
     best_params: Params | None = None
+    confirmation: tuple[Score, Score, int] | None = None  # the end's start, best, best step
 
     def baseline(self, graph: Graph, plan: TrainingPlan, params: Params) -> Score:
         """The check before the first step: the parameters to beat."""
@@ -249,7 +254,22 @@ class Guard:
             params, event = self.best_params, "rollback"
         if last and self.state.best_step != done and event != "rollback":
             params, event = self.best_params, "restore"
+        if last and self.state.best_step != 0 and not self._confirm(graph, plan):
+            params, event = self.start_params, "start"
         return params, score, event
+
+    def _confirm(self, graph: Graph, plan: TrainingPlan) -> bool:
+        """Whether the best stays the result (guard.confirmed); if not, the start is the
+        best again, scored on the validation records as its baseline was."""
+        best, start = (validation_score(graph, plan, p, self.x_confirm, self.y_confirm)
+                       for p in (self.best_params, self.start_params))
+        self.confirmation = (start, best, self.state.best_step)
+        if confirmed(best, start):
+            return True
+        baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
+        self.state = replace(self.state, best_step=0, best=baseline)
+        self.best_params = self.start_params
+        return False
 
 
 def run(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.ndarray,
