@@ -23,6 +23,9 @@ lr trial 0.03: 18 steps, validation 30/101 correct, loss 2.0808  <- chosen
 guard: a check every 8 steps on 101 validation records; before training 24/101 correct
 guard: step 48: validation 33.7% fell below the best (40/101 at step 40); rolled back
 """
+CONFIRMATION = ("guard: step 900: on the last 128 training records, which no check saw, the "
+                "best (step 328) gets 105 right, loss 0.6341, the start 106, loss 0.7579: "
+                "the result is the start (the best did not confirm)\n")
 SPARSE = """block 0: held-out 15 -> 17 of 64 correct (+2)  <- selected
 block 1: held-out 15 -> 14 of 64 correct (-1)
 block 2: held-out 15 -> 14 of 64 correct (-1)
@@ -47,6 +50,11 @@ def test_every_step_check_and_record_is_counted_once():
     checks = 900 // 8
     assert compute == 54 * 10.0 + 900 * 10.0 + (setup_records + checks * 101) * 0.5
     assert link == 54 + 900 + setup_records + checks * 101
+    # the end's confirmation: best and start on 128 training records, once, at the last step
+    confirmed = dt.run_shape(LOG + CONFIRMATION, 900, 1)
+    assert confirmed.confirm_records == 128
+    assert dt.seconds_at(899, confirmed, costs) == dt.seconds_at(899, shape, costs)
+    assert dt.seconds_at(900, confirmed, costs) == (compute + 256 * 0.5, link + 256)
 
 
 def test_sparse_block_trials_cost_their_own_blocks():
