@@ -25,7 +25,7 @@ class MetricsRow:
     lr: float
     accuracy: float | None = None  # test split
     val_accuracy: float | None = None  # the training guard's check
-    event: str = ""  # the guard's decision: best, rollback, restore
+    event: str = ""  # the guard's decision: best, rollback, restore, start
 
 
 class MetricsLog:
