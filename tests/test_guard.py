@@ -151,7 +151,9 @@ def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
         assert ckpt.best_step == 0 and all(
             np.array_equal(initial_params(graph, plan)[layer.weights].reshape(-1), lp.weights)
             for layer, lp in zip(plan.layers, ckpt.layers))
-        assert (run / "best.bin").read_bytes() == (run / "checkpoint.bin").read_bytes()
+        best = load_checkpoint(run / "best.bin")  # a best slot's step is its best step
+        assert best.step == best.best_step == 0 and all(
+            np.array_equal(a.weights, b.weights) for a, b in zip(best.layers, ckpt.layers))
 
 
 def test_score_rules():
@@ -216,6 +218,26 @@ def test_too_little_validation_data_is_refused(argv, message, tmp_path, capsys):
                  str(tmp_path / "run"), "--steps", "2"] + argv)
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_best_that_does_not_confirm_ends_on_the_start_on_the_device_too(unconfirmed_image,
+                                                                         tmp_path):
+    """`simulate` and `train --native` through the CLI: the same checkpoint and the same best
+    slot (the start, as of step 0) when the end's confirmation rejects the best."""
+    options = ["--steps", "12", "--queries", "2", "--lr", "0.5", "--guard-every", "1",
+               "--guard-samples", "24"]
+    sim = tmp_path / "sim"
+    assert main(["simulate", str(MODEL), "--data", str(unconfirmed_image), "-o", str(sim),
+                 *options]) == 0
+    project = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full", *options,
+                 "-o", str(project)]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--native", str(project), "--image", str(unconfirmed_image), "-o",
+                 str(run), "--checkpoint-every", "5"]) == 0
+    for name in ("checkpoint.bin", "best.bin"):
+        assert (run / name).read_bytes() == (sim / name).read_bytes(), name
+    assert [r.event for r in read_metrics(run / "metrics.csv") if r.event][-1] == "start"
 
 
 def test_sparse_block_auto_with_the_defaults_through_the_cli(digits_image, tmp_path):

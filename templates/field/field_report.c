@@ -151,7 +151,7 @@ int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correc
     field_log(e);
     zo_line_start(&l);
     if (kind == ZO_EVENT_GUARD_CHECK) {
-        field.new_best |= decision == ZO_DECISION_BEST;
+        field.new_best |= decision == ZO_DECISION_BEST || decision == ZO_DECISION_START;
         zo_line_u64(&l, "guard check at step ", step);
         zo_line_u64(&l, ": validation ", correct);
         zo_line_u64(&l, " of ", of);

@@ -137,7 +137,8 @@ static void report_confirm(zo_guard_report report, uint32_t step, const score *s
 /* The end of a run whose best is not the start (training/guard.py confirmed): the best and
  * the start on the training split's last records, which no check saw; the best stays the
  * result only with no fewer correct AND a lower loss sum there. Otherwise the start is the
- * result and the best slot, measured on the validation records as the baseline was.
+ * result and the best slot (written as of step 0, as a best slot's step is its best step),
+ * measured on the validation records as the baseline was.
  * SRAM holds the best's parameters on entry; *kept says which is the result. */
 static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
                    uint32_t records, zo_guard_report report, int *kept)
@@ -163,10 +164,13 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     score baseline;
     rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline);
     if (rc == ZO_TRAIN_OK) {
+        const uint32_t done = s->step;
         s->best_step = 0u;
         s->best_correct = baseline.correct;
         s->best_loss = baseline.loss;
+        s->step = 0u;
         rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
+        s->step = done;
     }
     return rc;
 }

@@ -356,9 +356,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                                record.val_accuracy, record.event))
             recent = np.mean(losses[-50:])
             post = {"loss": f"{recent:.3f}"}
-            if record.event in ("best", "start"):
-                checkpoint.save(best_path, simulator.to_checkpoint(plan, params, record.step,
-                                                                   sha, guard.state))
+            if record.event in ("best", "start"):  # a best slot's step is its best step
+                checkpoint.save(best_path, simulator.to_checkpoint(
+                    plan, params, guard.state.best_step, sha, guard.state))
             if record.event not in ("", "best") or (guard and guard.confirmation):
                 (say if bar.disable else bar.write)(_event_line(record, guard))
             if record.accuracy is not None:
