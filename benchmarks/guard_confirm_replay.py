@@ -12,7 +12,9 @@ the alternative rule ``best.better_than(start)`` on the same records.
 
 ``--fit`` adds why records must be outside the training too: for a one-epoch run, best minus
 start on the training records the best had trained on (the first best_step x batch), on
-those it had not, on the validation split (where it was chosen) and on the test split.
+those it had not, on the validation split (where it was chosen) and on the test split, with
+one standard deviation of the paired test difference (how far a best with no real effect
+lands from its start by the test set's own noise).
 
     nice -n 5 .venv/bin/python benchmarks/guard_confirm_replay.py [--fit] [--runs GLOB ...]
 
@@ -28,6 +30,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -78,10 +82,10 @@ def config_of(record: dict) -> TrainConfig:
 
 
 def naming(run: Path, config: TrainConfig) -> tuple[str, str, str]:
-    """(grid, cell, method) from the run's path and its estimator."""
+    """(grid, cell, method) from the run's path (scale: CELL/METHOD-seedS) and its estimator."""
     method = "ours" if config.estimator == "adaptive" else config.estimator
     if "scale" in run.parts:
-        return "scale", run.parent.name, method
+        return "scale", run.parent.name, run.name.rsplit("-seed", 1)[0]
     return "digits", f"{run.parents[2].name}/{run.parents[1].name}", method
 
 
@@ -156,9 +160,13 @@ def fit_row(run: Path, r: Rebuilt) -> str:
         b, s = (simulator.validation_score(r.graph, r.plan, p, x, y) for p in (r.best, r.start))
         cells.append(f"{100 * (b.correct - s.correct) / len(y):+.1f} ({len(y)}), "
                      f"{(b.loss - s.loss) / 65536 / len(y):+.3f}")
+    # one standard deviation of the paired test difference: sqrt(records the two disagree on)
+    right = [simulator.predict(r.graph, p, r.data.x_test) == r.data.y_test
+             for p in (r.best, r.start)]
+    spread = 100 * float(np.sqrt((right[0] != right[1]).sum())) / len(r.data.y_test)
     grid, cell, method = naming(run, r.config)
     return f"| {grid} | {cell} | {method} | {r.config.seed} | {r.best_step} | " + \
-        " | ".join(cells) + " |"
+        " | ".join(cells) + f" | {spread:.1f} |"
 
 
 def table(rows: list[Replay]) -> list[str]:
@@ -223,7 +231,8 @@ def main() -> None:
     rows.sort(key=lambda r: (r.grid, r.method, r.cell, r.seed))
     fit_table = ["", "Best minus start: records right in points (records), mean loss", "",
                  "| grid | cell | method | seed | best step | trained | not trained | "
-                 "validation | test |", "|---|---|---|---:|---:|---|---|---|---|",
+                 "validation | test | test, one paired SD |",
+                 "|---|---|---|---:|---:|---|---|---|---|---:|",
                  *sorted(fits)] if fits else []
     text = "\n".join([f"# Guard confirmation replayed on {len(rows)} runs", "",
                       *table(rows), "", *summary(rows), *fit_table, "",
