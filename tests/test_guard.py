@@ -220,23 +220,32 @@ def test_too_little_validation_data_is_refused(argv, message, tmp_path, capsys):
     assert code == 2 and message in err and "Traceback" not in err
 
 
+def _simulate_then_train_native(image: Path, train: str, options: list[str], every: int,
+                                tmp_path: Path) -> tuple[Path, Path]:
+    """`simulate`, then `build --target native` and `train --native` with the same options
+    through the CLI: the two runs' directories, whose checkpoint.bin and best.bin must be
+    the same bytes."""
+    sim = tmp_path / "sim"
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(sim),
+                 "--train", train, *options]) == 0
+    project = tmp_path / "fw"
+    assert main(["build", str(MODEL), "--target", "native", "--train", train, *options,
+                 "-o", str(project)]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--native", str(project), "--image", str(image), "-o", str(run),
+                 "--checkpoint-every", str(every)]) == 0
+    for name in ("checkpoint.bin", "best.bin"):
+        assert (run / name).read_bytes() == (sim / name).read_bytes(), name
+    return sim, run
+
+
 def test_a_best_that_does_not_confirm_ends_on_the_start_on_the_device_too(unconfirmed_image,
                                                                          tmp_path):
     """`simulate` and `train --native` through the CLI: the same checkpoint and the same best
     slot (the start, as of step 0) when the end's confirmation rejects the best."""
     options = ["--steps", "12", "--queries", "2", "--lr", "0.5", "--guard-every", "1",
                "--guard-samples", "24"]
-    sim = tmp_path / "sim"
-    assert main(["simulate", str(MODEL), "--data", str(unconfirmed_image), "-o", str(sim),
-                 *options]) == 0
-    project = tmp_path / "fw"
-    assert main(["build", str(MODEL), "--target", "native", "--train", "full", *options,
-                 "-o", str(project)]) == 0
-    run = tmp_path / "run"
-    assert main(["train", "--native", str(project), "--image", str(unconfirmed_image), "-o",
-                 str(run), "--checkpoint-every", "5"]) == 0
-    for name in ("checkpoint.bin", "best.bin"):
-        assert (run / name).read_bytes() == (sim / name).read_bytes(), name
+    _, run = _simulate_then_train_native(unconfirmed_image, "full", options, 5, tmp_path)
     assert [r.event for r in read_metrics(run / "metrics.csv") if r.event][-1] == "start"
 
 
@@ -245,17 +254,7 @@ def test_sparse_block_auto_with_the_defaults_through_the_cli(digits_image, tmp_p
     trials, then lr trials and the guard on the chosen block), then `train --native`: the
     same checkpoint and best parameters, and the guard's decisions in both metrics.csv."""
     options = ["--steps", "6", "--queries", "2", "--trial-samples", "8", "--guard-every", "2"]
-    sim = tmp_path / "sim"
-    assert main(["simulate", str(MODEL), "--data", str(digits_image), "-o", str(sim),
-                 "--train", "sparse", *options]) == 0
-    project = tmp_path / "fw"
-    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", *options,
-                 "-o", str(project)]) == 0
-    run = tmp_path / "run"
-    assert main(["train", "--native", str(project), "--image", str(digits_image), "-o",
-                 str(run), "--checkpoint-every", "3"]) == 0
-    for name in ("checkpoint.bin", "best.bin"):
-        assert (run / name).read_bytes() == (sim / name).read_bytes(), name
+    sim, run = _simulate_then_train_native(digits_image, "sparse", options, 3, tmp_path)
     decisions = [[(r.step, r.val_accuracy, r.event) for r in read_metrics(d / "metrics.csv")
                   if r.val_accuracy is not None] for d in (sim, run)]
     assert decisions[0] == decisions[1] and len(decisions[0]) == 4  # steps 0, 2, 4, 6
