@@ -9,7 +9,7 @@ prints per method: the mean test accuracy, the share of the FP32 ceiling's gain 
 (mean over cells of the seed means), and the runs that end more than 0.5 points below no
 adaptation.
 
-    .venv/bin/python benchmarks/estimator_screen.py --methods ours,np-channel --seeds 1
+    .venv/bin/python benchmarks/estimator_screen.py --methods ours,adaptive --seeds 1
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def summary(grid: Grid, methods: list[str], results: dict[Run, Result]) -> list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", default="ours,np-channel",
+    parser.add_argument("--methods", default="ours,adaptive",
                         help=f"comma-separated, of: {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="1", help="comma-separated training seeds")
     parser.add_argument("--start-rule", choices=("margin", "none", "loss"),

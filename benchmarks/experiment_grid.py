@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zocodegen.datasets import FAMILIES, SEVERITIES
+from zocodegen.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -78,8 +79,11 @@ ABLATION_METHODS = TUNED + (
     Method("no-quant", "no quantization-aware scaling", ("--no-quant-scaling",)),
     Method("sparse", "sparse (one of 4 blocks, --block auto)", ("--train", "sparse")),
 )
-#: Estimators judged for the default (issue 48, benchmarks/estimator_screen.py): not in the grid.
-CANDIDATES = (Method("np-channel", "np-channel (NP layers as ours, CH where ours uses WP)",
+#: Estimators judged against the default (issue 48, benchmarks/estimator_screen.py): not in the
+#: grid. adaptive was the default before docs/scale.md section 15.
+CANDIDATES = (Method("adaptive", "adaptive (WP or NP per layer, the default before)",
+                     ("--estimator", "adaptive")),
+              Method("np-channel", "np-channel (NP layers as adaptive, CH where it uses WP)",
                      ("--estimator", "np-channel")),
               Method("channel", "channel (CH in every layer: biases only)",
                      ("--estimator", "channel")))
@@ -103,8 +107,10 @@ class Grid:
 
     @property
     def tag(self) -> str:
-        """The cache folder of this budget: runs with other budgets never mix."""
-        return "-".join(o.lstrip("-") for o in self.budget) + f"-q{self.queries}"
+        """The cache folder of this budget and default estimator: runs with other budgets, or
+        made under another default (every method builds on it), never mix."""
+        budget = "-".join(o.lstrip("-") for o in self.budget)
+        return f"{budget}-q{self.queries}-{TrainConfig().estimator}"
 
     @property
     def ablation_cells(self) -> tuple[tuple[str, int], ...]:

@@ -86,19 +86,28 @@ class Method:
         return f"{self.key}-{self.variant}" if self.variant else self.key
 
 
-OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3")
+#: The methods that take the default estimator name it in their run directories, so a run
+#: made under an older default is never read back as today's (np-channel since
+#: docs/scale.md section 15; adaptive before).
+DEFAULT = TrainConfig().estimator
+OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULT)
 SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
-                ("--train", "sparse"), "stm32f746", "sparse")
+                ("--train", "sparse"), "stm32f746", "sparse", variant=DEFAULT)
 MEZO = Method("mezo", "MeZO, same forward passes", ("--estimator", "mezo"), None)
 HYBRID = Method("hybrid-1", "ElasticZO hybrid C = 1 (last layer by BP)", ("--bp-layers", "1"),
-                "stm32h7b3")
-NP_CHANNEL = Method("np-channel", "NP layers as ours, channel-wise biases where ours uses WP",
-                    ("--estimator", "np-channel"), "stm32h7b3")
+                "stm32h7b3", variant=DEFAULT)
+#: the default before section 15: WP or NP per layer (paper Sec. 3.3), full and sparse
+ADAPTIVE = Method("adaptive", "adaptive WP / NP, full training (the default before)",
+                  ("--estimator", "adaptive"), "stm32h7b3")
+SPARSE_ADAPTIVE = Method("sparse-adaptive", "adaptive WP / NP, sparse (the default before)",
+                         ("--train", "sparse", "--estimator", "adaptive"), "stm32f746",
+                         "sparse")
 #: the same forwards per record in a quarter of the steps: does averaging four records' loss
 #: differences keep what a step learns off the records it saw? (docs/scale.md section 14)
-BATCH_4 = Method("ours-b4", "ours, 4 records a step", ("--batch", "4"), "stm32h7b3", batch=4)
-#: + "bp-256", whose layers depend on the model; MEZO, NP_CHANNEL and BATCH_4 only when
-#: --methods names them.
+BATCH_4 = Method("ours-b4", "ours, 4 records a step", ("--batch", "4"), "stm32h7b3", batch=4,
+                 variant=DEFAULT)
+#: + "bp-256", whose layers depend on the model; MEZO, ADAPTIVE, SPARSE_ADAPTIVE and BATCH_4
+#: only when --methods names them.
 METHODS = (OURS, SPARSE, HYBRID)
 
 
@@ -449,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     methods = METHODS + (bp_fits_method(MODEL),)
     if args.methods:
         wanted = args.methods.split(",")
-        methods = tuple(m for m in methods + (MEZO, NP_CHANNEL, BATCH_4) if m.key in wanted)
+        methods = tuple(m for m in methods + (MEZO, ADAPTIVE, SPARSE_ADAPTIVE, BATCH_4) if m.key in wanted)
     for c in cells:
         data_path(root, c)
     if args.seeds:

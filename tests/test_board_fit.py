@@ -22,13 +22,22 @@ from zocodegen.training.config import BLOCKS_FIT, TrainConfig
 DIGITS = FIXTURES / "digits_cnn.tflite"
 SCALE = FIXTURES / "scale_model.tflite"  # the MCUNet-class model of docs/scale.md
 #: A training step's instructions under QEMU -icount at Q = 2 and Q = 3, as `device-time`
-#: measures them (host/device_time.py step_instructions; measured 2026-11-28 on the working
-#: tree of a1c096c): device-time's step at Q is q2 + (q3 - q2)(Q - 2).
-MEASURED = [(DIGITS, "stm32f746", {}, 1_233_240, 1_525_840),
-            (DIGITS, "stm32f746", {"batch": 2}, 2_146_640, 2_728_800),
-            (SCALE, "stm32f746", {"mode": "sparse", "block": 0}, 465_698_920, 666_377_600),
-            (SCALE, "stm32f746", {"mode": "sparse", "block": 2}, 32_853_360, 35_485_480),
-            (SCALE, "stm32h7b3", {}, 547_052_600, 765_241_480)]
+#: measures them (host/device_time.py step_instructions; measured 2026-11-28, adaptive on
+#: the working tree of a1c096c, the default np-channel on that of 45c5eee): device-time's
+#: step at Q is q2 + (q3 - q2)(Q - 2).
+ADAPTIVE = {"estimator": "adaptive"}
+MEASURED = [(DIGITS, "stm32f746", ADAPTIVE, 1_233_240, 1_525_840),
+            (DIGITS, "stm32f746", {"batch": 2, **ADAPTIVE}, 2_146_640, 2_728_800),
+            (SCALE, "stm32f746", {"mode": "sparse", "block": 0, **ADAPTIVE}, 465_698_920,
+             666_377_600),
+            (SCALE, "stm32f746", {"mode": "sparse", "block": 2, **ADAPTIVE}, 32_853_360,
+             35_485_480),
+            (SCALE, "stm32h7b3", ADAPTIVE, 547_052_600, 765_241_480),
+            (DIGITS, "stm32f746", {}, 1_223_840, 1_420_440),
+            (DIGITS, "stm32f746", {"batch": 2}, 2_149_000, 2_543_040),
+            (SCALE, "stm32f746", {"mode": "sparse", "block": 0}, 458_771_000, 650_389_440),
+            (SCALE, "stm32f746", {"mode": "sparse", "block": 2}, 32_913_400, 35_575_600),
+            (SCALE, "stm32h7b3", {}, 540_372_280, 749_624_400)]
 HAVE_QEMU = bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
 
 

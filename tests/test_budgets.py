@@ -31,7 +31,10 @@ PAPER = FIXTURES / "mcunet_in1_128.tflite"  # the paper's 128x128 resolution (is
     pytest.param(MODEL, "stm32h7b3", ["full"], 1024, 2048, id="64-full-h7b3"),
     pytest.param(MODEL, "stm32f746", ["sparse"], 256, 1024, id="64-sparse-f746"),
     # the paper's figures (Tables 8 and 9): full 668 KB; sparse 209 KB with a fixed block
-    pytest.param(PAPER, "stm32h7b3", ["full"], 668, 2048, id="128-full-h7b3-668kb"),
+    # with the paper's own estimator (adaptive WP / NP): the default np-channel needs 891 KB
+    # there (its CH layers keep h(z +- 1) of the large early outputs; docs/memory.md)
+    pytest.param(PAPER, "stm32h7b3", ["full", "--estimator", "adaptive"], 668, 2048,
+                 id="128-full-h7b3-668kb"),
     pytest.param(PAPER, "stm32f746", ["sparse", "--blocks", "16", "--block", "15"], 209, 1024,
                  id="128-sparse-f746-209kb")])
 def test_paper_budget_links(tmp_path, model, target, train, sram_kb, flash_kb, bp_layers):
@@ -103,10 +106,11 @@ def test_step_instructions_are_repeatable(tmp_path):
         assert abs(a - b) <= 40 * (layers + 2), counts
 
 
-@pytest.mark.parametrize("target, expected", [("stm32f746", 3), ("stm32h7b3", 1)])
+@pytest.mark.parametrize("target, expected", [("stm32f746", 4), ("stm32h7b3", 1)])
 def test_blocks_auto_picks_the_fewest_blocks_that_fit(target, expected, tmp_path, capsys):
-    """--blocks auto (issue 14): the MCUNet-class fixture's sparse training needs 3 blocks on
-    the F746 (2 do not fit; the refusal of 2 names 3 and auto) and 1 on the H7B3."""
+    """--blocks auto (issue 14): the MCUNet-class fixture's sparse training needs 4 blocks on
+    the F746 with the default np-channel (3 do not fit; the refusal of 3 names 4 and auto;
+    adaptive fits 3) and 1 on the H7B3."""
     out = tmp_path / "fw"
     assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
                  "--blocks", "auto", "-o", str(out)]) == 0
@@ -123,16 +127,29 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
     """Issue 36: sparse training with --blocks not given keeps 4 blocks where they fit and
     otherwise takes what --blocks auto would, saying so; an explicit --blocks 4 still
     refuses. The 128x128 MCUNet-class fixture needs 8 blocks on the F746 (9 while the link
-    kept 4 KB of frame buffers)."""
+    kept 4 KB of frame buffers), and the adaptive estimator: with --estimator not given the
+    build falls back to it, since no block count fits the default np-channel (its first
+    layers' CH regions alone exceed 256 KB), and an explicit np-channel refuses naming it."""
     model = FIXTURES / "mcunet_in1_128.tflite"
     out = tmp_path / "fw"
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
                  "-o", str(out)]) == 0
-    assert "--blocks: 8 block(s), the fewest that fit the stm32f746 budget" in \
-        capsys.readouterr().out
-    assert json.loads((out / "manifest.json").read_text())["training"]["blocks"] == 8
+    printed = capsys.readouterr().out
+    assert "--blocks: 8 block(s), the fewest that fit the stm32f746 budget" in printed
+    assert ("--estimator: adaptive (the default np-channel does not fit the stm32f746 "
+            "budget; --estimator sets it)") in printed
+    manifest = json.loads((out / "manifest.json").read_text())["training"]
+    assert manifest["blocks"] == 8 and set(manifest["modes"]) == {"WP", "NP"}
+    assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
+                 "--estimator", "np-channel", "-o", str(tmp_path / "ch")]) == 2
+    assert "--estimator adaptive (it keeps a copy of the weights where CH keeps two of the " \
+        "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
                  "--blocks", "4", "-o", str(tmp_path / "four")]) == 2
+    assert "--estimator adaptive (it keeps a copy of the weights where CH keeps two of the " \
+        "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
+    assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
+                 "--estimator", "adaptive", "--blocks", "4", "-o", str(tmp_path / "a4")]) == 2
     assert "--blocks auto picks the fewest" in capsys.readouterr().err
     assert main(["build", str(MODEL), "--target", "stm32f746", "--train", "sparse",
                  "-o", str(tmp_path / "kept")]) == 0

@@ -39,7 +39,9 @@ def test_inspect_text_and_json():
         assert op in ops
     for layer in data["layers"]:
         if layer["trainable"]:
-            assert layer["mode"] == ("WP" if layer["d_w"] < layer["d_a"] else "NP")
+            # the default estimator (np-channel): channel-wise biases where fewer weights
+            # than outputs, else node perturbation
+            assert layer["mode"] == ("CH" if layer["d_w"] < layer["d_a"] else "NP")
 
 
 @pytest.mark.parametrize("model", ["mcunet_tiny.tflite", "multi_op.tflite"])

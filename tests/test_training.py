@@ -118,15 +118,23 @@ ENGINES = [pytest.param("native", id="native"),
            pytest.param("qemu", id="qemu", marks=NEEDS_ARM)]
 
 
+#: the default (np-channel: CH where a layer has fewer weights than outputs, else NP) and the
+#: paper's adaptive WP / NP, the default before docs/scale.md section 15
+ESTIMATOR_MODES = [pytest.param("np-channel", {"CH", "NP"}, id="np-channel"),
+                   pytest.param("adaptive", {"WP", "NP"}, id="adaptive")]
+
+
+@pytest.mark.parametrize("estimator, modes", ESTIMATOR_MODES)
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("spec", MODELS)
-def test_firmware_checkpoint_equals_simulator(spec, engine, tmp_path):
-    """All layers trainable, adaptive WP/NP (both in use), K = 3 steps: identical bytes."""
+def test_firmware_checkpoint_equals_simulator(spec, engine, estimator, modes, tmp_path):
+    """All layers trainable, both of the estimator's modes in use, K = 3 steps: identical
+    bytes."""
     model = _resolve(spec)
     graph = load_model(model)
-    config = TrainConfig(steps=10, queries=3, lr=0.003)
+    config = TrainConfig(steps=10, queries=3, lr=0.003, estimator=estimator)
     plan = training_plan(graph, config)
-    assert {layer.mode for layer in plan.layers} == {"WP", "NP"}
+    assert {layer.mode for layer in plan.layers} == modes
     assert len(plan.layers) == len(plan.all_trainable)
     x, y = _data(graph, plan.num_classes)
     image = _image(tmp_path, x, y, plan.num_classes)

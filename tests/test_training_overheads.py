@@ -43,7 +43,8 @@ def _image(tmp: Path, graph, classes: int) -> Path:
                     "(apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)")
 def test_category_counts_add_up_to_the_step(tmp_path):
     graph = load_model(MODEL)
-    config = TrainConfig(steps=4, queries=2, lr=0.01)  # adaptive: both WP and NP layers
+    config = TrainConfig(steps=4, queries=2, lr=0.01,
+                         estimator="adaptive")  # both WP and NP layers
     plan = training_plan(graph, config)
     assert {layer.mode for layer in plan.layers} == {"WP", "NP"}
     image = _image(tmp_path, graph, plan.num_classes)

@@ -193,7 +193,7 @@ def run_build(args: argparse.Namespace) -> BuildResult:
         if args.epochs is not None:
             raise UserError("build needs --steps T: the firmware is generated before it sees "
                             "the data, so it cannot count epochs")
-        if not REGISTRY[args.estimator].firmware:
+        if args.estimator is not None and not REGISTRY[args.estimator].firmware:
             raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
                             f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
         train = train_config(args)
@@ -201,7 +201,8 @@ def run_build(args: argparse.Namespace) -> BuildResult:
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
                                              recompute=args.recompute, baud=args.baud,
-                                             library=args.as_library, data_source=args.data_source), out,
+                                             library=args.as_library, data_source=args.data_source,
+                                             estimator_fit=args.estimator is None), out,
                     force=args.force)
     return BuildResult(Path(out), plan)
 
@@ -235,7 +236,8 @@ def run_simulate(args: argparse.Namespace, say: Say = silent, bars: bool | None 
     with writing_run(args.output):
         return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
                             eval_every=args.eval_every, resume=args.resume, force=args.force,
-                            say=say, progress=bars, target=args.target)
+                            say=say, progress=bars, target=args.target,
+                            estimator_fit=args.estimator is None)
 
 
 def train(image: PathLike, output: PathLike, progress: Progress = False, **given: Any

@@ -76,15 +76,23 @@ def step_instructions(graph: Graph, training: TrainingCode, model: int = 0) -> f
     per_query = 0.0
     fixed = training.batch * sum(ops[:end])
     for layer in (L for L in training.layers if L.block == model):
-        node = layer.mode == "ZO_TRAIN_NP"
+        # NP and CH perturb the layer's output and restart from the next op, WP perturbs the
+        # weights; a query costs a draw per perturbed value: CH draws one per channel and
+        # picks each position's h(z + delta) from the shifted copies, which measures as
+        # free beside the draws (tests/test_board_fit.py, the digits CNN)
+        node = layer.mode in ("ZO_TRAIN_NP", "ZO_TRAIN_CH")
         own = layer.op + 1 if node else layer.op
         start = layer.restart_op if 0 <= layer.restart_op < layer.op else own
-        perturbed = layer.output_count if node else layer.weight_count
+        perturbed = {"ZO_TRAIN_NP": layer.output_count,
+                     "ZO_TRAIN_CH": layer.channels}.get(layer.mode, layer.weight_count)
         per_query += sum(ops[start:end]) + PER_PERTURBED * perturbed
-        if node:  # h(z - 1), h(z + 1) and the outer product, once a step and sample
-            fixed += training.batch * (2 * ops[layer.op]
-                                       + PER_OUTER_MAC * macs(graph, graph.ops[layer.op]))
-        fixed += PER_PARAMETER * (layer.weight_count + layer.bias_count)
+        if node:  # h(z - 1), h(z + 1), once a step and sample
+            fixed += training.batch * 2 * ops[layer.op]
+        if layer.mode == "ZO_TRAIN_NP":  # the weights' outer product; CH trains no weights
+            fixed += training.batch * PER_OUTER_MAC * macs(graph, graph.ops[layer.op])
+        trained = layer.bias_count if layer.mode == "ZO_TRAIN_CH" else (layer.weight_count
+                                                                       + layer.bias_count)
+        fixed += PER_PARAMETER * trained
     return fixed + training.queries * sides * training.batch * per_query
 
 
@@ -134,7 +142,8 @@ def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
     """The build of ``train`` (None: inference) for ``board``, as `build` plans it."""
     mode = "inference" if train is None else train.mode
     try:
-        device, options = fit(graph, BuildOptions("native", board, train))
+        device, options = fit(graph, BuildOptions("native", board, train,
+                                                  estimator_fit=True))
         plan = plan_project(device, options)  # a native build reports, never refuses
     except UserError as exc:
         return ModeFit(mode, None, None, False, f"--train {mode}", note=str(exc))
@@ -146,6 +155,8 @@ def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
             option += f" --blocks {resolved.blocks}"
         if resolved.bp_layers:
             option += f" --bp-layers {resolved.bp_layers}"
+        if resolved.estimator != train.estimator:
+            option += f" --estimator {resolved.estimator}"
         seconds = tuple(step_instructions(device, plan.training, k) / clock_hz(board)
                         for k in range(len(plan.training.models)))
     return ModeFit(mode, plan.placement.total, plan.code.flash_bytes,

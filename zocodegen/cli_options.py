@@ -17,8 +17,8 @@ from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
-from .training.config import (ESTIMATORS, MODE_AUTO, MODES, SCHEDULES, TrainConfig,
-                              parse_blocks, parse_bp_layers, parse_layer_list)
+from .training.config import (ESTIMATOR_FALLBACK, ESTIMATORS, MODE_AUTO, MODES, SCHEDULES,
+                              TrainConfig, parse_blocks, parse_bp_layers, parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
 from .training.perturbation import DISTRIBUTIONS
@@ -459,15 +459,10 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    help=f"validation records per check (default {_RUN.guard_samples})")
     g.add_argument("--schedule", choices=SCHEDULES, default=_RUN.schedule)
     g.add_argument("--seed", type=_SEED, default=_RUN.seed, metavar="S")
-    g.add_argument("--estimator", choices=ESTIMATORS, default=_RUN.estimator,
-                   help="adaptive: WP where a layer has fewer weights than outputs, else NP; "
-                        "mezo: MeZO's two-point model-wise baseline, Q x layers / 2 queries "
-                        "of two forwards each (simulator only); int8: ElasticZO-INT8, "
-                        "integer-only for cores without an FPU (sparse uniform perturbations, "
-                        "sign of the two-point difference, updates of --b-zo bits); split: "
-                        "FedSPZO's split perturbation, Q perturbations of the layers before "
-                        "--cutoff each followed by --inner-queries two-sided perturbations "
-                        "of the rest on their output")
+    g.add_argument("--estimator", choices=ESTIMATORS,
+                   help=f"default {_RUN.estimator} ({ESTIMATOR_FALLBACK} when only that fits "
+                        f"the board); " + "; ".join(
+                       f"{name}: {REGISTRY[name].summary}" for name in ESTIMATORS))
     g.add_argument("--cutoff", type=_integer(0), metavar="I",
                    help="split: the trainable layer where block 2 starts (default: the last "
                         "trained layer, the paper's f_2)")
@@ -561,7 +556,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         if mode != "sparse" and value != default:
             raise UserError(f"{option} chooses among sparse mode's blocks; add --train sparse "
                             f"or drop {option}")
-    lr_auto = args.lr == "auto" and REGISTRY[args.estimator].has_learning_rate
+    estimator = args.estimator or _RUN.estimator
+    lr_auto = args.lr == "auto" and REGISTRY[estimator].has_learning_rate
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
     lr = _RUN.lr if lr is None else lr
@@ -569,7 +565,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,
                        guard_samples=args.guard_samples,
-                       schedule=args.schedule, seed=args.seed, estimator=args.estimator,
+                       schedule=args.schedule, seed=args.seed, estimator=estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
                        layers=parse_layer_list(args.layers),

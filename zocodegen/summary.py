@@ -10,6 +10,11 @@ import numpy as np
 from .ir import Graph, Op
 from .ops.table import TRAINABLE_OP_TYPES, macs
 from .planner import plan_arena
+from .training.config import TrainConfig
+from .training.estimators import REGISTRY
+
+#: what `inspect` shows a layer trained by: the estimator a build uses unless told otherwise
+DEFAULT_ESTIMATOR = TrainConfig().estimator
 
 
 @dataclass
@@ -26,7 +31,7 @@ class LayerInfo:
     trainable: bool
     d_w: int | None = None  # weights + biases the estimator perturbs in WP mode
     d_a: int | None = None  # output activations it perturbs in NP mode
-    mode: str | None = None  # "WP" or "NP"
+    mode: str | None = None  # how the default estimator trains it: "WP", "NP" or "CH"
 
 
 @dataclass
@@ -77,7 +82,7 @@ def summarize(graph: Graph) -> ModelSummary:
             trainable=op.type in TRAINABLE_OP_TYPES)
         if info.trainable:
             info.d_w, info.d_a = estimator_dims(graph, op)
-            info.mode = "WP" if info.d_w < info.d_a else "NP"
+            info.mode = REGISTRY[DEFAULT_ESTIMATOR].layer_mode(info.d_w, info.d_a)
         layers.append(info)
     arena = plan_arena(graph)
     totals = {

@@ -11,8 +11,8 @@ from ..ir import Graph
 from ..planner import place
 from ..target import load_target
 from ..training.backprop import largest_bp_layers
-from ..training.config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO,
-                               TrainConfig)
+from ..training.config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS,
+                               ESTIMATOR_FALLBACK, MODE_AUTO, TrainConfig)
 from ..training.plan import check_blocks, loss_head, sparse_blocks, trainable_ops
 from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .project import (INPUT_QUANTIZE_MODES, MAX_SUGGESTED_BLOCKS, BuildOptions, build_arena,
@@ -111,7 +111,24 @@ def fit(graph: Graph, options: BuildOptions) -> tuple[Graph, BuildOptions]:
     here, so the simulator trains exactly what the board gets."""
     options = resolve_input_quantize(graph, options)
     graph = device_graph(graph, options)
-    return graph, resolve_auto(graph, options)
+    return graph, resolve_estimator(graph, options)
+
+
+def resolve_estimator(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """Every auto choice for the run's estimator; with --estimator not given and no build of
+    it that fits the board, the same choices for ESTIMATOR_FALLBACK when that one fits (the
+    budget check of the first otherwise speaks)."""
+    resolved = resolve_auto(graph, options)
+    train = options.train
+    if (not options.estimator_fit or train is None or train.estimator == ESTIMATOR_FALLBACK
+            or _placed_fits(graph, resolved)):
+        return resolved
+    try:
+        fallback = resolve_auto(graph, replace(options, train=replace(
+            train, estimator=ESTIMATOR_FALLBACK)))
+    except UserError:  # an option of the run that the fallback refuses: the first speaks
+        return resolved
+    return fallback if _placed_fits(graph, fallback) else resolved
 
 
 def _fits(graph: Graph, options: BuildOptions) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 
@@ -26,7 +27,7 @@ from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_target,
                       roomier_targets, target_data)
-from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, TrainConfig
+from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, ESTIMATOR_FALLBACK, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
 from ..training.plan import sparse_blocks, trainable_ops, training_plans
 from .layers.common import c_float
@@ -91,6 +92,9 @@ class BuildOptions:
     baud: int = link.DEFAULT_BAUD  # the host link's line on a board (firmware.h FIRMWARE_BAUD)
     library: bool = False  # --as-library: sources and zo_library.h for a firmware (library.py)
     data_source: str = "link"  # one of DATA_MODES (--data-source)
+    # --estimator not given: the train's estimator (the default) or, when its build does not
+    # fit the board and ESTIMATOR_FALLBACK's does, that one (fit.py)
+    estimator_fit: bool = False
 
     @property
     def field(self) -> bool:
@@ -340,7 +344,26 @@ def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
         if more:
             tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])}; "
                         "--blocks auto picks the fewest that fit)")
+    if train.estimator != ESTIMATOR_FALLBACK:
+        tips += _fallback_estimator(graph, train, total)
     return tips
+
+
+def _fallback_estimator(graph: Graph, train: TrainConfig,
+                        total: Callable[[TrainConfig], int | None]) -> list[str]:
+    """The tip of the estimator the build falls back to when --estimator is not given
+    (fit.resolve_estimator): the same run with it, else its sparse blocks that fit."""
+    other = replace(train, estimator=ESTIMATOR_FALLBACK)
+    option = f"--estimator {ESTIMATOR_FALLBACK}"
+    why = "(it keeps a copy of the weights where CH keeps two of the outputs)"
+    if (t := total(other)) is not None:
+        return [f"{option} fits {why}: {kb(t)}"]
+    sparse = replace(other, mode="sparse", block=None)
+    fewest = next(((n, t) for n in range(1, MAX_SUGGESTED_BLOCKS + 1)
+                   if (t := total(replace(sparse, blocks=n))) is not None), None)
+    if fewest is None:
+        return []
+    return [f"{option} {why} fits as --train sparse --blocks {fewest[0]} ({kb(fewest[1])})"]
 
 
 def environment() -> jinja2.Environment:

@@ -241,12 +241,13 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
     delete_run(out_dir)
 
 
-def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent
-              ) -> TrainConfig:
+def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
+              estimator_fit: bool = False) -> TrainConfig:
     """The run a board takes. With ``target``: the one `build --target T` puts on it, from
     the build's own fit search, refused with the build's message when it does not fit.
     Without: --train auto is full training (no budget to fit) and --bp-layers / --blocks
-    auto are the DEFAULT_TARGET build's. Says each choice an auto option made."""
+    auto are the DEFAULT_TARGET build's. Says each choice an auto option made (``estimator_fit``:
+    --estimator was not given, fit.resolve_estimator)."""
     check_blocks(graph, config)
     board = target or DEFAULT_TARGET
     if target is None and config.mode == MODE_AUTO:
@@ -254,10 +255,14 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent
     if target is None:
         options = resolve_auto(graph, BuildOptions("native", board, config))
     else:
-        device, options = fit(graph, BuildOptions(target, board, config))
+        device, options = fit(graph, BuildOptions(target, board, config,
+                                                  estimator_fit=estimator_fit))
         plan_project(device, options)  # a board refuses a build that does not fit it
     chosen = options.train
     picks = f"as `build --target {board}` picks"
+    if chosen.estimator != config.estimator:
+        say(f"--estimator (default): {chosen.estimator} ({picks}; {config.estimator} does not "
+            f"fit)")
     if config.mode == MODE_AUTO:
         say(f"--train auto: {chosen.mode} ({picks}"
             + ("" if chosen.mode == "full" else "; full training does not fit") + ")")
@@ -275,13 +280,15 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent
 def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConfig,
              epochs: int | None = None, eval_every: int | None = None, resume: bool = False,
              progress: bool | None = None, force: bool = False, say: Say = silent,
-             target: str | None = None) -> RunSummary:
+             target: str | None = None, estimator_fit: bool = False) -> RunSummary:
     """The run; its progress lines go to ``say`` and its bars show when ``progress`` (None:
-    when the output is a terminal). ``target``: the board whose build the run is."""
+    when the output is a terminal). ``target``: the board whose build the run is
+    (``estimator_fit``: as board_run)."""
     graph = load_model(model_path)
     logits, _ = loss_head(graph)
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
-    config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say)
+    config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say,
+                       estimator_fit)
     plans = training_plans(graph, config)
     sha = file_sha256(Path(model_path))
     identity = run_identity(sha, data_path, config)
