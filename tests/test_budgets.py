@@ -168,3 +168,25 @@ def test_bad_blocks_options_are_one_line(options, message, tmp_path, capsys):
                  "-o", str(tmp_path / "fw")] + options) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_simulate_and_inspect_take_the_builds_fallback_estimator():
+    """`simulate --target` and `inspect --target` take the run `build` takes (codegen/fit.py):
+    for the 128x128 fixture's sparse training on the F746, adaptive in 8 blocks, said so; a
+    given estimator is kept (and then refused where it does not fit)."""
+    from zocodegen import api
+    from zocodegen.errors import UserError
+    from zocodegen.frontends import load_model
+    from zocodegen.training.config import BLOCKS_FIT
+    from zocodegen.training.runner import board_run
+    model = FIXTURES / "mcunet_in1_128.tflite"
+    said = []
+    sparse = TrainConfig(mode="sparse", blocks=BLOCKS_FIT)
+    chosen = board_run(load_model(model), sparse, "stm32f746", said.append,
+                       estimator_fit=True)
+    assert (chosen.estimator, chosen.blocks) == ("adaptive", 8)
+    assert any("--estimator (default): adaptive" in line for line in said), said
+    with pytest.raises(UserError, match="--estimator adaptive"):
+        board_run(load_model(model), sparse, "stm32f746", said.append)
+    lines = {m.mode: m for m in api.inspect(model, target="stm32f746").board_fit.modes}
+    assert lines["sparse"].fits and "--estimator adaptive" in lines["sparse"].option
