@@ -115,7 +115,8 @@ def test_full_grid_runs_and_commands(ex, eg, tmp_path):
     int8 = eg.Run("digits_resnet", "fog", 1, "int8", 1)
     assert ex.command(["zocodegen"], int8, eg.FULL, tmp_path)[-4:] == [
         "--estimator", "int8", "--queries", str(eg.QUERIES // 2)]
-    assert eg.FULL.tag == f"epochs-1-q{eg.QUERIES}" and eg.QUICK.tag != eg.FULL.tag
+    # the cache folder names the budget and the default estimator every method builds on
+    assert eg.FULL.tag == f"epochs-1-q{eg.QUERIES}-np-channel" and eg.QUICK.tag != eg.FULL.tag
 
 
 def test_results_and_cache(ex, eg, tmp_path):
