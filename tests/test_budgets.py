@@ -116,9 +116,10 @@ def test_blocks_auto_picks_the_fewest_blocks_that_fit(target, expected, tmp_path
                  "--blocks", "auto", "-o", str(out)]) == 0
     assert f"--blocks auto: {expected} block(s)" in capsys.readouterr().out
     assert json.loads((out / "manifest.json").read_text())["training"]["blocks"] == expected
-    if expected > 1:
+    if expected > 1:  # (--estimator not given, fewer blocks would fall back to adaptive)
         assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
-                     "--blocks", str(expected - 1), "-o", str(tmp_path / "fewer")]) == 2
+                     "--estimator", "np-channel", "--blocks", str(expected - 1),
+                     "-o", str(tmp_path / "fewer")]) == 2
         err = capsys.readouterr().err
         assert f"--blocks {expected} " in err and "--blocks auto picks the fewest" in err
 
