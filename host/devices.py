@@ -17,6 +17,7 @@ import socket
 import sys
 import subprocess
 import tempfile
+import termios
 import time
 import tty
 from collections.abc import Callable
@@ -35,11 +36,13 @@ POLL_SECONDS = 0.05
 
 def open_port(url: str, baud: int = DEFAULT_BAUD) -> Port:
     """A pyserial port for ``url`` (a device path, ``socket://host:port``, ...) at ``baud``
-    (a pty or a socket ignores it)."""
+    (a pty or a socket ignores it). A pty whose firmware has just exited fails in pyserial's
+    unwrapped ``tcsetattr`` with a ``termios.error`` (EIO): that is a port that cannot be
+    opened too, never an internal error."""
     try:
         return no_delay(serial.serial_for_url(url, baudrate=baud, timeout=POLL_SECONDS,
                                               write_timeout=10))
-    except (serial.SerialException, ValueError, OSError) as exc:
+    except (serial.SerialException, ValueError, OSError, termios.error) as exc:
         raise UserError(f"cannot open port {url}: {exc}") from None
 
 

@@ -235,6 +235,22 @@ def test_a_firmware_that_exits_is_one_line_and_reaped(ws, tmp_path, capsys):
     assert _children(binary.name) == []
 
 
+
+def test_a_pty_that_hangs_up_while_it_opens_is_a_port_error(monkeypatch):
+    """CI at ed5b45a: the firmware above exited while pyserial configured its pty, and
+    pyserial's unwrapped tcsetattr raised termios.error (EIO), which reached the user as an
+    internal error (exit 1) instead of the restart loop's one line (exit 2)."""
+    import termios
+    from zocodegen.errors import UserError
+    from zocodegen.host import devices
+
+    def hung_up(*_args, **_kwargs):
+        raise termios.error(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(devices.serial, "serial_for_url", hung_up)
+    with pytest.raises(UserError, match="cannot open port /dev/pts/9"):
+        devices.open_port("/dev/pts/9")
+
 # ------------------------------------------------------------------------------ monitor
 def test_monitor_on_a_garbage_line_is_refused(capsys):
     line = _GarbageLine(True)
