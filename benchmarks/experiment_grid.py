@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zocodegen.datasets import FAMILIES, SEVERITIES
-from zocodegen.training.config import TrainConfig
+from zocodegen.training.config import DEFAULT_ESTIMATOR
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -110,7 +110,7 @@ class Grid:
         """The cache folder of this budget and default estimator: runs with other budgets, or
         made under another default (every method builds on it), never mix."""
         budget = "-".join(o.lstrip("-") for o in self.budget)
-        return f"{budget}-q{self.queries}-{TrainConfig().estimator}"
+        return f"{budget}-q{self.queries}-{DEFAULT_ESTIMATOR}"
 
     @property
     def ablation_cells(self) -> tuple[tuple[str, int], ...]:

@@ -41,7 +41,7 @@ from doc_sections import replace_section  # noqa: E402
 from zocodegen.formats.link import DEFAULT_BAUD  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.host import device_time as dt  # noqa: E402
-from zocodegen.training.config import TrainConfig  # noqa: E402
+from zocodegen.training.config import DEFAULT_ESTIMATOR, TrainConfig  # noqa: E402
 
 MODEL = ROOT / "tests" / "fixtures" / "scale_model.tflite"
 MODEL_128 = ROOT / "tests" / "fixtures" / "scale_model_128.tflite"
@@ -86,16 +86,15 @@ class Method:
         return f"{self.key}-{self.variant}" if self.variant else self.key
 
 
-#: The methods that take the default estimator name it in their run directories, so a run
-#: made under an older default is never read back as today's (np-channel since
-#: docs/scale.md section 15; adaptive before).
-DEFAULT = TrainConfig().estimator
-OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULT)
+# The methods that take the default estimator name it in their run directories, so a run
+# made under an older default is never read back as today's (np-channel since
+# docs/scale.md section 15; adaptive before).
+OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULT_ESTIMATOR)
 SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
-                ("--train", "sparse"), "stm32f746", "sparse", variant=DEFAULT)
+                ("--train", "sparse"), "stm32f746", "sparse", variant=DEFAULT_ESTIMATOR)
 MEZO = Method("mezo", "MeZO, same forward passes", ("--estimator", "mezo"), None)
 HYBRID = Method("hybrid-1", "ElasticZO hybrid C = 1 (last layer by BP)", ("--bp-layers", "1"),
-                "stm32h7b3", variant=DEFAULT)
+                "stm32h7b3", variant=DEFAULT_ESTIMATOR)
 #: the default before section 15: WP or NP per layer (paper Sec. 3.3), full and sparse
 ADAPTIVE = Method("adaptive", "adaptive WP / NP, full training (the default before)",
                   ("--estimator", "adaptive"), "stm32h7b3")
@@ -105,7 +104,7 @@ SPARSE_ADAPTIVE = Method("sparse-adaptive", "adaptive WP / NP, sparse (the defau
 #: the same forwards per record in a quarter of the steps: does averaging four records' loss
 #: differences keep what a step learns off the records it saw? (docs/scale.md section 14)
 BATCH_4 = Method("ours-b4", "ours, 4 records a step", ("--batch", "4"), "stm32h7b3", batch=4,
-                 variant=DEFAULT)
+                 variant=DEFAULT_ESTIMATOR)
 #: + "bp-256", whose layers depend on the model; MEZO, ADAPTIVE, SPARSE_ADAPTIVE and BATCH_4
 #: only when --methods names them.
 METHODS = (OURS, SPARSE, HYBRID)
@@ -124,7 +123,6 @@ def bp_fits_method(model: Path) -> Method:
     from zocodegen.codegen.project import plan_project
     from zocodegen.errors import UserError
     from zocodegen.frontends import load_model
-    from zocodegen.training.config import TrainConfig
     from zocodegen.training.plan import training_plans
     graph = load_model(model)
     count = len(training_plans(graph, TrainConfig())[0].layers)

@@ -39,7 +39,7 @@ from .reference.executor import run
 from .summary import format_summary
 from .target import TARGET_NAMES
 from .training import checkpoint
-from .training.config import DEFAULT_BLOCKS, TrainConfig
+from .training.config import DEFAULT_BLOCKS, DEFAULT_ESTIMATOR
 from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
 from .training import labels
 from .training.folders import InputSpec, files_under, recorded_maker
@@ -214,8 +214,8 @@ def cmd_build(args: argparse.Namespace) -> None:
           f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
           f"details in {out / 'memory_report.txt'}")
     if plan.training is not None:
-        if args.estimator is None and train.estimator != TrainConfig().estimator:
-            print(f"--estimator: {train.estimator} (the default {TrainConfig().estimator} does "
+        if args.estimator is None and train.estimator != DEFAULT_ESTIMATOR:
+            print(f"--estimator: {train.estimator} (the default {DEFAULT_ESTIMATOR} does "
                   f"not fit the {plan.board.name} budget; --estimator sets it)")
         if args.train == "auto":
             print(f"--train auto: {train.mode} training (full "

@@ -10,11 +10,8 @@ import numpy as np
 from .ir import Graph, Op
 from .ops.table import TRAINABLE_OP_TYPES, macs
 from .planner import plan_arena
-from .training.config import TrainConfig
+from .training.config import DEFAULT_ESTIMATOR
 from .training.estimators import REGISTRY
-
-#: what `inspect` shows a layer trained by: the estimator a build uses unless told otherwise
-DEFAULT_ESTIMATOR = TrainConfig().estimator
 
 
 @dataclass

@@ -15,8 +15,9 @@ from ..training.config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS,
                                ESTIMATOR_FALLBACK, MODE_AUTO, TrainConfig)
 from ..training.plan import check_blocks, loss_head, sparse_blocks, trainable_ops
 from .host_inputs import host_quantizable, quantize_inputs_on_host
-from .project import (INPUT_QUANTIZE_MODES, MAX_SUGGESTED_BLOCKS, BuildOptions, build_arena,
-                      layout, whole_arena)
+from .alternatives import MAX_SUGGESTED_BLOCKS, fewest_blocks
+from .project import (INPUT_QUANTIZE_MODES, BuildOptions, build_arena, layout, sram_total,
+                      whole_arena)
 
 
 def resolve_bp_layers(graph: Graph, options: BuildOptions) -> BuildOptions:
@@ -55,22 +56,22 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
         return replace(options, train=replace(train, blocks=DEFAULT_BLOCKS))
     board = load_target(options.board)
     arena = whole_arena(graph, train, in_place_convolutions=True)
+    sram = sram_total(graph, arena, board, options)
 
-    def fits(config: TrainConfig) -> bool:
+    def total(config: TrainConfig) -> int | None:
         if config.block is not None and config.block >= len(sparse_blocks(graph, config)):
-            return False
-        _, _, items = layout(graph, arena, board, config, options.recompute, options.field)
-        return place(items, board.name, board.sram_budget_bytes, strict=False).fits
+            return None
+        return sram(config)
 
     default = replace(train, blocks=DEFAULT_BLOCKS)
-    if train.blocks == BLOCKS_FIT and fits(default):
+    if train.blocks == BLOCKS_FIT and total(default) is not None:
         return replace(options, train=default)
     most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
                MAX_SUGGESTED_BLOCKS)
-    chosen = next((n for n in range(1, most + 1) if fits(replace(train, blocks=n))), None)
+    chosen = fewest_blocks(train, total, last=most)
     if chosen is None and train.blocks == BLOCKS_FIT:
         return replace(options, train=default)  # nothing fits: refuse the default, naming why
-    return replace(options, train=replace(train, blocks=chosen or most))
+    return replace(options, train=replace(train, blocks=chosen[0] if chosen else most))
 
 
 def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 
@@ -26,12 +25,13 @@ from ..planner.lifetimes import align_up
 from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_target,
-                      roomier_targets, target_data)
-from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, ESTIMATOR_FALLBACK, TrainConfig
+                      target_data)
+from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
-from ..training.plan import sparse_blocks, trainable_ops, training_plans
+from ..training.plan import trainable_ops, training_plans
 from .layers.common import c_float
 from .host_inputs import host_quantizable, quantize_inputs_on_host
+from .alternatives import Total, training_tips
 from .model_code import ModelCode, model_code
 from .project_files import MANIFEST, sign
 from .training_code import TrainingCode, training_code
@@ -62,11 +62,7 @@ RUNTIME_BSS_BYTES = {"inference": 368 - LINK_RX_BYTES - LINK_TX_BYTES,
 ARENA_ALIGNMENT_GAP = 28
 #: C types of output 0 that the accuracy command ('A') takes the argmax of.
 SCORE_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
-TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
-                        "lower --batch (saved activations grow with N)",
-                        f"a board with more SRAM (--target {roomier_targets(None)[-1]})"]
 VALUES_PER_LINE = 16
-MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 PATCH_MODES = ("auto", "on", "off")
 INPUT_QUANTIZE_MODES = ("auto", "device", "host")
 #: Where a training firmware's data image lives: served by the host over the link, or on the
@@ -222,9 +218,8 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
                                    options.field)
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
-        tips = (_fitting_alternatives(graph, arena, board, options.train, options.recompute,
-                                      options.field)
-                + _recompute_suggestions(training, options.recompute) + TRAINING_SUGGESTIONS
+        tips = (training_tips(graph, options.train, training, options.recompute,
+                              sram_total(graph, arena, board, options))
                 if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
     return ProjectPlan(arena, placement, code, board, training, options)
@@ -284,6 +279,16 @@ def layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | N
     return code, training, _training_items(arena, board, training, field)
 
 
+def sram_total(graph: Graph, arena: ArenaPlan, board: Target, options: BuildOptions) -> Total:
+    """The SRAM that a run's build of ``graph`` needs on ``board``, None when it does not fit
+    (what alternatives.py weighs)."""
+    def total(config: TrainConfig) -> int | None:
+        _, _, items = layout(graph, arena, board, config, options.recompute, options.field)
+        placement = place(items, board.name, board.sram_budget_bytes, strict=False)
+        return placement.total if placement.fits else None
+    return total
+
+
 def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode,
                     field: bool) -> list[RamItem]:
     items = _inference_items(arena, board, training, field)
@@ -297,73 +302,6 @@ def _training_items(arena: ArenaPlan, board: Target, training: TrainingCode,
                            f"past its end for the training step's {saved}gradient regions")
     items[1:1] = training.ram_items()
     return items
-
-
-def _recompute_suggestions(training: TrainingCode, recompute: str) -> list[str]:
-    """What restart groups did for a training build that still does not fit."""
-    if training.split:
-        return []
-    if recompute == "off":
-        return ["restart groups that recompute early layers instead of saving their "
-                "activations (--recompute auto)"]
-    if training.recomputed_macs:
-        return [f"restart groups already recompute {training.recomputed_macs / 1e6:.2f} M MACs "
-                "per step instead of saving activations (more would not save memory)"]
-    return []
-
-
-def _fitting_alternatives(graph: Graph, arena: ArenaPlan, board: Target,
-                          train: TrainConfig, recompute: str, field: bool) -> list[str]:
-    """Sparse configurations of the same run that fit the board, for the refusal."""
-    def total(config: TrainConfig) -> int | None:
-        _, _, items = layout(graph, arena, board, config, recompute, field)
-        placement = place(items, board.name, board.sram_budget_bytes, strict=False)
-        return placement.total if placement.fits else None
-
-    tips = []
-    forwards = train.queries * (2 if train.two_sided else 1)
-    smaller = next(((b, t) for b in range(train.query_batch - 1, 0, -1) if forwards % b == 0
-                    and (t := total(replace(train, query_batch=b))) is not None), None)
-    if smaller:  # the query batch's arena is the easiest thing to give back
-        tips.append(f"a smaller query batch fits: --query-batch {smaller[0]} "
-                    f"({kb(smaller[1])})")
-    auto = replace(train, mode="sparse", block=None)
-    auto_total = total(auto) if train.mode == "full" else None
-    if auto_total is not None:
-        tips.append(f"sparse training fits: --train sparse (the device picks one of "
-                    f"{train.blocks} blocks; {kb(auto_total)})")
-    else:
-        count = len(sparse_blocks(graph, auto))
-        fitting = [(k, total(replace(auto, block=k))) for k in range(count)]
-        fitting = [(k, t) for k, t in fitting if t is not None and k != train.block]
-        if fitting:
-            tips.append("these sparse blocks fit: " + ", ".join(
-                f"--train sparse --block {k} ({kb(t)})" for k, t in fitting))
-        more = next(((n, t) for n in range(count + 1, MAX_SUGGESTED_BLOCKS + 1)
-                     if (t := total(replace(auto, blocks=n))) is not None), None)
-        if more:
-            tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])}; "
-                        "--blocks auto picks the fewest that fit)")
-    if train.estimator != ESTIMATOR_FALLBACK:
-        tips += _fallback_estimator(graph, train, total)
-    return tips
-
-
-def _fallback_estimator(graph: Graph, train: TrainConfig,
-                        total: Callable[[TrainConfig], int | None]) -> list[str]:
-    """The tip of the estimator the build falls back to when --estimator is not given
-    (fit.resolve_estimator): the same run with it, else its sparse blocks that fit."""
-    other = replace(train, estimator=ESTIMATOR_FALLBACK)
-    option = f"--estimator {ESTIMATOR_FALLBACK}"
-    why = "(it keeps a copy of the weights where CH keeps two of the outputs)"
-    if (t := total(other)) is not None:
-        return [f"{option} fits {why}: {kb(t)}"]
-    sparse = replace(other, mode="sparse", block=None)
-    fewest = next(((n, t) for n in range(1, MAX_SUGGESTED_BLOCKS + 1)
-                   if (t := total(replace(sparse, blocks=n))) is not None), None)
-    if fewest is None:
-        return []
-    return [f"{option} {why} fits as --train sparse --blocks {fewest[0]} ({kb(fewest[1])})"]
 
 
 def environment() -> jinja2.Environment:

@@ -24,6 +24,9 @@ DEFAULT_BLOCKS = 4
 # --blocks not given: DEFAULT_BLOCKS when they fit the board, else as auto (issue 36: a
 # default never refuses where a documented choice fits); resolved by the build
 BLOCKS_FIT = -2
+#: --estimator not given: CH on the per-channel biases where adaptive uses WP, NP elsewhere
+#: (docs/scale.md sections 11, 13 and 15)
+DEFAULT_ESTIMATOR = "np-channel"
 #: What a build takes when the default estimator's does not fit its board and --estimator was
 #: not given: adaptive keeps a copy of a WP layer's weights where np-channel's CH layers keep
 #: two shifted copies of their outputs (docs/memory.md)
@@ -42,7 +45,7 @@ class TrainConfig:
     lr: float = 0.01
     schedule: str = "cosine"
     seed: int = 1
-    estimator: str = "np-channel"  # docs/scale.md sections 11, 13 and 15
+    estimator: str = DEFAULT_ESTIMATOR
     max_step: float = 2.0  # update clipping: no weight moves more than this many LSB a step
     gnorm_scaling: bool = True  # g_i = NQ / (NQ + d - 1), paper Eq. 8
     quant_scaling: bool = True  # 1 / s_c^2 (and NP's chain factor), paper Eq. 8
