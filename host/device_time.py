@@ -6,8 +6,8 @@ the device reads (docs/your-model.md "Device time").
 A run on the device is more than its training steps. It spends, in order:
 
 * ``--lr auto``: each candidate's trial steps, then a validation check (R records) each;
-* sparse ``--block auto``: a held-out baseline of S records, then per block S trial steps
-  (one epoch of the trial subset at N = 1) and S held-out records;
+* sparse ``--block auto``: a held-out baseline of H records, then per block S trial steps
+  (one epoch of the trial subset at N = 1) and H held-out records;
 * the guard's baseline check, then T training steps with a check of R records every K steps.
 
 A training step costs its instructions (measured at Q = 1 and 2 and extrapolated: a + b Q,
@@ -68,7 +68,8 @@ class RunShape:
     guard_every: int = 0  # 0: no guard
     val_records: int = 0
     blocks: int = 0
-    block_samples: int = 0
+    block_samples: int = 0  # S
+    block_held_out: int = 0  # H
     #: the end's confirmation: training records, best and start (a start it keeps is scored
     #: on the validation records once more: V forwards, about 0.01 % of a run, not counted)
     confirm_records: int = 0
@@ -78,12 +79,15 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
     trials = [(int(n), int(r)) for n, r in
               re.findall(r"lr trial [^:]+: (\d+) steps, validation \d+/(\d+)", log_text)]
     guard = re.search(r"a check every (\d+) steps on (\d+) validation records", log_text)
-    blocks = re.findall(r"block \d+: held-out \d+ -> \d+ of (\d+) correct", log_text)
+    # "block K: S trial records; held-out ..." (a log before H: "block K: held-out", H = S)
+    blocks = re.findall(r"block \d+: (?:(\d+) trial records; )?held-out \d+ -> \d+ of (\d+) "
+                        r"correct", log_text)
     confirm = re.search(r"on the last (\d+) training records", log_text)
     val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
     return RunShape(steps, batch, len(trials), trials[0][0] if trials else 0,
                     int(guard.group(1)) if guard else 0, val, len(blocks),
-                    int(blocks[0]) if blocks else 0, int(confirm.group(1)) if confirm else 0)
+                    int(blocks[0][0] or blocks[0][1]) if blocks else 0,
+                    int(blocks[0][1]) if blocks else 0, int(confirm.group(1)) if confirm else 0)
 
 
 def recorded_shape(record: dict) -> RunShape:
@@ -92,7 +96,9 @@ def recorded_shape(record: dict) -> RunShape:
     return RunShape(config["steps"], config["batch"], record.get("lr_trials", 0),
                     record.get("lr_trial_steps", 0), record.get("guard_every") or 0,
                     record.get("validation_records", 0), len(selection.get("correct", ())),
-                    selection.get("samples", 0), record.get("confirmation_records", 0))
+                    selection.get("samples", 0),
+                    selection.get("held_out", selection.get("samples", 0)),
+                    record.get("confirmation_records", 0))
 
 
 def setup_seconds(shape: RunShape, costs: Costs) -> tuple[float, float]:
@@ -106,7 +112,7 @@ def setup_seconds(shape: RunShape, costs: Costs) -> tuple[float, float]:
         per_block = costs.block_steps or (costs.step,) * shape.blocks
         compute += trial * sum(per_block[:shape.blocks])
         link_s += shape.blocks * trial * shape.batch * costs.link
-        records += (shape.blocks + 1) * shape.block_samples
+        records += (shape.blocks + 1) * shape.block_held_out
     return compute + records * costs.forward, link_s + records * costs.link
 
 

@@ -26,16 +26,21 @@ guard: step 48: validation 33.7% fell below the best (40/101 at step 40); rolled
 CONFIRMATION = ("guard: step 900: on the last 128 training records, which no check saw, the "
                 "best (step 328) gets 105 right, loss 0.6341, the start 106, loss 0.7579: "
                 "the result is the start (the best did not confirm)\n")
-SPARSE = """block 0: held-out 15 -> 17 of 64 correct (+2)  <- selected
+SPARSE = """block 0: 64 trial records; held-out 60 -> 68 of 256 correct, mean loss 2.410 -> 2.106  <- selected
+block 1: 64 trial records; held-out 60 -> 56 of 256 correct, mean loss 2.410 -> 2.348
+block 2: 64 trial records; held-out 60 -> 59 of 256 correct, mean loss 2.410 -> 2.402
+block 3: 64 trial records; held-out 60 -> 59 of 256 correct, mean loss 2.410 -> 2.371
+""" + LOG
+#: A sparse run logged before the held-out set had its own size H (H was S).
+SPARSE_BEFORE_H = """block 0: held-out 15 -> 17 of 64 correct (+2)  <- selected
 block 1: held-out 15 -> 14 of 64 correct (-1)
-block 2: held-out 15 -> 14 of 64 correct (-1)
-block 3: held-out 15 -> 14 of 64 correct (-1)
 """ + LOG
 
 
 def test_a_run_is_read_from_its_log():
     assert dt.run_shape(LOG, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 0, 0)
-    assert dt.run_shape(SPARSE, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 4, 64)
+    assert dt.run_shape(SPARSE, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 4, 64, 256)
+    assert dt.run_shape(SPARSE_BEFORE_H, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 2, 64, 64)
     assert dt.run_shape("", 50, 2) == dt.RunShape(50, 2)  # --no-guard, fixed lr
 
 
@@ -62,8 +67,8 @@ def test_sparse_block_trials_cost_their_own_blocks():
     shape = dt.run_shape(SPARSE, 900, 1)
     no_blocks = dt.setup_seconds(dt.run_shape(LOG, 900, 1), costs)
     compute, link = dt.setup_seconds(shape, costs)
-    assert compute - no_blocks[0] == 64 * (4.0 + 3.0 + 2.0 + 1.0) + 5 * 64 * 0.5
-    assert link - no_blocks[1] == 4 * 64 + 5 * 64
+    assert compute - no_blocks[0] == 64 * (4.0 + 3.0 + 2.0 + 1.0) + 5 * 256 * 0.5
+    assert link - no_blocks[1] == 4 * 64 + 5 * 256
 
 
 def test_link_time_of_a_64x64_record():

@@ -105,12 +105,12 @@ def simulated(tmp_path_factory, image) -> Path:
 
 
 def test_simulator_selects_the_best_block_then_trains_it(tmp_path, image, simulated):
-    """run.json holds the trial results; the block with the most held-out correct wins;
+    """run.json holds the trial results; the block with the lowest held-out loss wins;
     training it from the flash parameters is exactly the `--block K` run."""
     selection = json.loads((simulated / "run.json").read_text())["selection"]
-    correct = selection["correct"]
-    assert selection["block"] == int(np.argmax(correct)) != 0
-    assert len(set(correct)) > 1, "the trials should disagree on this data"
+    losses = selection["loss_q16"]
+    assert selection["block"] == int(np.argmin(losses)) != 0
+    assert len(set(losses)) == len(losses), "the trials should disagree on this data"
     fixed = tmp_path / "fixed"
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(fixed), *SIMULATE,
                  "--block", str(selection["block"])]) == 0
@@ -132,9 +132,21 @@ def test_trials_restore_the_original_parameters(image):
     assert list(together.correct) == alone
 
 
-def _trial_lines(text: str) -> list[tuple[int, int, int]]:
-    return [tuple(map(int, m)) for m in
-            re.findall(r"block (\d+): held-out (\d+) -> (\d+) of \d+ correct", text)]
+def _simulated_lines(selection: dict) -> str:
+    """The simulator's trial lines, from what its run.json kept of them."""
+    from zocodegen.training.guard import Score
+    from zocodegen.training.runner import trial_line
+    chosen = simulator.BlockSelection(
+        selection["samples"], selection["held_out"],
+        Score(selection["baseline_correct"], selection["baseline_loss_q16"]),
+        tuple(map(Score, selection["correct"], selection["loss_q16"])))
+    return "\n".join(trial_line(k, chosen, s) for k, s in enumerate(chosen.scores))
+
+
+def _trial_lines(text: str) -> list[tuple[str, ...]]:
+    """(block, baseline correct, correct, baseline mean loss, mean loss) per trial line."""
+    return re.findall(r"block (\d+): \d+ trial records; held-out (\d+) -> (\d+) of \d+ "
+                      r"correct, mean loss ([\d.]+) -> ([\d.]+)", text)
 
 
 @pytest.mark.parametrize("engine", [pytest.param("native", id="native"),
@@ -158,8 +170,7 @@ def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, s
                  "--steps", half, "--checkpoint-every", half]) == 0
     out = capsys.readouterr().out
     selection = json.loads((simulated / "run.json").read_text())["selection"]
-    want = [(k, selection["baseline_correct"], c) for k, c in enumerate(selection["correct"])]
-    assert _trial_lines(out) == want
+    assert _trial_lines(out) == _trial_lines(_simulated_lines(selection)) != []
     assert json.loads((run / "run.json").read_text())["block"] == selection["block"]
     assert checkpoint.load(run / "checkpoint.bin").step == int(half)
     # a second invocation continues the run from its checkpoint: no trials again

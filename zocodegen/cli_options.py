@@ -519,11 +519,15 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                         "(most layers trained at once)")
     g.add_argument("--block", metavar="K|auto", default="auto",
                    help="sparse mode: the block to train, or auto (default): a one-epoch "
-                        "trial of each block, then the one with the best held-out gain")
+                        "trial of each block, then the one with the lowest held-out loss")
     g.add_argument("--trial-samples", type=_integer(*TRAIN_INTEGERS["trial_samples"]),
                    default=_RUN.trial_samples, metavar="S",
                    help="sparse --block auto: train each trial on the first S training "
-                        "samples, score it on the last S (default 64)")
+                        "samples (default 64)")
+    g.add_argument("--trial-held-out", type=_integer(*TRAIN_INTEGERS["trial_held_out"]),
+                   default=_RUN.trial_held_out, metavar="H",
+                   help="sparse --block auto: score each trial on the last H training samples "
+                        "(at most all but the first S; default 256); the lowest mean loss wins")
     # what `build --train none` refuses when set: options it would silently ignore
     p.set_defaults(train_option_defaults={a.dest: (a.option_strings[0], a.default)
                                           for a in p._actions[first:]})
@@ -552,7 +556,9 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     block = _number(args.block, "auto", int, "--block expects a block index or auto")
     for option, value, default in (("--block", args.block, "auto"),
                                    ("--blocks", args.blocks, None),
-                                   ("--trial-samples", args.trial_samples, _RUN.trial_samples)):
+                                   ("--trial-samples", args.trial_samples, _RUN.trial_samples),
+                                   ("--trial-held-out", args.trial_held_out,
+                                    _RUN.trial_held_out)):
         if mode != "sparse" and value != default:
             raise UserError(f"{option} chooses among sparse mode's blocks; add --train sparse "
                             f"or drop {option}")
@@ -576,7 +582,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                        record_scalars=args.record_scalars, cutoff=args.cutoff,
                        inner_queries=args.inner_queries, mode=mode,
                        blocks=parse_blocks(args.blocks), block=block,
-                       trial_samples=args.trial_samples)
+                       trial_samples=args.trial_samples, trial_held_out=args.trial_held_out)
 
 
 def _add_memory_options(p: argparse.ArgumentParser) -> None:

@@ -31,6 +31,7 @@ TRAIN_INTEGERS: dict[str, tuple[int, int]] = {
     "guard_every": (0, UINT32_MAX),  # zo_guard_config.every (0: from the forward budget)
     "guard_samples": (1, UINT32_MAX),  # zo_guard_config.samples
     "trial_samples": (1, UINT32_MAX),  # TRAINING_TRIAL_SAMPLES
+    "trial_held_out": (1, UINT32_MAX),  # TRAINING_TRIAL_HELD_OUT
 }
 
 #: --baud: FIRMWARE_BAUD is a uint32_t, and a link's time is bits / baud (a board's USART

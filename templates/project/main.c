@@ -303,30 +303,48 @@ static int accuracy(uint8_t split, uint32_t *value)
 }
 #if TRAINING_SELECTS_BLOCK
 
-/* LOG "block K: held-out A -> B of S correct" */
-static void trial_line(uint32_t block, uint32_t before, uint32_t after, uint32_t size)
+/* Appends key, then a Q16 loss sum over n records as its mean in nats with three decimals,
+ * rounded half up (simulator.mean_loss_milli). */
+static void line_mean_loss(zo_log_line *l, const char *key, int64_t loss_q16, uint32_t n)
+{
+    const uint64_t milli = ((uint64_t)loss_q16 * 1000u + 32768u * (uint64_t)n) /
+                           (65536u * (uint64_t)n);
+    const uint64_t thousandths = milli % 1000u;
+    zo_line_u64(l, key, milli / 1000u);
+    zo_line_text(l, thousandths < 10u ? ".00" : thousandths < 100u ? ".0" : ".");
+    zo_line_u64(l, "", thousandths);
+}
+
+/* LOG "block K: S trial records; held-out A -> B of H correct, mean loss X -> Y" */
+static void trial_line(uint32_t block, uint32_t size, uint32_t held, const zo_score *before,
+                       const zo_score *after)
 {
     zo_log_line l;
     zo_line_start(&l);
     zo_line_u64(&l, "block ", block);
-    zo_line_u64(&l, ": held-out ", before);
-    zo_line_u64(&l, " -> ", after);
-    zo_line_u64(&l, " of ", size);
-    zo_line_text(&l, " correct");
+    zo_line_u64(&l, ": ", size);
+    zo_line_u64(&l, " trial records; held-out ", before->correct);
+    zo_line_u64(&l, " -> ", after->correct);
+    zo_line_u64(&l, " of ", held);
+    line_mean_loss(&l, " correct, mean loss ", before->loss, held);
+    line_mean_loss(&l, " -> ", after->loss, held);
     (void)zo_link_log(l.text);
 }
 
 /* B (sparse --block auto, docs/training.md "Block selection"): each block trains one epoch
  * of the first S training records from the flash parameters, with the schedule over that
- * epoch, and is scored on the last S records; the first block with the most correct
- * predictions is copied from flash again and attached. value = the block. */
+ * epoch, and is scored on the last H records; the first block with the lowest held-out loss
+ * is copied from flash again and attached. value = the block. */
 static int select_block(uint32_t *value)
 {
     const uint32_t records = state.sample_count;
     const uint32_t size = TRAINING_TRIAL_SAMPLES < records / 2u ? TRAINING_TRIAL_SAMPLES
                                                                 : records / 2u;
+    const uint32_t held = TRAINING_TRIAL_HELD_OUT < records - size ? TRAINING_TRIAL_HELD_OUT
+                                                                   : records - size;
     const uint32_t batch = training_models[0].batch;
-    uint32_t baseline = 0u, best = 0u, best_correct = 0u;
+    zo_score baseline = {0u, 0}, best_score = {0u, 0};
+    uint32_t best = 0u;
     *value = 0u;
     if (records == 0u) {
         return ZO_IMAGE_ERR_NOT_OPEN;
@@ -335,10 +353,11 @@ static int select_block(uint32_t *value)
         return ZO_IMAGE_ERR_INDEX; /* fewer than two training records */
     }
     reset_training();
-    int rc = count_correct(ZO_SPLIT_TRAIN, records - size, size, &baseline);
+    int rc = zo_measure(&training_models[0], &image, ZO_SPLIT_TRAIN, records - held, held,
+                        &baseline);
     for (uint32_t b = 0u; b < TRAINING_MODELS && rc == ZO_IMAGE_OK; ++b) {
         zo_train_state trial = state;
-        uint32_t correct = 0u;
+        zo_score scored;
         zo_train_init(&training_models[b], &trial);
         trial.lr = training_models[b].lr; /* --lr (0.01 with --lr auto, chosen later) */
         trial.sample_count = size;
@@ -350,14 +369,15 @@ static int select_block(uint32_t *value)
                                       : zo_train_step(&training_models[b], &trial);
         }
         if (rc == ZO_TRAIN_OK) {
-            rc = count_correct(ZO_SPLIT_TRAIN, records - size, size, &correct);
+            rc = zo_measure(&training_models[b], &image, ZO_SPLIT_TRAIN, records - held, held,
+                            &scored);
         }
         zo_train_detach(&training_models[b]);
         if (rc == ZO_TRAIN_OK) {
-            trial_line(b, baseline, correct, size);
-            if (b == 0u || correct > best_correct) {
+            trial_line(b, size, held, &baseline, &scored);
+            if (b == 0u || scored.loss < best_score.loss) {
                 best = b;
-                best_correct = correct;
+                best_score = scored;
             }
         }
     }

@@ -10,11 +10,6 @@
 #include "zo_requant.h"
 #include "zo_train_io.h"
 
-typedef struct {
-    uint32_t correct; /* argmax of the logits == label, lowest index on ties */
-    int64_t loss;     /* sum of Q16 cross-entropy losses */
-} score;
-
 /* ---- events for the host (docs/link.md "Events") ---------------------------------------- */
 
 #if !ZO_TRAIN_INTEGER_ONLY
@@ -32,10 +27,8 @@ static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
     return n < m->guard->samples ? n : m->guard->samples;
 }
 
-/* Records first .. first + records - 1 of a split through the model (the guard's checks: the
- * validation split from its first record; the confirmation: the training split's last). */
-static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
-                   uint32_t records, score *out)
+int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
+               uint32_t records, zo_score *out)
 {
     uint8_t *arena = model_arena();
     const int8_t *logits = (const int8_t *)(arena + m->logits_offset);
@@ -86,7 +79,7 @@ static uint32_t fall_margin(const zo_train_state *s, uint32_t records)
  * before training, only with more than half the fall margin more correct AND a lower loss
  * sum (the maximum of many noisy counts is biased upward; drifting parameters raise the
  * loss); after that, more correct, or as many with a lower loss sum. */
-static int better(const score *a, const zo_train_state *s, uint32_t records)
+static int better(const zo_score *a, const zo_train_state *s, uint32_t records)
 {
     if (s->best_step == 0u) {
         return a->correct > s->best_correct + fall_margin(s, records) / 2u
@@ -98,7 +91,7 @@ static int better(const score *a, const zo_train_state *s, uint32_t records)
 
 /* A fall, not noise: more than the fall margin fewer correct than the best with a higher
  * loss sum, or a loss sum a quarter above the best's. */
-static int falls(const score *a, const zo_train_state *s, uint32_t records)
+static int falls(const zo_score *a, const zo_train_state *s, uint32_t records)
 {
     return (a->correct + fall_margin(s, records) < s->best_correct && a->loss > s->best_loss)
            || a->loss > s->best_loss + s->best_loss / 4;
@@ -121,7 +114,7 @@ static void restore_start(const zo_train_model *m, zo_train_state *s)
     *s = keep;
 }
 
-static void report_confirm(zo_guard_report report, uint32_t step, const score *sc,
+static void report_confirm(zo_guard_report report, uint32_t step, const zo_score *sc,
                            uint32_t records)
 {
     zo_guard_event e;
@@ -145,13 +138,13 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
 {
     const uint32_t train = zo_image_count(img, ZO_SPLIT_TRAIN);
     const uint32_t n = train < m->guard->samples ? train : m->guard->samples;
-    score best, start;
-    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &best);
+    zo_score best, start;
+    int rc = zo_measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &best);
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
     restore_start(m, s);
-    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start);
+    rc = zo_measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start);
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
@@ -161,8 +154,8 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     if (*kept) {
         return restore_best(m, s, img);
     }
-    score baseline;
-    rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline);
+    zo_score baseline;
+    rc = zo_measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline);
     if (rc == ZO_TRAIN_OK) {
         const uint32_t done = s->step;
         s->best_step = 0u;
@@ -175,7 +168,7 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     return rc;
 }
 
-static void report_check(zo_guard_report report, uint32_t step, const score *sc,
+static void report_check(zo_guard_report report, uint32_t step, const zo_score *sc,
                          uint32_t records, uint8_t decision, uint32_t halvings)
 {
     zo_guard_event e;
@@ -213,9 +206,9 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         for (uint32_t t = 0; t < g->trial_steps && rc == ZO_TRAIN_OK; ++t) {
             rc = zo_train_step(m, &trial);
         }
-        score sc;
+        zo_score sc;
         if (rc == ZO_TRAIN_OK) {
-            rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
+            rc = zo_measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
         }
         if (rc != ZO_TRAIN_OK) {
             return rc;
@@ -265,8 +258,8 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
     }
 #endif
     if (rc == ZO_TRAIN_OK && g->guard && s->best_step == ZO_TRAIN_NO_BEST) {
-        score sc;
-        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
+        zo_score sc;
+        rc = zo_measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
         if (rc == ZO_TRAIN_OK) {
             s->best_step = s->step;
             s->best_correct = sc.correct;
@@ -291,8 +284,8 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         return ZO_TRAIN_OK;
     }
     const uint32_t records = validation_records(m, img);
-    score sc;
-    int rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
+    zo_score sc;
+    int rc = zo_measure(m, img, ZO_SPLIT_VAL, 0u, records, &sc);
     uint8_t decision = ZO_DECISION_NONE;
     int rolled_back = 0;
     if (rc != ZO_TRAIN_OK) {

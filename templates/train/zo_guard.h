@@ -28,6 +28,17 @@ typedef struct {
 
 typedef void (*zo_guard_report)(const zo_guard_event *event);
 
+/* A measurement of records: how many the model classifies right and their loss. */
+typedef struct {
+    uint32_t correct; /* argmax of the logits == label, lowest index on ties */
+    int64_t loss;     /* sum of Q16 cross-entropy losses */
+} zo_score;
+
+/* Records first .. first + records - 1 of a split through the model: the guard's checks (the
+ * validation split), its confirmation and the block trials (the training split's last). */
+int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
+               uint32_t records, zo_score *out);
+
 /* Before the first step of a run: the lr trials (--lr auto) and the guard's baseline check.
  * Nothing to do when the run is under way (resumed from a checkpoint). */
 int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,

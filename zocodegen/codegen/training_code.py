@@ -262,6 +262,7 @@ class TrainingCode:
     selects_block: bool  # sparse --block auto: models are the blocks, selected by trials
     block: int | None  # sparse with a fixed block (or auto on a model of one block)
     trial_samples: int
+    trial_held_out: int
     saved_stride: int
     gradient_words: int
     queries: int
@@ -543,7 +544,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     largest = max(encoded_size((layer.weight_count, layer.bias_count) for layer in p.layers)
                   for p in plans)
     training = TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed,
-                        cfg.trial_samples, max(slot_bytes(L) for L in layers), grad_words, cfg.queries, cfg.batch,
+                        cfg.trial_samples, cfg.trial_held_out, max(slot_bytes(L) for L in layers),
+                        grad_words, cfg.queries, cfg.batch,
                         cfg.steps, cfg.seed, c_float(np.float32(cfg.lr)),
                         cfg.schedule == "cosine", c_float(plan.inv_nq), plan.diff_limit,
                         c_float(np.float32(cfg.max_step)),

@@ -73,7 +73,10 @@ class TrainConfig:
     inner_queries: int = 2
     blocks: int = DEFAULT_BLOCKS  # BLOCKS_AUTO / BLOCKS_FIT: resolved for the board
     block: int | None = None  # sparse: the block to train; None = select it on the device
-    trial_samples: int = 64  # sparse --block auto: size of the trial and held-out subsets
+    trial_samples: int = 64  # sparse --block auto: the records each block's trial trains on
+    # sparse --block auto: the last H training records score the trials (docs/scale.md
+    # section 16: 64 records could not see a 7-point gain)
+    trial_held_out: int = 256
     # The bare algorithm by default; the CLI turns both on (docs/training.md "Training guard")
     lr_auto: bool = False  # --lr auto: short trials on the device pick eta
     guard: bool = False  # validation checks, keep the best, roll back and halve eta on a fall

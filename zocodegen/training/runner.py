@@ -22,7 +22,7 @@ from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
 from .data import Dataset, load_dataset
-from .guard import (GuardState, confirmation_records, guard_schedule, trials_tied,
+from .guard import (GuardState, Score, confirmation_records, guard_schedule, trials_tied,
                     validation_count)
 from .plan import TrainingPlan, check_blocks, loss_head, training_plans
 
@@ -89,10 +89,18 @@ def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray
         selection = simulator.select_block(graph, plans, x, y, lambda: bar.update(1))
     finally:
         bar.close()
-    for k, (correct, gain) in enumerate(zip(selection.correct, selection.gains)):
-        say(f"block {k}: held-out {selection.baseline} -> {correct} of {size} correct "
-              f"({gain:+d}){'  <- selected' if k == selection.block else ''}")
+    for k, score in enumerate(selection.scores):
+        say(trial_line(k, selection, score) + ("  <- selected" if k == selection.block else ""))
     return selection
+
+
+def trial_line(block: int, selection: simulator.BlockSelection, score: Score) -> str:
+    """The device's LOG line of a block trial (templates/project/main.c trial_line)."""
+    before, after = (simulator.mean_loss_milli(s.loss, selection.held_out)
+                     for s in (selection.baseline, score))
+    return (f"block {block}: {selection.samples} trial records; held-out "
+            f"{selection.baseline.correct} -> {score.correct} of {selection.held_out} correct, "
+            f"mean loss {before // 1000}.{before % 1000:03d} -> {after // 1000}.{after % 1000:03d}")
 
 
 def _validation(data: Dataset, plan: TrainingPlan):
@@ -341,8 +349,10 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         "modes": [l.mode for l in plan.layers],
         "trainable_ops": [l.op_index for l in plan.layers], "block": plan.config.block,
         "selection": None if selection is None else {
-            "samples": selection.samples, "baseline_correct": selection.baseline,
-            "correct": list(selection.correct), "block": selection.block},
+            "samples": selection.samples, "held_out": selection.held_out,
+            "baseline_correct": selection.baseline.correct,
+            "baseline_loss_q16": selection.baseline.loss, "correct": list(selection.correct),
+            "loss_q16": [s.loss for s in selection.scores], "block": selection.block},
         "lr": state.lr, "guard_every": guard.schedule.every if guard else None,
         **_trials_record(plan, data, out_dir / "run.json", ckpt is None),
         "accuracy_before": before},

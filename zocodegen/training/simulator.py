@@ -119,7 +119,7 @@ def predict(graph: Graph, params: Params, x: np.ndarray, chunk: int = 256) -> np
 
 
 def trial_size(train_count: int, trial_samples: int) -> int:
-    """S of the block trials: the first S training samples train, the last S score."""
+    """S of the block trials: each trains on the first S training samples."""
     size = min(trial_samples, train_count // 2)
     if size < 1:
         raise DataError("sparse --block auto needs at least 2 training samples (a trial "
@@ -127,23 +127,36 @@ def trial_size(train_count: int, trial_samples: int) -> int:
     return size
 
 
+def held_out_size(train_count: int, trial_samples: int, held_out: int) -> int:
+    """H of the block trials: the last H training samples, none of them a trial's."""
+    return min(held_out, train_count - trial_size(train_count, trial_samples))
+
+
 @dataclass(frozen=True)
 class BlockSelection:
-    """Sparse --block auto (docs/training.md): held-out correct predictions before any
-    training and after each block's one-epoch trial; the first block with the largest gain
-    wins."""
+    """Sparse --block auto (docs/training.md "Block selection"): the held-out score before
+    any training and after each block's one-epoch trial; the first block with the lowest
+    held-out loss wins (a loss sum over H records sees a gain that a count of correct
+    predictions on them does not: docs/scale.md section 16)."""
 
     samples: int  # S
-    baseline: int
-    correct: tuple[int, ...]
+    held_out: int  # H
+    baseline: Score
+    scores: tuple[Score, ...]
 
     @property
     def block(self) -> int:
-        return int(np.argmax(self.correct))
+        return min(range(len(self.scores)), key=lambda k: (self.scores[k].loss, k))
 
     @property
-    def gains(self) -> tuple[int, ...]:
-        return tuple(c - self.baseline for c in self.correct)
+    def correct(self) -> tuple[int, ...]:
+        return tuple(s.correct for s in self.scores)
+
+
+def mean_loss_milli(loss_q16: int, records: int) -> int:
+    """A Q16 loss sum as the mean loss per record in thousandths of a nat, rounded half up:
+    how the device's block-trial LOG line prints it (integers on both sides)."""
+    return (loss_q16 * 1000 + 32768 * records) // (65536 * records)
 
 
 def select_block(graph: Graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray,
@@ -152,10 +165,11 @@ def select_block(graph: Graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y
     (a cosine schedule over the trial's steps), then scores the held-out subset."""
     cfg = plans[0].config
     size = trial_size(len(x), cfg.trial_samples)
+    held = held_out_size(len(x), cfg.trial_samples, cfg.trial_held_out)
     steps = -(-size // cfg.batch)
-    held_x, held_y = x[len(x) - size:], y[len(y) - size:]
-    baseline = int((predict(graph, {}, held_x) == held_y).sum())
-    correct = []
+    held_x, held_y = x[len(x) - held:], y[len(y) - held:]
+    baseline = validation_score(graph, plans[0], {}, held_x, held_y)
+    scores = []
     for plan in plans:
         trial = replace(plan, config=replace(plan.config, steps=steps))
         params = initial_params(graph, plan)
@@ -164,8 +178,8 @@ def select_block(graph: Graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y
             params, _ = train_step(graph, trial, params, t, x[idx], y[idx])
             if on_trial_step is not None:
                 on_trial_step()
-        correct.append(int((predict(graph, params, held_x) == held_y).sum()))
-    return BlockSelection(size, baseline, tuple(correct))
+        scores.append(validation_score(graph, plan, params, held_x, held_y))
+    return BlockSelection(size, held, baseline, tuple(scores))
 
 
 def validation_score(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray,
