@@ -11,6 +11,9 @@ dpkg -s libnewlib-arm-none-eabi >/dev/null 2>&1 || [ -e /usr/lib/arm-none-eabi/n
 command -v qemu-system-arm >/dev/null || need_apt+=(qemu-system-arm)
 # clang with libFuzzer: the fuzz harnesses of the device's parsers (tests/fuzz)
 command -v clang >/dev/null || command -v clang-14 >/dev/null || need_apt+=(clang)
+# ccache: the compiler cache of scripts/test.sh (the tests build hundreds of projects that share
+# their kernels and training engine)
+command -v ccache >/dev/null || need_apt+=(ccache)
 python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
