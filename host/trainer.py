@@ -490,8 +490,9 @@ class Trainer:
             self._start_confirmed = e
         elif e.kind == p.EventKind.CONFIRM:
             start, of = self._start_confirmed, max(1, e.of)
-            self._say(f"guard: on the last {e.of} training records, which no check saw, the "
-                      f"best (step {e.step}) gets {e.correct} right, loss "
+            what = "the last parameters" if e.step == self.identity.steps else "the best"
+            self._say(f"guard: on the last {e.of} training records, which no check saw, "
+                      f"{what} (step {e.step}) gets {e.correct} right, loss "
                       f"{e.loss_q16 / 65536 / of:.4f}, the start {start.correct}, loss "
                       f"{start.loss_q16 / 65536 / of:.4f}")
         elif e.kind == p.EventKind.LR_TRIAL:

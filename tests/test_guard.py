@@ -111,8 +111,11 @@ CASES = [
     TrainConfig(steps=12, queries=2, lr=0.5, guard=True, guard_every=1),
     # as the last, on unconfirmed_image: the best does not confirm, the start is the result
     TrainConfig(steps=12, queries=2, lr=0.5, guard=True, guard_every=1, guard_samples=24),
+    # on hard_image, a best at step 6 and a last check below it within noise: the last
+    # parameters are the result (guard.last_is_result), confirmed against the start
+    TrainConfig(steps=12, queries=3, lr=0.1, guard=True, guard_every=2),
 ]
-IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image")
+IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image", "hard_image")
 
 
 @pytest.mark.parametrize("engine, config", [
@@ -120,10 +123,12 @@ IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image")
     pytest.param("native", CASES[1], id="rollback-native"),
     pytest.param("native", CASES[2], id="rollback-then-best-native"),
     pytest.param("native", CASES[3], id="unconfirmed-native"),
+    pytest.param("native", CASES[4], id="last-is-result-native"),
     # QEMU: the rollback case (lr trials on QEMU: tests/test_training.py, per-sample NP) and
     # the end's confirmation
     pytest.param("qemu", CASES[1], id="rollback-qemu", marks=ENGINES[1].marks),
-    pytest.param("qemu", CASES[3], id="unconfirmed-qemu", marks=ENGINES[1].marks)])
+    pytest.param("qemu", CASES[3], id="unconfirmed-qemu", marks=ENGINES[1].marks),
+    pytest.param("qemu", CASES[4], id="last-is-result-qemu", marks=ENGINES[1].marks)])
 def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
     image = request.getfixturevalue(IMAGES[CASES.index(config)])
     run = tmp_path / "run"
@@ -143,6 +148,11 @@ def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
         assert "best" in events[events.index("rollback"):], events
     if config.lr_auto:
         assert sum(e.kind == p.EventKind.LR_TRIAL for e in device_events) == 3
+    if config is CASES[4]:  # the last check is the result though it is not the best check
+        checks = [r for r in read_metrics(run / "metrics.csv") if r.val_accuracy is not None]
+        assert checks[-1].step == config.steps and checks[-1].event == "best", events
+        assert checks[-1].val_accuracy < max(r.val_accuracy for r in checks[:-1]), checks
+        assert load_checkpoint(run / "best.bin").best_step == config.steps
     if config is CASES[3]:
         assert events[-1] == "start" and "best" in events, events
         graph = load_model(MODEL)

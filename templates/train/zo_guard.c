@@ -97,6 +97,14 @@ static int falls(const zo_score *a, const zo_train_state *s, uint32_t records)
            || a->loss > s->best_loss + s->best_loss / 4;
 }
 
+/* At the run's last check: the last parameters become the best, and so the result, once a
+ * check has beaten the start, unless they fall below the best (training/guard.py
+ * last_is_result): the best is the maximum of many noisy checks, often an early one. */
+static int last_is_result(const zo_score *a, const zo_train_state *s, uint32_t records)
+{
+    return s->best_step != 0u && !falls(a, s, records);
+}
+
 /* The best slot's parameters into the SRAM copies; the run's state stays as it is. */
 static int restore_best(const zo_train_model *m, zo_train_state *s, zo_image *img)
 {
@@ -291,7 +299,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
-    if (better(&sc, s, records)) {
+    if (better(&sc, s, records) || (last && last_is_result(&sc, s, records))) {
         s->halvings -= s->halvings > 0u ? 1u : 0u; /* a new best undoes a halving */
         s->falling = 0u;
         s->best_step = done;

@@ -449,8 +449,9 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
         return (f"guard: step {record.step}: the result is the best validated parameters "
                 f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
     start, chosen, step = guard.confirmation
+    what = "the last parameters" if step == record.step else "the best"  # guard.last_is_result
     return (f"guard: step {record.step}: on the last {len(guard.y_confirm)} training records, "
-            f"which no check saw, the best (step {step}) gets {chosen.correct} right, loss "
+            f"which no check saw, {what} (step {step}) gets {chosen.correct} right, loss "
             f"{chosen.loss / 65536 / len(guard.y_confirm):.4f}, the start {start.correct}, "
-            f"loss {start.loss / 65536 / len(guard.y_confirm):.4f}: the result is the "
-            + ("best" if record.event != "start" else "start (the best did not confirm)"))
+            f"loss {start.loss / 65536 / len(guard.y_confirm):.4f}: the result is "
+            + (what if record.event != "start" else f"the start ({what} did not confirm)"))

@@ -20,8 +20,8 @@ from ..ir import Graph
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
-from .guard import (FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, confirmed, lr_scale,
-                    new_best)
+from .guard import (FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, confirmed,
+                    last_is_result, lr_scale, new_best)
 from .plan import TrainingPlan
 from .prng import step_seed
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
@@ -248,13 +248,15 @@ class Guard:
     def check(self, graph: Graph, plan: TrainingPlan, params: Params, done: int
               ) -> tuple[Params, Score | None, str]:
         """After step ``done``: measure when due, keep a new best, roll back on a fall; after
-        the last step the result is the best parameters."""
+        the last step the result is the last parameters (guard.last_is_result) or the best,
+        then confirmed against the start."""
         last = done == plan.config.steps
         if done % self.schedule.every and not last:
             return params, None, ""
         score = validation_score(graph, plan, params, self.x_val, self.y_val)
         event = ""
-        if new_best(score, self.state, len(self.y_val)):  # and undo one halving (bold driver)
+        if new_best(score, self.state, len(self.y_val)) or (  # (and undo one halving)
+                last and last_is_result(score, self.state, len(self.y_val))):
             self.state = replace(self.state, best_step=done, best=score, falling=0,
                                  halvings=max(0, self.state.halvings - 1))
             self.best_params, event = params, "best"
