@@ -13,8 +13,9 @@ Every run is `zocodegen simulate` (the bit-exact simulator: simulator == native 
 checkpoints are tested), cached in build/scale/ and resumable: a finished run (RUN/result.json)
 is never run again, an unfinished one starts anew, and several invocations may share the
 cache (each takes the runs of its --methods). Device time: host/device_time.py.
-MeZO (``--methods mezo``) is not in the default grid: at equal forwards it costs about 5 CPU
-minutes a step here (docs/scale.md).
+MeZO (``--methods mezo``) is not in the default grid: at equal forwards (900 full forwards a
+step) a run is about an hour of one core (2-4.5 s a step), and it ends on its start
+(docs/scale.md section 19).
 """
 from __future__ import annotations
 
