@@ -22,6 +22,7 @@ so the numerics are those a device would get from a float32 shadow of gamma_c.
 
     .venv/bin/python benchmarks/scale_gamma.py --cell contrast --seed 1
     .venv/bin/python benchmarks/scale_gamma.py --cell fog --seed 2 --off   # the control
+    .venv/bin/python benchmarks/scale_gamma.py --cell fog --severity 4 --data-seed 5 --step 0.25
 
 Each run is exactly the F746's default run of scale_experiment.py's "sparse" method
 (``zocodegen simulate MODEL --data build/scale/data/CELL-s5-d0.npz --epochs 1 --queries 20
@@ -29,7 +30,8 @@ Each run is exactly the F746's default run of scale_experiment.py's "sparse" met
 (``--off``: without it, which reproduces that method's run). Nothing of the product changes:
 the script wraps the layer-wise estimator's ``_layer_queries`` and ``_finish_layer`` and the
 wavefront's forwards (to set each gamma'd layer's multipliers from the parameters the
-forward is given) while it runs. Output: build/scale/gamma/CELL-seedS[-off]/ (not committed).
+forward is given) while it runs. Output: build/scale/gamma/CELL[-sS-dD]-seedS[-off|-stepF]/
+(not committed); data: build/scale/data/CELL-sS-dD.npz, written when missing.
 """
 from __future__ import annotations
 
@@ -43,9 +45,11 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (str(HERE), str(ROOT)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
+import scale  # noqa: E402
 from zocodegen.cli import main as cli_main  # noqa: E402
 from zocodegen.numerics import per_channel_multipliers  # noqa: E402
 from zocodegen.reference.common import output_range  # noqa: E402
@@ -149,7 +153,10 @@ def install(group: ScaleGroup) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cell", required=True, help="corruption (severity 5, data seed 0)")
+    parser.add_argument("--cell", required=True, help="corruption")
+    parser.add_argument("--severity", type=int, default=5)
+    parser.add_argument("--data-seed", type=int, default=0,
+                        help="the data's seed (the grid's: 0); data written when missing")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--off", action="store_true", help="the control: no scale group")
     parser.add_argument("--step", type=float, default=1.0,
@@ -158,12 +165,14 @@ def main() -> int:
                              "cost the bias)")
     parser.add_argument("--root", type=Path, default=ROOT / "build" / "scale")
     args = parser.parse_args()
-    data = args.root / "data" / f"{args.cell}-s5-d0.npz"
+    cell = f"{args.cell}-s{args.severity}-d{args.data_seed}"
+    data = args.root / "data" / f"{cell}.npz"
     if not data.is_file():
-        sys.exit(f"{data}: missing; `benchmarks/scale_experiment.py --methods sparse --cells "
-                 f"{args.cell} --seeds {args.seed}` writes it (or benchmarks/scale.py data)")
+        data.parent.mkdir(parents=True, exist_ok=True)
+        scale.write_data(data, args.cell, args.severity, args.data_seed, 64, MODEL, False)
+    grid_cell = args.severity == 5 and args.data_seed == 0  # the names of the runs so far
     variant = "-off" if args.off else ("" if args.step == 1.0 else f"-step{args.step:g}")
-    out = args.root / "gamma" / f"{args.cell}-seed{args.seed}{variant}"
+    out = args.root / "gamma" / f"{args.cell if grid_cell else cell}-seed{args.seed}{variant}"
     if not args.off:
         install(ScaleGroup(args.step))
     return cli_main(["simulate", str(MODEL), "--data", str(data), "-o", str(out), "--force",
