@@ -73,25 +73,35 @@ class ScaleGroup:
         self.step = step  # gamma's step as a multiple of the bias rule's (in output LSB)
         self.op_of: dict[str, int] = {}  # params key -> op index
         self.base: dict[int, np.ndarray] = {}  # op index -> the model's real multipliers
+        self.applied: dict[int, tuple] = {}  # op index -> (kernel, gamma) last set
         self.xi: dict[int, np.ndarray] = {}  # layer index -> this step's xi' (Q, N, C)
 
     @staticmethod
     def key(layer) -> str:
         return layer.weights + ":gamma"
 
+    def real_multipliers(self, graph, k: int) -> np.ndarray:
+        """Op k's per-channel real multipliers as the model has them (M_c = q 2^(e - 31))."""
+        if k not in self.base:
+            p = requant_params(graph, graph.ops[k])
+            self.base[k] = p.multiplier.astype(np.float64) * 2.0 ** (p.shift - 31.0)
+        return self.base[k]
+
     def sync(self, graph, env: dict) -> None:
         """Every gamma'd layer's multipliers from ``env``'s gamma (the model's when absent:
-        the trials and the start run without them)."""
+        the trials and the start run without them); an update replaces the array, so a
+        kernel already holding this very array is left as it is."""
         net = network(graph)
         for name, k in self.op_of.items():
             kernel = net.kernel(k)
             assert isinstance(kernel, Linear), f"op {k} runs on the reference kernel"
-            if k not in self.base:
-                p = requant_params(graph, graph.ops[k])
-                self.base[k] = (p.multiplier.astype(np.float64)
-                                * 2.0 ** (p.shift.astype(np.float64) - 31))
             gamma = env.get(name)
-            real = self.base[k] if gamma is None else self.base[k] * gamma
+            held = self.applied.get(k)  # kept alive, so `is` cannot match a reused id
+            if held is not None and held[0] is kernel and held[1] is gamma:
+                continue
+            self.applied[k] = (kernel, gamma)
+            real = self.real_multipliers(graph, k)
+            real = real if gamma is None else real * gamma
             mult, shift = per_channel_multipliers(real)
             kernel.params = replace(kernel.params, multiplier=mult, shift=shift)
 
@@ -128,8 +138,7 @@ class ScaleGroup:
             return
         diffs = loss_differences(plan, losses, clean)
         g = np.einsum("qn,qnc->c", diffs, self.xi.pop(layer.index).astype(np.int64))
-        p = requant_params(graph, layer.op)
-        real = p.multiplier * 2.0 ** (p.shift - 31.0)
+        real = self.real_multipliers(graph, layer.op_index)
         coef = float(step_coefficient(eta_t, layer.gscale, plan.inv_nq))
         per_lsb = coef * layer.bias_inv_s2.astype(np.float64) / 65536.0 * real
         centered = (queries.z.reshape(-1, layer.channels)
