@@ -80,7 +80,7 @@ def test_default_checkpoint_area_fits_every_board():
     """Trained parameters are model constants, which sit in flash: any checkpoint of a model
     the boards hold is smaller than their flash."""
     largest = max(load_target(name).flash_bytes for name in TARGET_NAMES)
-    assert DEFAULT_CHECKPOINT_BYTES >= largest + checkpoint.encoded_size([(0, 0)] * 1000)
+    assert DEFAULT_CHECKPOINT_BYTES >= largest + checkpoint.encoded_size([(0, 0, 0)] * 1000)
 
 
 def test_shuffle_is_a_deterministic_permutation_of_train(tmp_path):
@@ -115,7 +115,8 @@ def test_model_hash_quantization_and_checkpoint_area(tmp_path, capsys):
     assert len(plan.layers) == len(plan.all_trainable)
     full = checkpoint.encode(simulator.to_checkpoint(
         plan, simulator.initial_params(graph, plan), 0, sha))
-    assert checkpoint.encoded_size((l.weight_count, l.bias_count) for l in plan.layers) \
+    assert checkpoint.encoded_size((l.weight_count, l.bias_count, l.scale_count)
+                                   for l in plan.layers) \
         == len(full)
     area = layout.checkpoint_sectors * 512
     # the run's slot and the guard's best, their copies, a field run's log and status

@@ -151,14 +151,20 @@ def _trial_lines(text: str) -> list[tuple[str, ...]]:
 
 @pytest.mark.parametrize("engine", [pytest.param("native", id="native"),
                                     pytest.param("qemu", id="qemu-256KB", marks=NEEDS_QEMU)])
-def test_device_selects_and_trains_like_the_simulator(engine, tmp_path, image, small_image,
-                                                      simulated, capsys):
+@pytest.mark.parametrize("scales", [pytest.param([], id="biases"),
+                                    pytest.param(["--estimator", "np-channel", "--scales"],
+                                                 id="scales")])
+def test_device_selects_and_trains_like_the_simulator(engine, scales, tmp_path, image,
+                                                      small_image, simulated, capsys):
     """Firmware built for the 256 KB budget (QEMU: the linker holds it) runs command B:
     the same trial counts, the same block, then a checkpoint byte-identical to the
-    simulator's; resuming loads the checkpoint into its block without new trials."""
-    train = TRAIN if engine == "native" else TRAIN_QEMU
+    simulator's; resuming loads the checkpoint into its block without new trials. With
+    --scales the trained block's layers run through parameters aimed at its SRAM
+    multipliers, and every other block's at flash."""
+    train = (TRAIN if engine == "native" else TRAIN_QEMU) + scales
     if engine == "qemu":
         image = small_image
+    if engine == "qemu" or scales:
         simulated = _simulate(tmp_path / "sim", image, train, 2)
     capsys.readouterr()
     project = tmp_path / "fw"

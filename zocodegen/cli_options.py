@@ -487,6 +487,10 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--distribution", choices=DISTRIBUTIONS, default=_RUN.distribution,
                    help="perturbation values: +-1 (default), or uniform int8 values scaled "
                         "to a same-dimension Gaussian's norm (PeZO Eq. 3-5)")
+    g.add_argument("--scales", action=argparse.BooleanOptionalAction, default=_RUN.scales,
+                   help="the layers trained channel-wise (np-channel, channel) also train "
+                        "their per-channel filter scales, in the same queries (docs/training"
+                        ".md \"Channel scales\")")
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
                         "loop): two forwards per query")
@@ -578,8 +582,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                        bp_layers=parse_bp_layers(args.bp_layers),
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,
-                       two_sided=args.two_sided, query_batch=args.query_batch,
-                       record_scalars=args.record_scalars, cutoff=args.cutoff,
+                       two_sided=args.two_sided, scales=args.scales,
+                       query_batch=args.query_batch, record_scalars=args.record_scalars, cutoff=args.cutoff,
                        inner_queries=args.inner_queries, mode=mode,
                        blocks=parse_blocks(args.blocks), block=block,
                        trial_samples=args.trial_samples, trial_held_out=args.trial_held_out)

@@ -9,16 +9,26 @@
 #define ZO_CKPT_IDENTITY_BYTES 60u /* what must match; the seed and the guard state follow */
 static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
 
+#define ZO_CKPT_VERSION 3u
+#define ZO_CKPT_ENTRY_BYTES 16u /* op index, weight, bias and scale counts */
+
 static uint32_t pad4(uint32_t n)
 {
     return (n + 3u) & ~3u;
 }
 
+/* --scales: a layer's trained filter scales, one per channel (else none) */
+static uint32_t scale_count(const zo_train_layer *L)
+{
+    return L->scales ? L->channels : 0u;
+}
+
 uint32_t zo_checkpoint_bytes(const zo_train_model *m)
 {
-    uint32_t total = ZO_CKPT_HEADER_BYTES + 12u * m->layer_count + 4u;
+    uint32_t total = ZO_CKPT_HEADER_BYTES + ZO_CKPT_ENTRY_BYTES * m->layer_count + 4u;
     for (uint32_t i = 0; i < m->layer_count; ++i) {
-        total += pad4(m->layers[i].weight_count) + 4u * m->layers[i].bias_count;
+        const zo_train_layer *L = &m->layers[i];
+        total += pad4(L->weight_count) + 4u * L->bias_count + 4u * scale_count(L);
     }
     return total;
 }
@@ -30,7 +40,7 @@ static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint3
     memcpy(&lr_bits, &s->lr, 4);
     memset(h, 0, ZO_CKPT_HEADER_BYTES);
     memcpy(h, ckpt_magic, sizeof ckpt_magic);
-    zo_put_u32(h + 8, 2u);
+    zo_put_u32(h + 8, ZO_CKPT_VERSION);
     zo_put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
     memcpy(h + 16, m->model_sha256, 32);
     zo_put_u32(h + 48, step);
@@ -52,6 +62,7 @@ static void table_entry(const zo_train_layer *L, uint8_t *e)
     zo_put_u32(e, L->op);
     zo_put_u32(e + 4, L->weight_count);
     zo_put_u32(e + 8, L->bias_count);
+    zo_put_u32(e + 12, scale_count(L));
 }
 
 typedef struct {
@@ -78,7 +89,7 @@ int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte
     emit(&w, buf, ZO_CKPT_HEADER_BYTES);
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         table_entry(&m->layers[i], buf);
-        emit(&w, buf, 12u);
+        emit(&w, buf, ZO_CKPT_ENTRY_BYTES);
     }
     for (uint32_t i = 0; i < m->layer_count; ++i) {
         const zo_train_layer *L = &m->layers[i];
@@ -87,6 +98,12 @@ int zo_checkpoint_save(const zo_train_model *m, const zo_train_state *s, zo_byte
         emit(&w, zeros, pad4(L->weight_count) - L->weight_count);
         for (uint32_t c = 0; c < L->bias_count; ++c) {
             zo_put_u32(buf, (uint32_t)L->bias[c]);
+            emit(&w, buf, 4u);
+        }
+        for (uint32_t c = 0; c < scale_count(L); ++c) {
+            uint32_t bits;
+            memcpy(&bits, &L->scales->scale[c], 4);
+            zo_put_u32(buf, bits);
             emit(&w, buf, 4u);
         }
     }
@@ -115,17 +132,18 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
     for (uint32_t i = 0; i < m->layer_count; ++i) {
-        uint8_t e[12], want[12];
+        uint8_t e[ZO_CKPT_ENTRY_BYTES], want[ZO_CKPT_ENTRY_BYTES];
         table_entry(&m->layers[i], want);
-        if (source(context, e, 12u) != 0) {
+        if (source(context, e, ZO_CKPT_ENTRY_BYTES) != 0) {
             return ZO_TRAIN_ERR_IO;
         }
-        if (memcmp(e, want, 12u) != 0) {
+        if (memcmp(e, want, ZO_CKPT_ENTRY_BYTES) != 0) {
             return ZO_TRAIN_ERR_CHECKPOINT;
         }
-        crc = zo_crc32(crc, e, 12u);
+        crc = zo_crc32(crc, e, ZO_CKPT_ENTRY_BYTES);
     }
-    uint32_t remaining = zo_checkpoint_bytes(m) - ZO_CKPT_HEADER_BYTES - 12u * m->layer_count - 4u;
+    uint32_t remaining = zo_checkpoint_bytes(m) - ZO_CKPT_HEADER_BYTES
+                         - ZO_CKPT_ENTRY_BYTES * m->layer_count - 4u;
     while (remaining) {
         uint8_t chunk[64];
         const uint32_t n = remaining < sizeof chunk ? remaining : (uint32_t)sizeof chunk;
@@ -162,6 +180,14 @@ static int read_parameters(const zo_train_model *m, zo_byte_source source, void 
             }
             L->bias[c] = (int32_t)zo_get_u32(b);
         }
+        for (uint32_t c = 0; c < scale_count(L); ++c) {
+            uint8_t b[4];
+            if (source(context, b, 4u) != 0) {
+                return ZO_TRAIN_ERR_IO;
+            }
+            const uint32_t bits = zo_get_u32(b);
+            memcpy(&L->scales->scale[c], &bits, 4);
+        }
     }
     return ZO_TRAIN_OK;
 }
@@ -180,13 +206,19 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
         return ZO_TRAIN_ERR_IO;
     }
     for (uint32_t i = 0; i < m->layer_count; ++i) {
-        if (source(context, skip, 12u) != 0) {
+        if (source(context, skip, ZO_CKPT_ENTRY_BYTES) != 0) {
             return ZO_TRAIN_ERR_IO;
         }
     }
     const int read = read_parameters(m, source, context);
     for (uint32_t i = 0; i < m->layer_count; ++i) {
-        zo_refold(&m->layers[i]); /* also after a failed read: the folds match what is there */
+        /* also after a failed read: the folds and multipliers match what is there */
+        zo_refold(&m->layers[i]);
+#if ZO_TRAIN_SCALES
+        if (m->layers[i].scales) {
+            zo_scales_rebuild(&m->layers[i]);
+        }
+#endif
     }
     if (read != ZO_TRAIN_OK) {
         return read;

@@ -20,6 +20,11 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
         if (L->folded) {
             memcpy(L->folded, L->folded_flash, L->folded_count * sizeof L->folded[0]);
         }
+#if ZO_TRAIN_SCALES
+        if (L->scales) {
+            zo_scales_reset(L);
+        }
+#endif
     }
     zo_train_attach(m);
     s->step = 0;
@@ -47,6 +52,9 @@ void zo_train_attach(const zo_train_model *m)
         if (L->folded_active) {
             *L->folded_active = L->folded;
         }
+        if (L->scales && L->scales->params_active) {
+            *L->scales->params_active = L->scales->params_ram;
+        }
     }
 }
 
@@ -62,6 +70,9 @@ void zo_train_detach(const zo_train_model *m)
         }
         if (L->folded_active) {
             *L->folded_active = L->folded_flash;
+        }
+        if (L->scales && L->scales->params_active) {
+            *L->scales->params_active = L->scales->params_flash;
         }
     }
 }

@@ -45,6 +45,23 @@ typedef struct {
     uint32_t saved_offset;
 } zo_train_batch_span;
 
+/* --scales: a CH layer's per-channel filter scales, trained beside its biases, and the
+ * multipliers its kernels read, rebuilt from them (zo_scales.c; docs/training.md "Channel
+ * scales"). */
+typedef struct {
+    float *scale;                 /* SRAM: the trained scales s_c, one per output channel */
+    const float *scale_flash;     /* the model's s0_c */
+    int32_t *multiplier, *shift;  /* SRAM: QuantizeMultiplier(s_in s_c / s_out), in TFLite's
+                                   * double arithmetic; the kernels' parameters point here */
+    const int32_t *multiplier_flash, *shift_flash;
+    double input_scale, output_scale;  /* s_in, s_out */
+    int32_t output_zero_point, act_min, act_max;  /* h's range, for h(z) from h(z -+ 1) */
+    /* --block auto: model.c runs the layer with *params_active, aimed at params_flash, or
+     * at params_ram (the SRAM multipliers) while its block is attached; NULL otherwise */
+    const zo_conv_params **params_active;
+    const zo_conv_params *params_flash, *params_ram;
+} zo_train_scales;
+
 typedef struct {
     uint8_t kind;     /* ZO_TRAIN_CONV / _DEPTHWISE / _FC */
     uint8_t mode;     /* ZO_TRAIN_WP / _NP / _CH / _INT8 / _BP (always the last layers) */
@@ -109,6 +126,7 @@ typedef struct {
      * bytes no op from restart_op on uses (zocodegen/codegen/training_regions.py), or NULL:
      * the model's shared gradient buffer */
     int32_t *gradient;
+    const zo_train_scales *scales; /* --scales: its filter scales (CH), else NULL */
 } zo_train_layer;
 
 /* Reads training sample `index` into the model input (arena) and its label. */

@@ -6,7 +6,8 @@
  *                        the estimators by layer mode), telemetry
  *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
  *   zo_estimate_np.c     node perturbation: the node gradient of the pre-activation
- *   zo_estimate_ch.c     channel-wise node perturbation: the per-channel biases only
+ *   zo_estimate_ch.c     channel-wise node perturbation: the per-channel biases (and with
+ *                        --scales the filter scales: zo_scales.c, their update)
  *   zo_estimate_split.c  --estimator split (FedSPZO)
  *   zo_estimate_int8.c   --estimator int8 (ElasticZO-INT8), integer only
  *   zo_estimate_bp.c     --bp-layers (ElasticZO): the last layers by back-propagation
@@ -152,6 +153,27 @@ void zo_estimate_split(const zo_train_model *m, const zo_train_state *s, uint32_
  * delta) into `shifted` (ZO_NP_SHIFTS x d_a bytes), then the loss differences d[0..Q). */
 void zo_node_queries(const zo_train_model *m, const zo_train_layer *L, uint32_t seed,
                      uint32_t n, uint32_t width, int8_t *shifted, int32_t *d);
+
+/* ---- zo_scales.c (--scales) -------------------------------------------------------------- */
+#if ZO_TRAIN_SCALES
+void zo_scales_reset(const zo_train_layer *L);
+void zo_scales_rebuild(const zo_train_layer *L);
+void zo_scales_update(const zo_train_layer *L, float coef, const int32_t *g,
+                      const int64_t *squares, uint32_t count);
+#endif
+
+/* h(z) from h(z - 1) and h(z + 1) (the Rademacher shifts a CH layer computes; its range
+ * spans more than 2): z itself where neither is clamped, else the clamped side. */
+static inline int32_t zo_clean_output(int32_t down, int32_t up, int32_t lo)
+{
+    return up - down == 2 ? down + 1 : (down == lo ? down : up);
+}
+
+/* round(x / 32), half away from zero: a scale query's move of a node (x = xi' (h(z) - zp)) */
+static inline int32_t zo_scale_term(int32_t x)
+{
+    return x >= 0 ? (x + 16) >> 5 : -((16 - x) >> 5);
+}
 
 /* ---- zo_node_gradient.c ------------------------------------------------------------------ */
 void zo_accumulate_node_gradient(const zo_train_layer *L, const int32_t *gz,

@@ -48,7 +48,8 @@ def library_sizes(plan: ProjectPlan) -> dict[str, int]:
     tail = training.arena_tail if training else 0
     arena = align_up(plan.arena.arena_bytes + tail, ITEM_ALIGNMENT)
     buffers = sum(item.bytes for item in training.ram_items()) if training else 0
-    checkpoint = encoded_size((L.weight_count, L.bias_count) for L in training.layers) \
+    checkpoint = encoded_size((L.weight_count, L.bias_count, L.scale_count)
+                              for L in training.layers) \
         if training else 0
     return dict(arena_bytes=arena, training_bytes=buffers, sram_bytes=arena + buffers,
                 checkpoint_bytes=checkpoint)

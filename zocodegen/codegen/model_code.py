@@ -99,16 +99,30 @@ def _io(graph: Graph, plan: ArenaPlan, name: str) -> IoTensor:
                     np.dtype(t.dtype).name, plan.offsets[name], size)
 
 
-def _train_copies(calls: tuple[Call, ...], symbol: str, suffix: str) -> tuple[Call, ...]:
+def _train_copies(calls: tuple[Call, ...], symbol: str, suffix: str, scaled: bool = False
+                  ) -> tuple[Call, ...]:
     """A trainable layer reads its weights and biases from the SRAM copies training.c owns
     (``<symbol>_weights_train``), or with --block auto through pointers training.c aims at
     flash or at the block in SRAM (``<symbol>_weights_active``); the flash arrays stay the
-    pristine originals."""
+    pristine originals. ``scaled`` (--scales): its multipliers and shifts too, which with
+    --block auto means its kernel parameters (``<symbol>_params_active``)."""
     names = {f"{symbol}_weights": f"{symbol}_weights{suffix}",
              f"{symbol}_bias": f"{symbol}_bias{suffix}",
              f"{symbol}_folded": f"{symbol}_folded{suffix}"}
-    return tuple(Call(c.function, c.params_type, c.params,
-                      tuple(names.get(a, a) for a in c.args)) for c in calls)
+    out = []
+    for c in calls:
+        args = tuple(names.get(a, a) for a in c.args)
+        if scaled and suffix == "_active":
+            out.append(Call(c.function, c.params_type, c.params, args,
+                            params_pointer=f"{symbol}_params_active"))
+        elif scaled:
+            moved = {"multiplier": f"{symbol}_multiplier_train",
+                     "shift": f"{symbol}_shift_train", "right_shift_only": "0"}
+            out.append(Call(c.function, c.params_type,
+                            tuple((k, moved.get(k, v)) for k, v in c.params), args))
+        else:
+            out.append(Call(c.function, c.params_type, c.params, args))
+    return tuple(out)
 
 
 def _symbols(graph: Graph) -> list[str]:
@@ -176,9 +190,11 @@ def _patch_stage(graph: Graph, plan: ArenaPlan, patches: PatchPlan, symbols: lis
 
 
 def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = frozenset(),
-               switched: bool = False) -> ModelCode:
+               switched: bool = False, scaled_ops: frozenset[int] = frozenset()
+               ) -> ModelCode:
     """``switched``: the trainable layers' parameters are reached through pointers
-    (sparse --block auto) rather than fixed SRAM copies."""
+    (sparse --block auto) rather than fixed SRAM copies; ``scaled_ops``: those whose filter
+    scales are trained (--scales) and so their multipliers."""
     patches = plan.patches
     if patches is not None and trainable_ops:
         raise ValueError("patch-based inference is for inference builds only")
@@ -203,7 +219,8 @@ def model_code(graph: Graph, plan: ArenaPlan, trainable_ops: frozenset[int] = fr
         layer, code = _layer(graph, plan, index, op, symbols[index], function)
         if index in trainable_ops:
             layer = replace(layer, calls=_train_copies(
-                code.calls, symbols[index], "_active" if switched else "_train"))
+                code.calls, symbols[index], "_active" if switched else "_train",
+                index in scaled_ops))
         layers.append(layer)
         arrays.extend(a for a in code.arrays if index in trainable_ops or not a.training_only)
     return ModelCode(tuple(layers), tuple(arrays),

@@ -270,7 +270,9 @@ def layout(graph: Graph, arena: ArenaPlan, board: Target, train: TrainConfig | N
         return model_code(graph, arena), None, _inference_items(arena, board)
     plans = training_plans(graph, train)
     code = model_code(graph, arena, frozenset(l.op_index for p in plans for l in p.layers),
-                      switched=len(plans) > 1)
+                      switched=len(plans) > 1,
+                      scaled_ops=frozenset(l.op_index for p in plans for l in p.layers
+                                           if l.scaled))
     def fits(training: TrainingCode) -> bool:
         items = _training_items(arena, board, training, field)
         return place(items, board.name, board.sram_budget_bytes, strict=False).fits

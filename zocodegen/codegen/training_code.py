@@ -20,7 +20,8 @@ from ..training.int8 import q16
 from ..errors import UserError
 from ..ops.table import OPS
 from ..training.perturbation import MIN_UNIFORM_SHIFT, pool_values, rotating_shifts
-from ..training.plan import TrainingPlan
+from ..training import scales
+from ..training.plan import TrainableLayer, TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
 from .query_batch import BatchCode, BatchLayer, query_batch_code
@@ -122,21 +123,57 @@ class TrainLayerCode:
     # sample (training_regions.place_regions); None: split's static buffer
     saved_offset: int | None = None
     saved_stride: int = 0
+    # --scales: its float32 filter scales as the model has them, and the input's and the
+    # output's scale as double literals (the multipliers are rebuilt from them, zo_scales.c)
+    model_scales: tuple[str, ...] = ()
+    scale_in: str = ""
+    scale_out: str = ""
+
+    @property
+    def scaled(self) -> bool:
+        return bool(self.model_scales)
+
+    @property
+    def scale_count(self) -> int:
+        return len(self.model_scales)
 
     @property
     def input_offset(self) -> str:
         return dict(self.geometry)["input_offset"]
 
-    def shifted(self, delta: int) -> tuple[tuple[str, str], ...]:
+    def shifted(self, delta: int, ram: str = "", suffix: str = ""
+                ) -> tuple[tuple[str, str], ...]:
         """The kernel parameters with the output zero point moved by delta (NP: the kernel
-        then writes h(z + delta))."""
+        then writes h(z + delta)); a scaled layer's read its SRAM multipliers (in_ram)."""
         return tuple((k, str(int(v) + delta) if k == "output_offset" else v)
-                     for k, v in self.geometry)
+                     for k, v in self.in_ram(ram, suffix))
+
+    def in_ram(self, ram: str, suffix: str) -> tuple[tuple[str, str], ...]:
+        """The kernel parameters; a scaled layer's read the multipliers and shifts of its
+        SRAM copies (``<ram>multiplier<suffix>``), and since a rebuilt shift can be >= 0 the
+        fast kernels' right-shift-only form is off."""
+        if not self.scaled:
+            return self.geometry
+        moved = {"multiplier": f"{ram}multiplier{suffix}", "shift": f"{ram}shift{suffix}",
+                 "right_shift_only": "0"}
+        return tuple((k, moved.get(k, v)) for k, v in self.geometry)
+
+    @property
+    def output_zero_point(self) -> str:
+        return dict(self.geometry)["output_offset"]
+
+    @property
+    def act_min(self) -> str:
+        return dict(self.geometry)["act_min"]
+
+    @property
+    def act_max(self) -> str:
+        return dict(self.geometry)["act_max"]
 
     @property
     def parameter_bytes(self) -> int:
         return (_align(self.weight_count) + _align(4 * self.bias_count)
-                + _align(4 * self.folded_count))
+                + _align(4 * self.folded_count) + 3 * _align(4 * self.scale_count))
 
     @property
     def has_geometry(self) -> bool:
@@ -305,6 +342,11 @@ class TrainingCode:
         return any(layer.mode == "ZO_TRAIN_CH" for layer in self.layers)
 
     @property
+    def scales(self) -> bool:
+        """Some CH layer trains its filter scales too (--scales, zo_scales.c)."""
+        return any(layer.scaled for layer in self.layers)
+
+    @property
     def query_sum_count(self) -> int:
         """Q query sums, or split's P_1 + P_2."""
         return self.queries * (1 + 2 * self.inner_queries) if self.split else self.queries
@@ -470,6 +512,16 @@ def head_code(graph: Graph, arena: ArenaPlan, code: ModelCode, plan: TrainingPla
                     hd.scaled_count, accumulator_offset, accumulator_words, copy_offset, lm, ls)
 
 
+def _scale_fields(graph: Graph, layer: TrainableLayer) -> dict:
+    """--scales: what the engine rebuilds a scaled layer's multipliers from."""
+    if not layer.scaled:
+        return {}
+    op = layer.op
+    return dict(model_scales=tuple(c_float(v) for v in scales.model_scales(graph, layer)),
+                scale_in=repr(graph.tensor(op.inputs[0]).quant.scalar_scale),
+                scale_out=repr(graph.tensor(op.outputs[0]).quant.scalar_scale))
+
+
 def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                   plans: tuple[TrainingPlan, ...], recompute: str = "off",
                   fits: Callable[[TrainingCode], bool] = lambda training: True
@@ -504,7 +556,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                 tuple(Span(*iv) for iv in intervals), call.params_type, call.params,
                 call.function, layer.channels if layer.op.type == "CONV_2D" else 0, defines,
                 layer.perturb_shift, gradient_bytes=plan.layer_gradient_bytes(layer),
-                restart_op=layer.op_index))
+                restart_op=layer.op_index, **_scale_fields(graph, layer)))
     # the shared gradient buffer: split's backups of every layer (live the whole step), or
     # the BP head's region; each zeroth-order layer's own region is in the arena
     grad_words = 2  # at least one 8-byte unit: C has no empty arrays
@@ -541,8 +593,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
                                  FALLS_TO_ROLL_BACK, g.trial_steps, tuple(c_float(np.float32(c))
                                                       for c in g.candidates))
                        for g in map(guard_schedule, plans))
-    largest = max(encoded_size((layer.weight_count, layer.bias_count) for layer in p.layers)
-                  for p in plans)
+    largest = max(encoded_size((layer.weight_count, layer.bias_count, layer.scale_count)
+                               for layer in p.layers) for p in plans)
     training = TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed,
                         cfg.trial_samples, cfg.trial_held_out, max(slot_bytes(L) for L in layers),
                         grad_words, cfg.queries, cfg.batch,

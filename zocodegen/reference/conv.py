@@ -28,12 +28,17 @@ class RequantParams:
     act_min: int
     act_max: int
 
-def requant_params(graph: Graph, op: Op) -> RequantParams:
-    """Derive the multipliers exactly as TFLite's Prepare does (double precision)."""
+def requant_params(graph: Graph, op: Op, filter_scales: np.ndarray | None = None
+                   ) -> RequantParams:
+    """Derive the multipliers exactly as TFLite's Prepare does (double precision);
+    ``filter_scales`` (float32, one per output channel) in place of the weights' own: the
+    scales a training run has moved (training/scales.py)."""
     x_q, w_q, y_q = in_quant(graph, op, 0), in_quant(graph, op, 1), out_quant(graph, op)
     weights = graph.tensor(op.inputs[1])
     channels = weights.shape[3] if op.type == "DEPTHWISE_CONV_2D" else weights.shape[0]
-    w_scales = np.broadcast_to(w_q.scale.astype(np.float64), (channels,))
+    scales = w_q.scale if filter_scales is None else filter_scales
+    w_scales = np.broadcast_to(np.asarray(scales, dtype=np.float32).astype(np.float64),
+                               (channels,))
     real = np.float64(x_q.scalar_scale) * w_scales / np.float64(y_q.scalar_scale)
     mult, shift = per_channel_multipliers(real)
     lo, hi = output_range(graph, op)

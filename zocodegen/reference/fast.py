@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -157,7 +157,7 @@ class Linear:
     input rows (the reference's one weight set per batch row, grouped)."""
 
     def __init__(self, graph: Graph, op: Op):
-        self.op = op
+        self.graph, self.op = graph, op
         self.params = requant_params(graph, op)
         self.x_max = centered_range(-self.params.input_offset)
         self.w_shape = tuple(graph.tensor(op.inputs[1]).shape)
@@ -168,6 +168,7 @@ class Linear:
             self.form, self.index = depthwise_form(op, self.in_shape, self.out_shape,
                                                     self.w_shape)
         self._last: tuple | None = None  # the last weights, (w, float32, sums, prepared)
+        self._scaled: tuple | None = None  # the last filter scales given, and their params
 
     @property
     def supported(self) -> bool:
@@ -189,15 +190,27 @@ class Linear:
         self._last = (w, wf, sums.max(axis=0), {})
         return self._last[1:]
 
+    def requant(self, filter_scales: np.ndarray | None) -> RequantParams:
+        """The requantization with these filter scales (None: the model's); the last
+        scales' are kept, as a run's parameters serve many calls."""
+        if filter_scales is None:
+            return self.params
+        if self._scaled is None or self._scaled[0] is not filter_scales:
+            self._scaled = (filter_scales, requant_params(self.graph, self.op, filter_scales))
+        return self._scaled[1]
+
     def __call__(self, parts: list[tuple[np.ndarray, np.ndarray, bool]],
                  bias: np.ndarray | None, tail: np.ndarray | None = None,
-                 clamp: bool = True) -> np.ndarray | None:
+                 clamp: bool = True, filter_scales: np.ndarray | None = None
+                 ) -> np.ndarray | None:
         """The engine-form output of each part (input rows, weights, shared) one after the
         other, then ``tail`` (engine-form rows given as they are); without ``clamp``, the
-        centered pre-activation z (float64). None when the accumulators may be inexact (the
+        centered pre-activation z (float64). ``filter_scales``: the weights' per-channel
+        scales in place of the model's. None when the accumulators may be inexact (the
         caller runs the reference)."""
         if bias is not None and bias.ndim != 1:
             return None
+        params = self.requant(filter_scales)
         weights = [self._weights(w) for _, w, _ in parts]
         sums = np.max([s for _, s, _ in weights], axis=0)
         partial = self.x_max * float(sums.max())
@@ -205,7 +218,7 @@ class Linear:
             return None
         bound = self.x_max * sums.astype(np.float64) + (0 if bias is None else np.abs(bias))
         single = self.op.type == "FULLY_CONNECTED"
-        requant = float_requant(self.params, bias, bound, single, clamp)
+        requant = float_requant(params, bias, bound, single, clamp)
         counts = [x.shape[1] * (len(wf) if shared and wf.ndim > len(self.w_shape) else 1)
                   for (x, _, shared), (wf, _, _) in zip(parts, weights)]
         total = sum(counts) + (0 if tail is None else tail.shape[1])
@@ -230,7 +243,7 @@ class Linear:
                 if requant is not None:
                     requant(acc, piece)
                 else:  # bound from the accumulators themselves, or the reference's int64
-                    self._requantize_exactly(acc, bias, single, clamp, piece)
+                    self._requantize_exactly(params, acc, bias, single, clamp, piece)
             at += count
         if tail is not None:
             out[:, at * positions:] = tail.reshape(c_out, -1)
@@ -262,19 +275,19 @@ class Linear:
             acc = np.matmul(w, cols.reshape(len(cols), v, -1).transpose(1, 0, 2))
         return acc.transpose(1, 0, 2).reshape(c_out, -1)
 
-    def _requantize_exactly(self, acc: np.ndarray, bias: np.ndarray | None, single: bool,
-                            clamp: bool, out: np.ndarray) -> None:
+    @staticmethod
+    def _requantize_exactly(params: RequantParams, acc: np.ndarray, bias: np.ndarray | None,
+                            single: bool, clamp: bool, out: np.ndarray) -> None:
         bound = float(np.abs(acc).max()) + (0 if bias is None else np.abs(bias))
-        requant = float_requant(self.params, bias, np.broadcast_to(bound, (len(acc),)),
-                                single, clamp)
+        requant = float_requant(params, bias, np.broadcast_to(bound, (len(acc),)), single,
+                                clamp)
         if requant is not None:
             requant(acc, out)
             return
         full = acc.astype(np.int64) + (0 if bias is None else bias.astype(np.int64)[:, None])
-        z = pre_activation(full.T, self.params, single).T - self.params.output_offset
-        np.copyto(out, z if not clamp else np.clip(z, self.params.act_min - self.params
-                                                   .output_offset, self.params.act_max
-                                                   - self.params.output_offset))
+        z = pre_activation(full.T, params, single).T - params.output_offset
+        np.copyto(out, z if not clamp else np.clip(z, params.act_min - params.output_offset,
+                                                   params.act_max - params.output_offset))
 
     def _prepare(self, wf: np.ndarray) -> np.ndarray:
         """One weight set as its products take it: (C_out, K) rows for FC and CONV_2D; for a
@@ -476,15 +489,16 @@ class Network:
             self._kernels[k] = kernel
         return self._kernels[k]
 
-    def run(self, k: int, args: list, group: tuple[list, np.ndarray | None] | None = None
-            ) -> list[np.ndarray]:
+    def run(self, k: int, args: list, group: tuple[list, np.ndarray | None] | None = None,
+            filter_scales: np.ndarray | None = None) -> list[np.ndarray]:
         """Op k on ``args`` (aligned with its inputs: activations in engine form, weights and
         biases as int8 / int32 values, None for an absent input; ``args`` may be None when
         only a group's rows are computed); outputs in engine form. A trainable op's weights
         may carry a variant axis: variant v owns the v-th share of the rows. ``group``: rows
         appended after those of ``args`` - with (its arguments, None), its input rows run
         with each variant of its weights in turn (variant-major); with (None, rows), those
-        engine-form rows as they are (a trainable op only)."""
+        engine-form rows as they are (a trainable op only). ``filter_scales``: a trainable
+        op's per-channel weight scales in place of the model's (training/scales.py)."""
         op = self.graph.ops[k]
         if args is None and group is not None and group[0] is None:
             return [group[1]]  # only given rows
@@ -496,7 +510,8 @@ class Network:
             if extra is not None:
                 parts.append((extra[0], extra[1], True))
             bias = (args if args is not None else extra)
-            out = kernel(parts, bias[2] if len(bias) > 2 else None, tail)
+            out = kernel(parts, bias[2] if len(bias) > 2 else None, tail,
+                         filter_scales=filter_scales)
         elif group is None and isinstance(kernel, PairTable):
             out = kernel(args[0], args[1])
         elif group is None and isinstance(kernel, Mean):
@@ -506,30 +521,35 @@ class Network:
             out = args[0].reshape((shape[-1], args[0].shape[1]) + tuple(shape[1:-1]))
         if out is not None:
             return [out]
-        outs = [] if args is None else self._reference(op, args, False)
+        outs = [] if args is None else self._reference(op, args, False, filter_scales)
         if group is not None:
             extra, tail = group
-            more = tail if extra is None else self._reference(op, extra, True)[0]
+            more = (tail if extra is None
+                    else self._reference(op, extra, True, filter_scales)[0])
             axis = self.rows_axis(op.outputs[0])
             outs = [more] if not outs else [np.concatenate([outs[0], more], axis=axis)]
         return outs
 
-    def pre_activation(self, k: int, args: list) -> np.ndarray:
-        """z of trainable op k (its row's pre_activation): int64, (rows, ..., C); ``args`` as
-        for :meth:`run`, without variants."""
+    def pre_activation(self, k: int, args: list, filter_scales: np.ndarray | None = None
+                       ) -> np.ndarray:
+        """z of trainable op k (its row's pre_activation): int64, (rows, ..., C); ``args`` and
+        ``filter_scales`` as for :meth:`run`, without variants."""
         op = self.graph.ops[k]
         kernel = self.kernel(k) if ENABLED else None
         z = (kernel([(args[0], args[1], False)], args[2] if len(args) > 2 else None,
-                    clamp=False) if isinstance(kernel, Linear) else None)
+                    clamp=False, filter_scales=filter_scales)
+             if isinstance(kernel, Linear) else None)
         if z is None:
             raw = [self.to_int8(op.inputs[0], args[0])] + list(args[1:])
             shape = self.graph.tensor(op.outputs[0]).shape
-            z = OPS[op.type].pre_activation(op, self.graph, raw)
+            z = OPS[op.type].pre_activation(op, _with_filter_scales(self.graph, op,
+                                                                    filter_scales), raw)
             return z.reshape((-1,) + tuple(shape[1:]))
         zp = zero_point(self.graph, op.outputs[0])
         return (np.moveaxis(z, 0, -1) + zp).astype(np.int64)
 
-    def _reference(self, op: Op, args: list, shared: bool) -> list[np.ndarray]:
+    def _reference(self, op: Op, args: list, shared: bool,
+                   filter_scales: np.ndarray | None = None) -> list[np.ndarray]:
         raw = list(args)
         for i in self.activation_inputs(op):
             if raw[i] is not None:
@@ -540,13 +560,27 @@ class Network:
             if shared:
                 raw[0] = np.tile(raw[0], (variants,) + (1,) * (raw[0].ndim - 1))
             raw[1] = np.repeat(raw[1], len(raw[0]) // variants, axis=0)
-        results = OPS[op.type].reference(op, self.graph, raw)
+        results = OPS[op.type].reference(op, _with_filter_scales(self.graph, op, filter_scales),
+                                         raw)
         outs = []
         for name, result in zip(op.outputs, results):
             t = self.graph.tensor(name)
             value = result.astype(t.dtype, copy=False).reshape((-1,) + tuple(t.shape[1:]))
             outs.append(self.to_engine(name, value))
         return outs
+
+
+def _with_filter_scales(graph: Graph, op: Op, filter_scales: np.ndarray | None) -> Graph:
+    """``graph`` itself, or with ``filter_scales`` as op's per-channel weight scales: the
+    reference kernels derive their multipliers from the graph (a shallow copy; rare: only
+    where the fast kernel cannot run a layer whose scales a run trains)."""
+    if filter_scales is None:
+        return graph
+    w = graph.tensor(op.inputs[1])
+    scales = np.asarray(filter_scales, dtype=np.float32)
+    quant = replace(w.quant, scale=scales, zero_point=np.zeros(len(scales), dtype=np.int64),
+                    axis=3 if op.type == "DEPTHWISE_CONV_2D" else 0)
+    return replace(graph, tensors={**graph.tensors, w.name: replace(w, quant=quant)})
 
 
 _NETWORKS: weakref.WeakKeyDictionary[Graph, Network] = weakref.WeakKeyDictionary()

@@ -3,7 +3,7 @@
 Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_checkpoint.c``)::
 
     0   8  magic "ZOCKPT01"
-    8   4  format version (1)
+    8   4  format version (3)
     12  4  header bytes (64)
     16 32  sha256 of the model file the parameters belong to
     48  4  completed optimisation steps t (training resumes at step t)
@@ -18,16 +18,20 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
     88  4  rollbacks so far
     92  4  guard checks in a row that fell below the best (a rollback needs two; 0 in
            checkpoints written before the rule, which then read as none pending)
-    96 12L per layer: op index, weight count, bias count (u32 each)
-    ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases
+    96 16L per layer: op index, weight count, bias count, scale count (u32 each)
+    ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases,
+           float32 filter scales (--scales; none otherwise)
     end 4  CRC-32 (zlib.crc32 / IEEE 802.3) of every byte before it
+
+Version 2 had no scale count (12-byte table entries) and version 1 no guard state; both
+are refused with one line.
 """
 from __future__ import annotations
 
 import hashlib
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -37,7 +41,8 @@ from ..files import write_atomic
 from ..errors import DataError
 
 MAGIC = b"ZOCKPT01"
-VERSION = 2
+VERSION = 3
+TABLE_ENTRY = struct.Struct("<IIII")
 HEADER = struct.Struct("<8sII32sIIIIfIIIqII")
 NO_BEST = 0xFFFFFFFF
 
@@ -47,6 +52,8 @@ class LayerParams:
     op_index: int
     weights: np.ndarray  # int8, flattened IR layout
     bias: np.ndarray  # int32 (may be empty)
+    # float32 filter scales (--scales), or empty
+    scales: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
 
 @dataclass(frozen=True)
@@ -69,21 +76,23 @@ def _pad4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def encoded_size(counts: Iterable[tuple[int, int]]) -> int:
-    """Bytes of a checkpoint whose layers have these (weight count, bias count): what the
+def encoded_size(counts: Iterable[tuple[int, int, int]]) -> int:
+    """Bytes of a checkpoint whose layers have these (weight, bias, scale counts): what the
     checkpoint area of a data image must hold (C twin: ``zo_checkpoint_bytes``)."""
     counts = list(counts)
-    return HEADER.size + 12 * len(counts) + sum(_pad4(w) + 4 * b for w, b in counts) + 4
+    return (HEADER.size + TABLE_ENTRY.size * len(counts)
+            + sum(_pad4(w) + 4 * b + 4 * c for w, b, c in counts) + 4)
 
 
 def encode(ckpt: Checkpoint) -> bytes:
-    table = b"".join(struct.pack("<III", lp.op_index, lp.weights.size, lp.bias.size)
-                     for lp in ckpt.layers)
+    table = b"".join(TABLE_ENTRY.pack(lp.op_index, lp.weights.size, lp.bias.size,
+                                      lp.scales.size) for lp in ckpt.layers)
     data = bytearray()
     for lp in ckpt.layers:
         w = np.ascontiguousarray(lp.weights, dtype=np.int8).tobytes()
         data += w + bytes(_pad4(len(w)) - len(w))
         data += np.ascontiguousarray(lp.bias, dtype="<i4").tobytes()
+        data += np.ascontiguousarray(lp.scales, dtype="<f4").tobytes()
     total = HEADER.size + len(table) + len(data) + 4
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, ckpt.model_sha256, ckpt.step,
                        len(ckpt.layers), total, ckpt.seed, ckpt.lr, ckpt.halvings,
@@ -109,15 +118,22 @@ def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
     (crc,) = struct.unpack_from("<I", blob, total - 4)
     if zlib.crc32(blob[:total - 4]) != crc:
         raise DataError(f"{source}: CRC mismatch, the checkpoint is corrupted")
-    pos = HEADER.size + 12 * count
+    pos = HEADER.size + TABLE_ENTRY.size * count
+    if pos > total - 4:
+        raise DataError(f"{source}: layer table does not match the file size")
     layers = []
     for k in range(count):
-        op_index, w_count, b_count = struct.unpack_from("<III", blob, HEADER.size + 12 * k)
+        op_index, w_count, b_count, s_count = TABLE_ENTRY.unpack_from(
+            blob, HEADER.size + TABLE_ENTRY.size * k)
+        if pos + _pad4(w_count) + 4 * (b_count + s_count) > total - 4:
+            raise DataError(f"{source}: layer table does not match the file size")
         weights = np.frombuffer(blob, np.int8, w_count, pos).copy()
         pos += _pad4(w_count)
         bias = np.frombuffer(blob, "<i4", b_count, pos).astype(np.int32)
         pos += 4 * b_count
-        layers.append(LayerParams(op_index, weights, bias))
+        scales = np.frombuffer(blob, "<f4", s_count, pos).astype(np.float32)
+        pos += 4 * s_count
+        layers.append(LayerParams(op_index, weights, bias, scales))
     if pos != total - 4:
         raise DataError(f"{source}: layer table does not match the file size")
     return Checkpoint(sha, step, seed, tuple(layers), lr, halvings, best_step, best_correct,

@@ -65,6 +65,8 @@ class TrainConfig:
     perturbation: str = "xorshift"
     distribution: str = "rademacher"
     two_sided: bool = False
+    # CH layers also train their per-channel filter scales in the same queries (scales.py)
+    scales: bool = False
     query_batch: int = 1  # P-RGE's outer loop: forwards evaluated together (device only)
     record_scalars: bool = False  # the device sends each WP layer's query sums (replay.py)
     # --estimator split (FedSPZO's split perturbation, docs/training.md): block 2 starts at
@@ -119,6 +121,16 @@ class TrainConfig:
                             f" = {forwards}): try --query-batch "
                             + " or ".join(str(b) for b in fits[-3:]))
         self._refuse_other_estimators_options()
+        if self.scales and "zo_estimate_ch.c" not in REGISTRY[self.estimator].sources:
+            raise UserError(f"--scales trains the filter scales of the layers an estimator "
+                            f"trains channel-wise; --estimator {self.estimator} has none "
+                            "(use np-channel or channel)")
+        if self.scales and self.query_batch > 1:
+            raise UserError("--scales: the batched queries (--query-batch) do not move the "
+                            "scales yet; drop one of them")
+        if self.scales and self.distribution != "rademacher":
+            raise UserError("--scales perturbs a scale by +-1/32 of a node's value, drawn as "
+                            "+-1; add --distribution rademacher")
         REGISTRY[self.estimator].options_of(self)  # its own options' ranges (estimators/)
         REGISTRY[self.estimator].check(self)  # and how they combine with the rest
         if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:

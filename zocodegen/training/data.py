@@ -292,7 +292,8 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         classes = graph.tensor(logits).shape[-1]
         found = _checked(source, arrays, graph, classes)
         plan = training_plan(graph, TrainConfig())
-        need = checkpoint.encoded_size((l.weight_count, l.bias_count) for l in plan.layers)
+        need = checkpoint.encoded_size((l.weight_count, l.bias_count, l.scale_count)
+                                       for l in plan.layers)
         header = dict(num_classes=classes,
                       model_sha256=file_sha256(Path(model_path)))
         quant = graph.tensor(graph.inputs[0]).quant

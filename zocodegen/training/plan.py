@@ -16,6 +16,7 @@ from .backprop import Head, head, largest_bp_layers, linear_multipliers
 from .config import DEFAULT_BLOCKS, TrainConfig
 from .estimators import REGISTRY
 from .perturbation import Perturbation
+from .scales import SCALED_OP_TYPES
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class TrainableLayer:
     crossing: tuple[str, ...]  # activations a forward from op_index needs from before it
     node_crossing: tuple[str, ...]  # the same for a forward from op_index + 1 (NP queries)
     perturb_shift: int = 0  # --distribution uniform with XORShift: z = rdbpot(u, shift)
+    # --scales: a CH layer also trains its per-channel filter scales (training/scales.py)
+    scaled: bool = False
 
     @property
     def d_w(self) -> int:
@@ -67,8 +70,16 @@ class TrainableLayer:
         return self.op.outputs[0]
 
     @property
+    def scale_count(self) -> int:
+        """Its trained filter scales (--scales): one a channel, or none."""
+        return self.channels if self.scaled else 0
+
+    @property
     def parameter_bytes(self) -> int:
-        return self.weight_count + 4 * self.bias_count
+        """SRAM its trained copies take (unaligned): int8 weights, int32 biases, and with
+        --scales a float32 scale, an int32 multiplier and an int32 shift per channel."""
+        return self.weight_count + 4 * self.bias_count + (12 * self.channels if self.scaled
+                                                          else 0)
 
 
 @dataclass(frozen=True)
@@ -166,8 +177,10 @@ class TrainingPlan:
             return 4 * self.config.queries + _align4(layer.weight_count)
         if layer.mode == "WP":
             return 4 * layer.weight_count + _align4(layer.weight_count)
-        if layer.mode == "CH":  # the int32 channel gradient and h(z + delta) per shift
-            return 4 * layer.channels + _align4(len(self.node_shifts) * layer.output_count)
+        if layer.mode == "CH":  # the int32 channel gradient and h(z + delta) per shift;
+            # --scales: the scales' int32 gradient and an int64 sum of squares per channel
+            return (4 * layer.channels * (4 if layer.scaled else 1)
+                    + _align4(len(self.node_shifts) * layer.output_count))
         if layer.mode == "NP":
             return (4 * layer.output_count + _align4(len(self.node_shifts) * layer.output_count)
                     + (4 * layer.d_w if self.config.batch > 1 else 0))
@@ -458,7 +471,8 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             i, k, op, op.inputs[1], bias, w_count, b_count, d_a, channels, inner, mode, gscale,
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
             crossing_tensors(graph, k + 1, logits_op),
-            rule.layer_shift(d) if mode in ("WP", "NP", "CH") else 0))
+            rule.layer_shift(d) if mode in ("WP", "NP", "CH") else 0,
+            config.scales and mode == "CH" and op.type in SCALED_OP_TYPES))
     other = [f"{layer.index} ({layer.mode})" for layer in layers if layer.mode != "WP"]
     if config.record_scalars and other:
         raise UserError(f"--record-scalars: only weight-perturbation layers can be replayed "

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..ir import Graph
+from . import scales
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
@@ -36,6 +37,8 @@ def initial_params(graph: Graph, plan: TrainingPlan) -> Params:
         params[layer.weights] = np.array(graph.tensor(layer.weights).data, dtype=np.int8)
         if layer.bias:
             params[layer.bias] = np.array(graph.tensor(layer.bias).data, dtype=np.int32)
+        if layer.scaled:
+            params[scales.key(layer.weights)] = scales.model_scales(graph, layer)
     return params
 
 
@@ -318,7 +321,9 @@ def to_checkpoint(plan: TrainingPlan, params: Params, step: int, model_sha256: b
     state = state or GuardState(float(np.float32(plan.config.lr)))
     return Checkpoint(model_sha256, step, plan.seed, tuple(
         LayerParams(layer.op_index, params[layer.weights].reshape(-1),
-                    params[layer.bias] if layer.bias else np.zeros(0, np.int32))
+                    params[layer.bias] if layer.bias else np.zeros(0, np.int32),
+                    params[scales.key(layer.weights)] if layer.scaled
+                    else np.zeros(0, np.float32))
         for layer in plan.layers), state.lr, state.halvings, state.best_step,
         state.best.correct, state.best.loss, state.rollbacks, state.falling)
 
@@ -337,12 +342,15 @@ def from_checkpoint(graph: Graph, plan: TrainingPlan, ckpt: Checkpoint,
     params: Params = {}
     for layer in plan.layers:
         lp = layers.get(layer.op_index)
-        if lp is None or lp.weights.size != layer.weight_count or lp.bias.size != layer.bias_count:
+        if (lp is None or lp.weights.size != layer.weight_count
+                or lp.bias.size != layer.bias_count or lp.scales.size != layer.scale_count):
             raise DataError(f"the checkpoint has no matching parameters for layer "
                             f"{layer.op_index} ('{layer.op.name}'); was it trained with "
-                            "other --layers?")
+                            "other --layers or --scales?")
         params[layer.weights] = lp.weights.reshape(graph.tensor(layer.weights).shape)
         if layer.bias:
             params[layer.bias] = lp.bias.copy()
+        if layer.scaled:
+            params[scales.key(layer.weights)] = lp.scales.copy()
     return params
 

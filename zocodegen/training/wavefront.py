@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, Op
 from ..reference.fast import Network, network
+from . import scales
 
 if TYPE_CHECKING:  # (annotations only: the plan reads the estimator rows built on this)
     from .plan import TrainingPlan
@@ -55,6 +56,11 @@ def _value(graph: Graph, env: dict, name: str) -> np.ndarray | None:
     return env[name] if name in env else graph.tensor(name).data
 
 
+def _filter_scales(env: dict, op: Op) -> np.ndarray | None:
+    """A trainable op's filter scales when the run trains them (--scales), else None."""
+    return env.get(scales.key(op.inputs[1])) if op.type in scales.SCALED_OP_TYPES else None
+
+
 def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
             keep: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Ops ``start..stop`` on int8 values (step_parts.forward): ``env`` holds the activations
@@ -72,7 +78,7 @@ def forward(graph: Graph, env: dict[str, np.ndarray], start: int, stop: int,
             if name and name not in values:
                 values[name] = net.to_engine(name, args[i])
             args[i] = values.get(name)
-        outs = net.run(k, args)
+        outs = net.run(k, args, filter_scales=_filter_scales(env, op))
         values.update(zip(op.outputs, outs))
         computed += op.outputs
     out = dict(env)
@@ -85,8 +91,9 @@ def pre_activation(graph: Graph, op_index: int, env: dict[str, np.ndarray]) -> n
     """z of trainable op ``op_index`` on ``env``'s values (its op row's pre_activation): the
     requantized output before the fused activation's clamp, int64 in the output's shape."""
     net = network(graph)
-    return net.pre_activation(op_index, _Wave(net, env, len(env[graph.ops[op_index].inputs[0]]))
-                              .args(op_index, None))
+    op = graph.ops[op_index]
+    return net.pre_activation(op_index, _Wave(net, env, len(env[op.inputs[0]]))
+                              .args(op_index, None), _filter_scales(env, op))
 
 
 class _Wave:
@@ -149,10 +156,11 @@ def query_logits(graph: Graph, plan: TrainingPlan, env: dict[str, np.ndarray], n
                 extra[1] = group.weights
             else:
                 tail = wave.net.to_engine(op.outputs[0], group.nodes)
-            outs = wave.net.run(k, wave.args(k, rows) if rows else None, (extra, tail))
+            outs = wave.net.run(k, wave.args(k, rows) if rows else None, (extra, tail),
+                                _filter_scales(env, op))
             rows += group.rows(n)
         elif rows:
-            outs = wave.net.run(k, wave.args(k, rows))
+            outs = wave.net.run(k, wave.args(k, rows), filter_scales=_filter_scales(env, op))
         else:
             continue
         wave.values.update(zip(op.outputs, outs))

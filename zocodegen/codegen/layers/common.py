@@ -31,12 +31,15 @@ class ConstArray:
 
 @dataclass(frozen=True)
 class Call:
-    """``function(&params, *args)`` with ``params`` a ``static const params_type``."""
+    """``function(&params, *args)`` with ``params`` a ``static const params_type``, or
+    ``function(params_pointer, *args)`` where training.c owns the parameters (a layer whose
+    filter scales sparse training moves: the pointer is aimed at flash or SRAM)."""
 
     function: str
     params_type: str
     params: tuple[tuple[str, str], ...]
     args: tuple[str, ...]
+    params_pointer: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c", "zo_step_parts.c")
 FLOAT_SOURCES = ("zo_update.c", "zo_node_gradient.c", "zo_estimate_wp.c", "zo_node_queries.c",
                  "zo_estimate_np.c")
 #: ... and channel-wise node perturbation (CH layers) besides.
-CHANNEL_SOURCES = FLOAT_SOURCES + ("zo_estimate_ch.c",)
+CHANNEL_SOURCES = FLOAT_SOURCES + ("zo_estimate_ch.c", "zo_scales.c")
 #: --bp-layers, with any estimator: the last layers by back-propagation (ElasticZO).
 BP_SOURCES = ("zo_node_gradient.c", "zo_estimate_bp.c")
 

@@ -10,12 +10,13 @@ import numpy as np
 
 from ...ir import Graph
 from ...reference.common import output_range
-from .. import int8, wavefront
+from .. import int8, scales, wavefront
 from ..prng import sample_seed, step_seed
 from ..step_parts import (Params, StepBatch, accumulate_int32, int8_update, loss_differences,
                           losses_q16, node_to_parameter_gradient, perturbed_weights,
                           pre_activation, tile, update_biases, update_layer, wp_gradient,
                           wp_perturbations)
+from ..update import step_coefficient
 
 if TYPE_CHECKING:
     from ..plan import TrainableLayer, TrainingPlan
@@ -32,6 +33,8 @@ class _LayerQueries:
     perturbations: np.ndarray  # WP: xi (Q, d_w); INT8: z (Q, d_w); NP: xi (Q, N, d_a);
     # CH: xi (Q, N, channels)
     z: np.ndarray | None = None  # NP: the clean pre-activations (N, d_a)
+    scale_xi: np.ndarray | None = None  # CH --scales: xi' (Q, N, channels)
+    squares: np.ndarray | None = None  # CH --scales: sum of (h(z) - zp)^2 per channel
 
 
 def _layer_queries(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, params: Params,
@@ -55,16 +58,26 @@ def _layer_queries(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, para
     lo, hi = output_range(graph, layer.op)
     z = pre_activation(graph, layer, env).reshape(n, -1)
     width = layer.channels if layer.mode == "CH" else layer.output_count
-    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), cfg.queries * width,
+    draws = (2 if layer.scaled else 1) * cfg.queries  # --scales: xi' after the Q xi
+    xi = np.stack([plan.perturbation.values(sample_seed(seed, k), draws * width,
                                             layer.perturb_shift)
-                   .reshape(cfg.queries, width) for k in range(n)], axis=1)
+                   .reshape(draws, width) for k in range(n)], axis=1)
+    xi, scale_xi = xi[:cfg.queries], xi[cfg.queries:]
     # CH: every position of channel c moves by the same xi_c (channels are innermost)
-    shift = np.tile(xi, layer.output_count // width).astype(np.int64)
-    nodes = np.concatenate([np.clip(z[None] + sign * shift, lo, hi)
-                            .astype(np.int8) for sign in ((1, -1) if cfg.two_sided else (1,))])
+    tiles = layer.output_count // width
+    shift = np.tile(xi, tiles).astype(np.int64)
+    term, squares = 0, None
+    if layer.scaled:  # plus round(xi'_c (h(z) - zp) / 2^SHIFT), from h(z) as C has it
+        centered = np.clip(z, lo, hi) - graph.tensor(layer.output).quant.scalar_zero_point
+        term = scales.node_term(centered[None], np.tile(scale_xi, tiles))
+        squares = (centered.reshape(-1, width) ** 2).sum(axis=0)
+    nodes = np.concatenate([np.clip(np.clip(z[None] + sign * shift, lo, hi) + sign * term,
+                                    lo, hi).astype(np.int8)
+                            for sign in ((1, -1) if cfg.two_sided else (1,))])
     group = wavefront.QueryGroup(layer.op_index, nodes=nodes.reshape(
         (-1,) + env[layer.output].shape[1:]))
-    return _LayerQueries(layer, seed, group, xi, z)
+    return _LayerQueries(layer, seed, group, xi, z, scale_xi if layer.scaled else None,
+                         squares)
 
 
 def _finish_layer(graph: Graph, plan: TrainingPlan, queries: _LayerQueries, params: Params,
@@ -85,6 +98,13 @@ def _finish_layer(graph: Graph, plan: TrainingPlan, queries: _LayerQueries, para
     if layer.mode == "CH":  # the per-channel bias gradient: sum_q D_qn xi_qnc per sample
         gb = np.einsum("qn,qnc->nc", diffs, queries.perturbations.astype(np.int64))
         update_biases(plan, layer, params, accumulate_int32(gb), eta_t)
+        if layer.scaled:  # and the scales from the same queries: sum_q D_qn xi'_qnc
+            gs = np.einsum("qn,qnc->nc", diffs, queries.scale_xi.astype(np.int64))
+            name = scales.key(layer.weights)
+            params[name] = scales.updated(
+                graph, layer, params[name], step_coefficient(eta_t, layer.gscale, plan.inv_nq),
+                accumulate_int32(gs), queries.squares, layer.output_count // layer.channels
+                * len(diffs[0]))
         return
     if layer.mode == "WP":
         sums = diffs.sum(axis=1)
