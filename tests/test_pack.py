@@ -111,7 +111,7 @@ def test_model_hash_quantization_and_checkpoint_area(tmp_path, capsys):
     assert layout.input_zero_point == quant.scalar_zero_point
     assert layout.num_classes == 10
     # the checkpoint the simulator and the device write for full training (the same hash)
-    plan = training_plan(graph, TrainConfig())
+    plan = training_plan(graph, TrainConfig(scales=True))  # --scales: the largest
     assert len(plan.layers) == len(plan.all_trainable)
     full = checkpoint.encode(simulator.to_checkpoint(
         plan, simulator.initial_params(graph, plan), 0, sha))

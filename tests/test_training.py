@@ -342,9 +342,12 @@ def test_training_firmware_links_for_boards(target, tmp_path):
     assert "warning" not in result.stderr
 
 
-def test_export_runs_like_the_firmware_with_the_checkpoint(tmp_path):
+@pytest.mark.parametrize("scales", [pytest.param(False, id="biases"),
+                                    pytest.param(True, id="scales")])
+def test_export_runs_like_the_firmware_with_the_checkpoint(scales, tmp_path):
     """simulate -> checkpoint -> export .tflite; ai_edge_litert on the export == the
-    native firmware after loading the same checkpoint."""
+    native firmware after loading the same checkpoint. With --scales the export carries the
+    trained filter scales, from which TFLite derives the multipliers the device rebuilt."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
@@ -352,11 +355,18 @@ def test_export_runs_like_the_firmware_with_the_checkpoint(tmp_path):
     np.savez(tmp_path / "d.npz", x=x, y=y)
     run = tmp_path / "run"
     assert main(["simulate", str(model), "--data", str(tmp_path / "d.npz"), "-o", str(run),
-                 "--steps", "6", "--queries", "8", "--lr", "0.01", "--no-guard"]) == 0
+                 "--steps", "6", "--queries", "8", "--lr", "0.01", "--no-guard"]
+                + (["--scales"] if scales else [])) == 0
     out = tmp_path / "tuned.tflite"
     assert main(["export", str(model), str(run / "checkpoint.bin"), "-o", str(out)]) == 0
     assert out.read_bytes() != model.read_bytes()
-    config = TrainConfig(steps=6, queries=8, lr=0.01)
+    moved = [lp.scales for lp in checkpoint.load(run / "checkpoint.bin").layers
+             if lp.scales.size]
+    assert bool(moved) == scales
+    for trained in moved:  # and the export carries them
+        assert any(np.array_equal(t.quant.scale, trained)
+                   for t in load_model(out).tensors.values() if t.quant is not None)
+    config = TrainConfig(steps=6, queries=8, lr=0.01, scales=scales)
     image = _image(tmp_path, x, y, 10)
     blob = (run / "checkpoint.bin").read_bytes()
     interp = Interpreter(model_path=str(out),  # the reference kernels: bit-exact

@@ -3,7 +3,9 @@
 ``export_model`` takes the IR graph the frontend made of a .tflite or .onnx file and new
 integer values for some of its trainable constants (the weights and biases of CONV_2D,
 DEPTHWISE_CONV_2D and FULLY_CONNECTED ops, in IR layout and dtype) and writes a model of the
-same kind in which exactly those constants changed. Quantization parameters never change.
+same kind in which exactly those constants changed. Quantization parameters change only for
+a convolution whose per-channel filter scales training moved (``--scales``, TFLite only):
+the filter's scales, and its bias's, s_in x s_c as the converter sets them.
 
 How an IR constant is found in the file:
 
@@ -47,12 +49,14 @@ _REPEAT = re.compile(r"^(.*)#\d+$")  # frontends.common.unique_name's suffix
 
 
 def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarray],
-                 out_path: Path) -> None:
+                 out_path: Path, scales: Mapping[str, np.ndarray] | None = None) -> None:
     """Write ``model_path`` to ``out_path`` with the constants named in ``updated`` replaced.
 
     ``graph`` is the IR ``load_model(model_path)`` returned; ``updated`` maps IR tensor names
-    of trainable weights/biases to new values with the IR tensor's shape and dtype.
+    of trainable weights/biases to new values with the IR tensor's shape and dtype;
+    ``scales`` a convolution's filter (its IR weights' name) to new per-channel scales.
     """
+    scales = _checked_scales(graph, scales or {})
     model_path, out_path = Path(model_path), check_output(Path(out_path))
     kind = _model_kind(model_path)
     if kind != graph.source_format:
@@ -66,9 +70,13 @@ def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarra
     changes = _checked_updates(graph, updated)
     if kind == "tflite":
         data = _patched_tflite(model_path, changes)
+        data = _rescaled_tflite(data, graph, scales, str(model_path))
+    elif scales:
+        raise UserError(f"{model_path}: writing trained filter scales (--scales) into an ONNX "
+                        "model is not supported; train without --scales to export it")
     else:
         data = _patched_onnx(model_path, graph, changes)
-    _write_verified(data, out_path, changes)
+    _write_verified(data, out_path, changes, scales)
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,7 +127,23 @@ def _checked_updates(graph: Graph, updated: Mapping[str, np.ndarray]) -> dict[st
     return changes
 
 
-def _write_verified(data: bytes, out_path: Path, changes: dict[str, np.ndarray]) -> None:
+def _checked_scales(graph: Graph, scales: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    roles = _trainable_roles(graph)
+    checked = {}
+    for name, value in scales.items():
+        op, role = roles.get(name, (None, ""))
+        if role != "weights" or op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            raise UserError(f"tensor '{name}' is not a convolution's filter; only those have "
+                            "trained scales")
+        value = np.asarray(value, dtype=np.float32).reshape(-1)
+        if not np.all(np.isfinite(value)) or np.any(value <= 0):
+            raise UserError(f"the trained scales of '{name}' must be positive numbers")
+        checked[name] = value
+    return checked
+
+
+def _write_verified(data: bytes, out_path: Path, changes: dict[str, np.ndarray],
+                    scales: dict[str, np.ndarray] | None = None) -> None:
     """Write to a temporary file beside ``out_path``, check that the frontend reads the new
     values back, then move it into place (an existing ``out_path``, even the input model,
     is only replaced by a complete, checked file)."""
@@ -132,6 +156,10 @@ def _write_verified(data: bytes, out_path: Path, changes: dict[str, np.ndarray])
             if t is None or t.data is None or not np.array_equal(t.data, value):
                 raise UserError(f"tensor '{name}' cannot be exported exactly: the written "
                                 "model does not read back with the new values")
+        for name, value in (scales or {}).items():
+            if not np.array_equal(reloaded.tensor(name).quant.scale, value):
+                raise UserError(f"the scales of '{name}' cannot be exported exactly: the "
+                                "written model does not read back with them")
 
     with atomic_writer(out_path, check=reads_back) as f:
         f.write(data)
@@ -207,6 +235,44 @@ def _patched_tflite(path: Path, changes: dict[str, np.ndarray]) -> bytes:
                             f"the data of buffer {other}; it cannot be changed on its own")
         data[start:start + size] = raw
     return bytes(data)
+
+
+def _rescaled_tflite(data: bytes, graph: Graph, scales: dict[str, np.ndarray],
+                    source: str) -> bytes:
+    """The filters' quantization scales (and their biases', s_in x s_c) overwritten in
+    place: same lengths, so no offset in the flatbuffer moves."""
+    if not scales:
+        return data
+    import tflite
+
+    model = tflite.Model.GetRootAs(data, 0)
+    sub = model.Subgraphs(0)
+    index = {n: i for i, n in enumerate(_tflite_names(sub))}
+    spans = {}  # tensor -> (start, length) of its scale vector
+    for i in range(sub.TensorsLength()):
+        q = sub.Tensors(i).Quantization()
+        field = q._tab.Offset(8) if q is not None else 0  # QuantizationParameters.scale
+        if field:
+            spans[i] = (int(q._tab.Vector(field)), int(q._tab.VectorLen(field)))
+    roles = _trainable_roles(graph)
+    out = bytearray(data)
+    for name, value in scales.items():
+        op = roles[name][0]
+        new = {name: value}
+        if len(op.inputs) > 2 and op.inputs[2]:
+            s_in = np.float64(graph.tensor(op.inputs[0]).quant.scalar_scale)
+            new[op.inputs[2]] = (s_in * value.astype(np.float64)).astype(np.float32)
+        for tensor, values in new.items():
+            start, length = spans.get(index[tensor], (0, 0))
+            if length != len(values):
+                raise UserError(f"{source}: tensor '{tensor}' has {length} quantization "
+                                f"scale(s), the trained filter {len(values)}: a per-tensor "
+                                "quantized filter cannot take per-channel scales in place")
+            if any(s == start and j != index[tensor] for j, (s, _) in spans.items()):
+                raise UserError(f"{source}: the scales of tensor '{tensor}' are stored once "
+                                "for several tensors; they cannot be changed on their own")
+            out[start:start + 4 * length] = values.astype("<f4").tobytes()
+    return bytes(out)
 
 
 # --------------------------------------------------------------------------------------------

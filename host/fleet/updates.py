@@ -10,8 +10,9 @@ A device uploads one of two encodings, whichever is smaller:
   the device's seed: no data and no forward pass. Only for --record-scalars builds (every
   trained layer WP).
 * ``delta``: new minus old parameters, per layer in checkpoint order (weights int16, biases
-  int64, little-endian), zlib-compressed. Any build; for tiny models the scalars of K steps
-  can outweigh the model itself.
+  int64, little-endian; a --scales layer's new float32 filter scales as they are),
+  zlib-compressed. Any build; for tiny models the scalars of K steps can outweigh the model
+  itself.
 
 Either way the server rebuilds the device's checkpoint and accepts it only when its CRC-32
 equals the one the device reported: a device that returns garbage contributes nothing.
@@ -167,13 +168,15 @@ def recorded_layout(scalars: replay.Scalars) -> Layout:
 
 
 def parameter_delta(start: checkpoint.Checkpoint, end: checkpoint.Checkpoint) -> bytes:
-    """New minus old parameters, layer by layer (weights int16, biases int64, little-endian):
-    a device's upload, and the server's download of a round's model to a device that holds
-    the previous round's."""
+    """New minus old parameters, layer by layer (weights int16, biases int64, little-endian),
+    then a --scales layer's new filter scales as they are (float32: a difference of floats
+    would not rebuild them exactly): a device's upload, and the server's download of a
+    round's model to a device that holds the previous round's."""
     parts = []
     for a, b in zip(start.layers, end.layers):
         parts.append((b.weights.astype("<i2") - a.weights.astype("<i2")).tobytes())
         parts.append((b.bias.astype("<i8") - a.bias.astype("<i8")).tobytes())
+        parts.append(b.scales.astype("<f4").tobytes())
     return b"".join(parts)
 
 
@@ -197,18 +200,23 @@ def apply_delta(start: checkpoint.Checkpoint, data: bytes, steps: int) -> checkp
     does not fit the checkpoint's layers or leaves int8 / int32."""
     layers, pos = [], 0
     for lp in start.layers:
-        w_end, b_end = pos + 2 * lp.weights.size, pos + 2 * lp.weights.size + 8 * lp.bias.size
-        if b_end > len(data):
+        w_end = pos + 2 * lp.weights.size
+        b_end = w_end + 8 * lp.bias.size
+        s_end = b_end + 4 * lp.scales.size
+        if s_end > len(data):
             raise DataError("the delta is shorter than the model's parameters")
         dw = np.frombuffer(data, "<i2", lp.weights.size, pos).astype(np.int64)
         db = np.frombuffer(data, "<i8", lp.bias.size, w_end)
+        scales = np.frombuffer(data, "<f4", lp.scales.size, b_end).astype(np.float32)
         weights, bias = lp.weights.astype(np.int64) + dw, lp.bias.astype(np.int64) + db
         if (weights.min(initial=0) < -128 or weights.max(initial=0) > 127
                 or bias.min(initial=0) < -(1 << 31) or bias.max(initial=0) >= 1 << 31):
             raise DataError("the delta takes parameters out of their int8 / int32 range")
+        if not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+            raise DataError("the delta's filter scales are not positive numbers")
         layers.append(dataclasses.replace(lp, weights=weights.astype(np.int8),
-                                          bias=bias.astype(np.int32)))
-        pos = b_end
+                                          bias=bias.astype(np.int32), scales=scales))
+        pos = s_end
     if pos != len(data):
         raise DataError("the delta is longer than the model's parameters")
     return dataclasses.replace(start, step=start.step + steps, layers=tuple(layers))
@@ -218,7 +226,8 @@ def upload_limit(kind: str, start: checkpoint.Checkpoint, steps: int, layout: La
     """The most bytes an honest upload inflates to: the delta's exact size, or 5 bytes (the
     longest varint) per query sum of the round."""
     if kind == "delta":
-        return sum(2 * lp.weights.size + 8 * lp.bias.size for lp in start.layers)
+        return sum(2 * lp.weights.size + 8 * lp.bias.size + 4 * lp.scales.size
+                   for lp in start.layers)
     return 5 * steps * sum(count for _, count in layout)
 
 
@@ -309,7 +318,8 @@ def fedavg_weights(claims: list[int]) -> list[int]:
 def fedavg(contributions: list[tuple[Params, int]]) -> Params:
     """FedAvg (weighted by fedavg_weights) of integer parameters: the weighted mean in
     float64, summed in the order given, rounded half away from zero, saturated to the
-    tensor's integer type."""
+    tensor's integer type; float32 filter scales (--scales) take the mean rounded to
+    float32."""
     total = sum(weight for _, weight in contributions)
     out: Params = {}
     for name, first in contributions[0][0].items():
@@ -317,6 +327,9 @@ def fedavg(contributions: list[tuple[Params, int]]) -> Params:
         for params, weight in contributions:
             acc += params[name].astype(np.float64) * weight
         mean = acc / total
+        if np.issubdtype(first.dtype, np.floating):
+            out[name] = mean.astype(first.dtype)
+            continue
         rounded = np.sign(mean) * np.floor(np.abs(mean) + 0.5)
         info = np.iinfo(first.dtype)
         out[name] = np.clip(rounded, info.min, info.max).astype(first.dtype)

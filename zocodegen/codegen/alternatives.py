@@ -70,8 +70,8 @@ def _fitting_alternatives(graph: Graph, train: TrainConfig, total: Total) -> lis
 def _fallback_estimator(train: TrainConfig, total: Total) -> list[str]:
     """The tip of the estimator the build falls back to when --estimator is not given
     (fit.resolve_estimator): the same run with it, else its sparse blocks that fit."""
-    other = replace(train, estimator=ESTIMATOR_FALLBACK)
-    option = f"--estimator {ESTIMATOR_FALLBACK}"
+    other = replace(train, estimator=ESTIMATOR_FALLBACK, scales=False)  # it has no CH layers
+    option = f"--estimator {ESTIMATOR_FALLBACK}" + (" --no-scales" if train.scales else "")
     why = "(it keeps a copy of the weights where CH keeps two of the outputs)"
     if (t := total(other)) is not None:
         return [f"{option} fits {why}: {kb(t)}"]

@@ -291,7 +291,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         logits, _ = loss_head(graph)
         classes = graph.tensor(logits).shape[-1]
         found = _checked(source, arrays, graph, classes)
-        plan = training_plan(graph, TrainConfig())
+        plan = training_plan(graph, TrainConfig(scales=True))  # the largest checkpoint
         need = checkpoint.encoded_size((l.weight_count, l.bias_count, l.scale_count)
                                        for l in plan.layers)
         header = dict(num_classes=classes,

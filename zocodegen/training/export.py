@@ -37,6 +37,19 @@ def checkpoint_tensors(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, n
     return updated
 
 
+def checkpoint_scales(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, np.ndarray]:
+    """A filter's IR name -> its trained per-channel scales (--scales), where they differ
+    from the model's."""
+    scales = {}
+    for lp in ckpt.layers:
+        if lp.scales.size:
+            name = graph.ops[lp.op_index].inputs[1]
+            model = np.broadcast_to(graph.tensor(name).quant.scale, lp.scales.shape)
+            if not np.array_equal(lp.scales, model):
+                scales[name] = lp.scales
+    return scales
+
+
 def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path: Path) -> int:
     """Write the model with the checkpoint's parameters to ``out_path``; returns how many
     tensors changed. Refuses a checkpoint of another model (sha256 of the model file)."""
@@ -45,5 +58,6 @@ def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path:
         raise DataError(f"{ckpt_path} was trained from a different model file than "
                         f"{model_path}")
     updated = checkpoint_tensors(graph, ckpt)
-    export_model(Path(model_path), graph, updated, Path(out_path))
-    return len(updated)
+    scales = checkpoint_scales(graph, ckpt)
+    export_model(Path(model_path), graph, updated, Path(out_path), scales)
+    return len(updated) + len(scales)

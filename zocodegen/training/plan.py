@@ -325,9 +325,14 @@ def _check_batch_one(graph: Graph) -> None:
                             f"{list(t.shape)}")
 
 
-def _layer_bytes(graph: Graph, op: Op) -> int:
+def _layer_bytes(graph: Graph, op: Op, config: TrainConfig) -> int:
+    """The SRAM a layer's trained copies take (TrainableLayer.parameter_bytes, before the
+    plan): with --scales a CH layer's 12 bytes a channel too."""
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
-    return graph.tensor(op.inputs[1]).size + (4 * graph.tensor(bias).size if bias else 0)
+    weights, biases = graph.tensor(op.inputs[1]).size, graph.tensor(bias).size if bias else 0
+    scaled = (config.scales and op.type in SCALED_OP_TYPES and REGISTRY[config.estimator]
+              .layer_mode(weights + biases, graph.tensor(op.outputs[0]).size) == "CH")
+    return weights + 4 * biases + (12 * _channels(graph, op)[0] if scaled else 0)
 
 
 def _candidates(graph: Graph, config: TrainConfig) -> tuple[list[int], int]:
@@ -377,7 +382,7 @@ def sparse_blocks(graph: Graph, config: TrainConfig) -> list[list[int]]:
                         "layers train in every block); use --train full or a smaller "
                         "--bp-layers")
     all_ops = trainable_ops(graph)
-    sizes = [_layer_bytes(graph, graph.ops[all_ops[i]]) for i in chosen]
+    sizes = [_layer_bytes(graph, graph.ops[all_ops[i]], config) for i in chosen]
     return [chosen[a:b] for a, b in partition_blocks(sizes, config.blocks)]
 
 
