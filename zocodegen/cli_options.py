@@ -18,6 +18,7 @@ from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
 from .training.config import (ESTIMATOR_FALLBACK, ESTIMATORS, MODE_AUTO, MODES, SCHEDULES,
+                              SCALES_BY_DEFAULT, scales_apply,
                               TrainConfig, parse_blocks, parse_bp_layers, parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
@@ -487,10 +488,12 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--distribution", choices=DISTRIBUTIONS, default=_RUN.distribution,
                    help="perturbation values: +-1 (default), or uniform int8 values scaled "
                         "to a same-dimension Gaussian's norm (PeZO Eq. 3-5)")
-    g.add_argument("--scales", action=argparse.BooleanOptionalAction, default=_RUN.scales,
+    g.add_argument("--scales", action=argparse.BooleanOptionalAction, default=None,
                    help="the layers trained channel-wise (np-channel, channel) also train "
                         "their per-channel filter scales, in the same queries (docs/training"
-                        ".md \"Channel scales\")")
+                        ".md \"Channel scales\"; default: "
+                        + ("on where the estimator has such layers)" if SCALES_BY_DEFAULT
+                           else "off)"))
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
                         "loop): two forwards per query")
@@ -568,6 +571,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                             f"or drop {option}")
     estimator = args.estimator or _RUN.estimator
     lr_auto = args.lr == "auto" and REGISTRY[estimator].has_learning_rate
+    scales = (scales_apply(estimator, args.distribution, args.query_batch) and SCALES_BY_DEFAULT
+              if args.scales is None else args.scales)
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
     lr = _RUN.lr if lr is None else lr
@@ -582,7 +587,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                        bp_layers=parse_bp_layers(args.bp_layers),
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,
-                       two_sided=args.two_sided, scales=args.scales,
+                       two_sided=args.two_sided, scales=scales,
                        query_batch=args.query_batch, record_scalars=args.record_scalars, cutoff=args.cutoff,
                        inner_queries=args.inner_queries, mode=mode,
                        blocks=parse_blocks(args.blocks), block=block,

@@ -7,7 +7,7 @@
  *   zo_estimate_wp.c     weight perturbation: queries, single or batched (P-RGE)
  *   zo_estimate_np.c     node perturbation: the node gradient of the pre-activation
  *   zo_estimate_ch.c     channel-wise node perturbation: the per-channel biases (and with
- *                        --scales the filter scales: zo_scales.c, their update)
+ *                        --scales the filter scales' gradient)
  *   zo_estimate_split.c  --estimator split (FedSPZO)
  *   zo_estimate_int8.c   --estimator int8 (ElasticZO-INT8), integer only
  *   zo_estimate_bp.c     --bp-layers (ElasticZO): the last layers by back-propagation
@@ -15,6 +15,8 @@
  *   zo_node_gradient.c   node gradient -> parameter gradient and update (NP and BP)
  *   zo_update.c          learning rate and the scaled, clipped update (paper Eq. 8);
  *                        zo_update_rules.h its per-weight arithmetic, inline
+ *   zo_scales.c          --scales: the filter scales' update, the multipliers rebuilt
+ *                        from them (init and checkpoint loads call it too)
  *   zo_checkpoint.c      checkpoint encoding (zocodegen/training/checkpoint.py)
  *   zo_step_parts.c      the parts every estimator shares: saved activations, loss,
  *                        refold, kernel, weight perturbation and replay, query batches,

@@ -125,8 +125,8 @@ def resolve_estimator(graph: Graph, options: BuildOptions) -> BuildOptions:
             or _placed_fits(graph, resolved)):
         return resolved
     try:
-        fallback = resolve_auto(graph, replace(options, train=replace(
-            train, estimator=ESTIMATOR_FALLBACK)))
+        fallback = resolve_auto(graph, replace(options, train=replace(  # no CH, no scales
+            train, estimator=ESTIMATOR_FALLBACK, scales=False)))
     except UserError:  # an option of the run that the fallback refuses: the first speaks
         return resolved
     return fallback if _placed_fits(graph, fallback) else resolved

@@ -31,6 +31,16 @@ DEFAULT_ESTIMATOR = "np-channel"
 #: not given: adaptive keeps a copy of a WP layer's weights where np-channel's CH layers keep
 #: two shifted copies of their outputs (docs/memory.md)
 ESTIMATOR_FALLBACK = "adaptive"
+#: The command line trains CH layers' filter scales (--scales) unless --no-scales, where they
+#: apply (scales_apply); TrainConfig() itself leaves them off, as it leaves the guard
+SCALES_BY_DEFAULT = True
+
+
+def scales_apply(estimator: str, distribution: str, query_batch: int) -> bool:
+    """Whether --scales can go with these options: an estimator with CH layers, +-1
+    perturbations, one query forward at a time (TrainConfig refuses it otherwise)."""
+    return ("zo_estimate_ch.c" in REGISTRY[estimator].sources and distribution == "rademacher"
+            and query_batch == 1)
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,8 @@ class TrainConfig:
     perturbation: str = "xorshift"
     distribution: str = "rademacher"
     two_sided: bool = False
-    # CH layers also train their per-channel filter scales in the same queries (scales.py)
+    # CH layers also train their per-channel filter scales in the same queries (scales.py);
+    # the bare algorithm leaves them off, the CLI turns them on where they apply
     scales: bool = False
     query_batch: int = 1  # P-RGE's outer loop: forwards evaluated together (device only)
     record_scalars: bool = False  # the device sends each WP layer's query sums (replay.py)
