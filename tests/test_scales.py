@@ -144,3 +144,13 @@ def test_exporting_scales_into_onnx_is_refused(tmp_path):
     with pytest.raises(UserError, match="ONNX"):
         export_model(path, graph, {}, tmp_path / "out.onnx",
                      {op.inputs[1]: np.ones(channels, np.float32)})
+
+
+def test_every_c_reader_of_checkpoints_knows_their_version():
+    """The engine writes and the field trainer's slot reader checks the version that
+    checkpoint.py writes (version 3 added the scale counts)."""
+    import re
+    root = FIXTURES.parents[1] / "templates"
+    for path in (root / "train" / "zo_checkpoint.c", root / "field" / "zo_field_card.c"):
+        found = re.findall(r"#define \w*CKPT_VERSION (\d+)u", path.read_text())
+        assert found == [str(checkpoint.VERSION)], path

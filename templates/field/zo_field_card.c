@@ -10,7 +10,7 @@
 #include "zo_field.h"
 
 #define CKPT_MAGIC "ZOCKPT01" /* zo_checkpoint.c's header, docs/training.md "Checkpoint" */
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u /* checkpoint.VERSION (tests/test_scales.py holds them equal) */
 #define CKPT_OFF_SHA256 16u
 #define CKPT_OFF_STEP 48u
 #define CKPT_OFF_BYTES 56u

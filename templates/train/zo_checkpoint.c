@@ -9,7 +9,7 @@
 #define ZO_CKPT_IDENTITY_BYTES 60u /* what must match; the seed and the guard state follow */
 static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
 
-#define ZO_CKPT_VERSION 3u
+#define ZO_CKPT_VERSION 3u /* checkpoint.VERSION (tests/test_scales.py holds them equal) */
 #define ZO_CKPT_ENTRY_BYTES 16u /* op index, weight, bias and scale counts */
 
 static uint32_t pad4(uint32_t n)
@@ -142,16 +142,33 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
         }
         crc = zo_crc32(crc, e, ZO_CKPT_ENTRY_BYTES);
     }
-    uint32_t remaining = zo_checkpoint_bytes(m) - ZO_CKPT_HEADER_BYTES
-                         - ZO_CKPT_ENTRY_BYTES * m->layer_count - 4u;
-    while (remaining) {
-        uint8_t chunk[64];
-        const uint32_t n = remaining < sizeof chunk ? remaining : (uint32_t)sizeof chunk;
-        if (source(context, chunk, n) != 0) {
-            return ZO_TRAIN_ERR_IO;
+    int scales_ok = 1;
+    for (uint32_t i = 0; i < m->layer_count; ++i) {
+        const zo_train_layer *L = &m->layers[i];
+        uint32_t remaining = pad4(L->weight_count) + 4u * L->bias_count;
+        while (remaining) {
+            uint8_t chunk[64];
+            const uint32_t n = remaining < sizeof chunk ? remaining : (uint32_t)sizeof chunk;
+            if (source(context, chunk, n) != 0) {
+                return ZO_TRAIN_ERR_IO;
+            }
+            crc = zo_crc32(crc, chunk, n);
+            remaining -= n;
         }
-        crc = zo_crc32(crc, chunk, n);
-        remaining -= n;
+        /* --scales: what an update can reach, [s0 / 4, 4 s0] (NaN is not), or the load
+         * changes nothing: a rebuild needs a positive finite scale */
+        for (uint32_t c = 0; c < scale_count(L); ++c) {
+            uint8_t b[4];
+            if (source(context, b, 4u) != 0) {
+                return ZO_TRAIN_ERR_IO;
+            }
+            crc = zo_crc32(crc, b, 4u);
+            const uint32_t bits = zo_get_u32(b);
+            float v;
+            memcpy(&v, &bits, 4);
+            const float s0 = L->scales->scale_flash[c];
+            scales_ok &= v >= 0.25f * s0 && v <= 4.0f * s0;
+        }
     }
     uint8_t tail[4];
     if (source(context, tail, 4u) != 0) {
@@ -160,7 +177,7 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     if (zo_get_u32(tail) != crc) {
         return ZO_TRAIN_ERR_CRC;
     }
-    return ZO_TRAIN_OK;
+    return scales_ok ? ZO_TRAIN_OK : ZO_TRAIN_ERR_CHECKPOINT;
 }
 
 /* The layers' parameters, after the header and the layer table. */

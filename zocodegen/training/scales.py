@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import DataError
 from ..ir import Graph
 
 if TYPE_CHECKING:
@@ -82,3 +83,15 @@ def updated(graph: Graph, layer: TrainableLayer, scales: np.ndarray, coef: np.fl
     moved = (scales.astype(np.float64)
              - s0 * (multiplier_rates(graph, layer, coef) * grad.astype(np.float64) / a2))
     return np.clip(moved, LOWEST * s0, HIGHEST * s0).astype(np.float32)
+
+
+def checked(graph: Graph, layer: TrainableLayer, values: np.ndarray) -> np.ndarray:
+    """A checkpoint's scales of ``layer``, refused unless an update could have reached them
+    (within [s0 / 4, 4 s0]; the device refuses such a checkpoint too)."""
+    s0 = model_scales(graph, layer)
+    values = np.asarray(values, dtype=np.float32)
+    if not np.all((values >= np.float32(LOWEST) * s0) & (values <= np.float32(HIGHEST) * s0)):
+        raise DataError(f"the checkpoint's filter scales of layer {layer.op_index} "
+                        f"('{layer.op.name}') are not within a quarter and four times the "
+                        "model's: not a checkpoint of a run")
+    return values.copy()

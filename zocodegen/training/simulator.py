@@ -351,6 +351,6 @@ def from_checkpoint(graph: Graph, plan: TrainingPlan, ckpt: Checkpoint,
         if layer.bias:
             params[layer.bias] = lp.bias.copy()
         if layer.scaled:
-            params[scales.key(layer.weights)] = lp.scales.copy()
+            params[scales.key(layer.weights)] = scales.checked(graph, layer, lp.scales)
     return params
 
