@@ -63,9 +63,10 @@ def test_no_option_has_two_names_or_two_defaults():
     assert set(options["simulate"]["--train"].choices) < set(options["build"]["--train"].choices)
     device_time = _options(commands["device-time"])["--target"]
     assert device_time.choices == options["simulate"]["--target"].choices
-    # the default run of both commands is TrainConfig's, with the guard and --lr auto on
-    # (the command line's defaults, docs/training.md) and the board's choices left to its fit
-    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True)
+    # the default run of both commands is TrainConfig's, with the guard, --lr auto and the
+    # scales on (the command line's defaults, docs/training.md) and the board's choices left
+    # to its fit
+    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True)
     parser = build_parser()
     for argv in (["simulate", "m", "--data", "d"], ["build", "m", "--target", "stm32f746"]):
         args = parser.parse_args(argv)
