@@ -19,7 +19,7 @@ from zocodegen.host.devices import Firmware
 from zocodegen.formats.image import pack_image
 from zocodegen.host.devices import LaunchedDevice
 from zocodegen.host.trainer import Trainer
-from zocodegen.training.config import TrainConfig
+from zocodegen.training.config import TrainConfig, scales_apply
 
 MODEL = FIXTURES / "mcunet_in1.tflite"
 PAPER = FIXTURES / "mcunet_in1_128.tflite"  # the paper's 128x128 resolution (issue 14)
@@ -61,14 +61,16 @@ def test_paper_budget_links(tmp_path, model, target, train, sram_kb, flash_kb, b
 def test_full_training_on_the_1024kb_budget_under_qemu(estimator, tmp_path):
     """One full step (all 45 layers, Q = 1) on QEMU with the H7B3 budget in its linker
     script: checkpoint byte-identical to the simulator's on the same image (np-channel:
-    channel-wise bias perturbation where adaptive perturbs the weights)."""
+    channel-wise bias and scale perturbation where adaptive perturbs the weights)."""
     rng = np.random.default_rng(11)
     x = rng.integers(-128, 128, size=(6, 64, 64, 3)).astype(np.int8)
     y = rng.integers(0, 10, size=6)
     image = tmp_path / "data.img"
     pack_image(image, x[:4], y[:4], x_test=x[4:], y_test=y[4:], num_classes=10,
                checkpoint_bytes=1 << 20)
-    config = TrainConfig(steps=1, queries=1, lr=0.01, estimator=estimator)
+    # the command line's run: np-channel trains its CH layers' filter scales too
+    config = TrainConfig(steps=1, queries=1, lr=0.01, estimator=estimator,
+                         scales=scales_apply(estimator, "rademacher", 1))
     elf = cached_build(MODEL, "qemu", emulate="stm32h7b3", train=config)
     run = tmp_path / "run"
     # without -icount: the instruction counts are the benchmark's business, not this test's

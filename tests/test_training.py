@@ -356,7 +356,7 @@ def test_export_runs_like_the_firmware_with_the_checkpoint(scales, tmp_path):
     run = tmp_path / "run"
     assert main(["simulate", str(model), "--data", str(tmp_path / "d.npz"), "-o", str(run),
                  "--steps", "6", "--queries", "8", "--lr", "0.01", "--no-guard"]
-                + (["--scales"] if scales else [])) == 0
+                + (["--scales"] if scales else ["--no-scales"])) == 0
     out = tmp_path / "tuned.tflite"
     assert main(["export", str(model), str(run / "checkpoint.bin"), "-o", str(out)]) == 0
     assert out.read_bytes() != model.read_bytes()
