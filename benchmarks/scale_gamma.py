@@ -30,10 +30,11 @@ pick between the layer's outputs at the zero point moved by +-1, h(z -+ 1), and 
 unclamped z, so the scale term and A_c use h(z) = clip(z) and the node is
 clip(h(z + xi_c) + term).
 
-Each run is exactly the F746's default run of scale_experiment.py's "sparse" method
-(``zocodegen simulate MODEL --data build/scale/data/CELL-s5-d0.npz --epochs 1 --queries 20
---seed S --train sparse``: block trials, --lr auto, the guard) with the scale group added
-(``--off``: without it, which reproduces that method's run). Nothing of the product changes:
+Each run is exactly the F746's default run of scale_experiment.py's "sparse" method before
+the product's own scales (``zocodegen simulate MODEL --data build/scale/data/CELL-s5-d0.npz
+--epochs 1 --queries 20 --seed S --train sparse --no-scales``: block trials, --lr auto, the
+guard) with the screen's scale group added (``--off``: without it). The product's
+``--scales`` (docs/scale.md section 20) is this group in the form the C engine computes. Nothing of the product changes:
 the script wraps the layer-wise estimator's ``_layer_queries`` and ``_finish_layer`` and the
 wavefront's forwards (to set each gamma'd layer's multipliers from the parameters the
 forward is given) while it runs. Output: build/scale/gamma/CELL[-sS-dD]-seedS[-off|-stepF]/
@@ -204,7 +205,7 @@ def main() -> int:
         install(ScaleGroup(args.step, args.clamped))
     return cli_main(["simulate", str(MODEL), "--data", str(data), "-o", str(out), "--force",
                      "--epochs", "1", "--queries", "20", "--seed", str(args.seed),
-                     "--train", "sparse"])
+                     "--train", "sparse", "--no-scales"])  # the product's own scales: off
 
 
 if __name__ == "__main__":
