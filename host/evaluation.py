@@ -17,7 +17,7 @@ from zocodegen.files import file_sha256
 from zocodegen.formats.image import read_image
 from zocodegen.frontends import load_model
 from zocodegen.training import checkpoint
-from zocodegen.training.export import checkpoint_tensors
+from zocodegen.training.export import checkpoint_params
 from zocodegen.training.metrics import confusion_matrix
 from zocodegen.training.simulator import predict
 
@@ -41,7 +41,7 @@ class TestConfusion:
     def matrix(self, ckpt_path: Path, device_correct: int) -> np.ndarray:
         """counts[true, predicted] with the checkpoint's parameters; refuses a matrix that
         disagrees with what the device measured (it would be a bug, never noise)."""
-        params = checkpoint_tensors(self.graph, checkpoint.load(ckpt_path))
+        params = checkpoint_params(self.graph, checkpoint.load(ckpt_path))
         counts = confusion_matrix(self.y, predict(self.graph, params, self.x), self.classes)
         if int(np.trace(counts)) != device_correct:
             raise UserError(f"the host's prediction of the test split ({int(np.trace(counts))} "

@@ -119,7 +119,8 @@ def _config(steps: int) -> TrainConfig:
 
 def _options(config: TrainConfig) -> list[str]:
     return ["--steps", str(config.steps), "--queries", str(config.queries), "--batch",
-            str(config.batch), "--lr", str(config.lr), "--guard-every", str(config.guard_every)]
+            str(config.batch), "--lr", str(config.lr), "--guard-every", str(config.guard_every),
+            "--scales" if config.scales else "--no-scales"]
 
 
 def _image(where: Path) -> Path:

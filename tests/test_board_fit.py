@@ -67,7 +67,8 @@ def test_fit_lines_are_the_builds_plans(model, modes):
     found = api.inspect(model, target="stm32f746").board_fit
     auto, fitting_full, fitting_sparse = modes
     assert found.chosen.mode == auto
-    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True)
+    # the command line's run: the guard, --lr auto and the scales on
+    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True)
     graph = load_model(model)
     for line in found.modes:
         train = None if line.mode == "inference" else replace(run, mode=line.mode)

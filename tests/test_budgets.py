@@ -145,11 +145,13 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
     assert manifest["blocks"] == 8 and set(manifest["modes"]) == {"WP", "NP"}
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
                  "--estimator", "np-channel", "-o", str(tmp_path / "ch")]) == 2
-    assert "--estimator adaptive (it keeps a copy of the weights where CH keeps two of the " \
+    assert "--estimator adaptive --no-scales (it keeps a copy of the weights where CH " \
+        "keeps two of the " \
         "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
                  "--blocks", "4", "-o", str(tmp_path / "four")]) == 2
-    assert "--estimator adaptive (it keeps a copy of the weights where CH keeps two of the " \
+    assert "--estimator adaptive --no-scales (it keeps a copy of the weights where CH " \
+        "keeps two of the " \
         "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
                  "--estimator", "adaptive", "--blocks", "4", "-o", str(tmp_path / "a4")]) == 2

@@ -159,9 +159,10 @@ def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model,
     assert total <= report["sram"]["budget_bytes"]
     flash_data = report["flash"]["weights_and_parameters_bytes"]
     flash_used = sum(sections[s][0] for s in (".isr_vector", ".text", ".rodata", ".data"))
-    # besides the weights: the code, about 50-56 KB with training (the kernels' specialised
-    # variants, docs/firmware.md "Kernels", are about 20 KB of it) and a few constants
-    assert flash_data <= flash_used <= flash_data + 60 * 1024
+    # besides the weights: the code, about 50-60 KB with training (the kernels' specialised
+    # variants, docs/firmware.md "Kernels", are about 20 KB of it; --scales' double
+    # arithmetic brings soft-float helpers on the F746) and a few constants
+    assert flash_data <= flash_used <= flash_data + 64 * 1024
     assert flash_used <= report["flash"]["flash_bytes"]
 
 

@@ -31,7 +31,8 @@ MODEL = FIXTURES / "digits_cnn.tflite"
 #: Training options shared by the firmware builds and the simulator runs below.
 #: The training guard is on (the CLI's default) and checks every 2 steps, so its baseline,
 #: checks, best slot and RUN/best.bin go through the link, its faults and the resumes too.
-TRAIN = ["--steps", "6", "--queries", "4", "--batch", "2", "--lr", "0.01", "--guard-every", "2"]
+TRAIN = ["--steps", "6", "--queries", "4", "--batch", "2", "--lr", "0.01", "--guard-every", "2",
+         "--no-scales"]  # as CONFIG: TrainConfig leaves the scales off, the CLI turns them on
 CONFIG = TrainConfig(steps=6, queries=4, batch=2, lr=0.01, guard=True, guard_every=2)
 
 
@@ -144,7 +145,8 @@ def test_faulty_line_with_many_sectors_per_request(tmp_path):
     image = tmp_path / "scale.img"
     pack_image(image, x[:6], y[:6], x_test=x[6:], y_test=y[6:], num_classes=10,
                checkpoint_bytes=1 << 19)
-    train = ["--steps", "2", "--queries", "2", "--batch", "2", "--lr", "0.01", "--no-guard"]
+    train = ["--steps", "2", "--queries", "2", "--batch", "2", "--lr", "0.01", "--no-guard",
+             "--no-scales"]
     sim = tmp_path / "sim"
     assert main(["simulate", str(SCALE), "--data", str(image), "-o", str(sim), *train]) == 0
     config = TrainConfig(steps=2, queries=2, batch=2, lr=0.01)

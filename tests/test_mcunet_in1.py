@@ -111,7 +111,8 @@ def test_arena_and_training_memory_budgets(graph, tmp_path, capsys):
     # (4 blocks with the default np-channel, 3 with adaptive: the gradient regions live in
     # dead arena bytes, docs/memory.md)
     assert code == 2 and "smaller blocks fit: --train sparse --blocks 4 (" in err, err
-    assert "--estimator adaptive (it keeps a copy of the weights where CH keeps two of the " \
+    assert "--estimator adaptive --no-scales (it keeps a copy of the weights where CH " \
+        "keeps two of the " \
         "outputs) fits as --train sparse --blocks 3 (" in err, err
 
     code, captured = build("stm32f746", "sparse")

@@ -394,7 +394,7 @@ def test_simulate_learns_digits(tmp_path):
     run = tmp_path / "run"
     assert main(["simulate", str(model), "--data", str(tmp_path / "digits.npz"), "-o",
                  str(run), "--steps", "150", "--queries", "30", "--lr", "0.003", "--no-guard"]) == 0
-    plan = training_plan(graph, TrainConfig(steps=150))
+    plan = training_plan(graph, TrainConfig(steps=150, scales=True))  # the CLI's run
     ckpt = checkpoint.load(run / "checkpoint.bin")
     after = simulator.from_checkpoint(graph, plan, ckpt)
 

@@ -155,6 +155,7 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
             crc = zo_crc32(crc, chunk, n);
             remaining -= n;
         }
+#if ZO_TRAIN_SCALES
         /* --scales: what an update can reach, [s0 / 4, 4 s0] (NaN is not), or the load
          * changes nothing: a rebuild needs a positive finite scale */
         for (uint32_t c = 0; c < scale_count(L); ++c) {
@@ -169,6 +170,7 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
             const float s0 = L->scales->scale_flash[c];
             scales_ok &= v >= 0.25f * s0 && v <= 4.0f * s0;
         }
+#endif
     }
     uint8_t tail[4];
     if (source(context, tail, 4u) != 0) {

@@ -50,6 +50,16 @@ def checkpoint_scales(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, np
     return scales
 
 
+def checkpoint_params(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, np.ndarray]:
+    """The forward's parameters of a checkpoint without its plan: the trained tensors and
+    (--scales) the filter scales under their parameter names (training/scales.py)."""
+    from . import scales
+    params = checkpoint_tensors(graph, ckpt)
+    params.update({scales.key(name): value
+                   for name, value in checkpoint_scales(graph, ckpt).items()})
+    return params
+
+
 def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path: Path) -> int:
     """Write the model with the checkpoint's parameters to ``out_path``; returns how many
     tensors changed. Refuses a checkpoint of another model (sha256 of the model file)."""
