@@ -23,18 +23,13 @@ so the numerics are those a device would get from a float32 shadow of gamma_c.
     .venv/bin/python benchmarks/scale_gamma.py --cell contrast --seed 1
     .venv/bin/python benchmarks/scale_gamma.py --cell fog --seed 2 --off   # the control
     .venv/bin/python benchmarks/scale_gamma.py --cell fog --severity 4 --data-seed 5 --step 0.25
-    .venv/bin/python benchmarks/scale_gamma.py --cell fog --seed 4 --step 0.25 --clamped
-
-``--clamped`` is the form the C engine could compute (docs/scale.md section 20): its queries
-pick between the layer's outputs at the zero point moved by +-1, h(z -+ 1), and never hold the
-unclamped z, so the scale term and A_c use h(z) = clip(z) and the node is
-clip(h(z + xi_c) + term).
 
 Each run is exactly the F746's default run of scale_experiment.py's "sparse" method before
 the product's own scales (``zocodegen simulate MODEL --data build/scale/data/CELL-s5-d0.npz
 --epochs 1 --queries 20 --seed S --train sparse --no-scales``: block trials, --lr auto, the
 guard) with the screen's scale group added (``--off``: without it). The product's
-``--scales`` (docs/scale.md section 20) is this group in the form the C engine computes. Nothing of the product changes:
+``--scales`` (docs/scale.md section 20) is this group in the form the C engine computes
+(h(z) where this uses z). Nothing of the product changes:
 the script wraps the layer-wise estimator's ``_layer_queries`` and ``_finish_layer`` and the
 wavefront's forwards (to set each gamma'd layer's multipliers from the parameters the
 forward is given) while it runs. Output: build/scale/gamma/CELL[-sS-dD]-seedS[-off|-stepF]/
@@ -76,9 +71,8 @@ GAMMA_RANGE = (0.25, 4.0)
 class ScaleGroup:
     """The gamma_c of every CH layer the run has perturbed, and their forwards' multipliers."""
 
-    def __init__(self, step: float = 1.0, clamped: bool = False) -> None:
+    def __init__(self, step: float = 1.0) -> None:
         self.step = step  # gamma's step as a multiple of the bias rule's (in output LSB)
-        self.clamped = clamped  # the form C can compute: h(z) for z (see --clamped)
         self.op_of: dict[str, int] = {}  # params key -> op index
         self.base: dict[int, np.ndarray] = {}  # op index -> the model's real multipliers
         self.applied: dict[int, tuple] = {}  # op index -> (kernel, gamma) last set
@@ -127,15 +121,12 @@ class ScaleGroup:
         xs = draws[q:]
         self.xi[layer.index] = xs
         z, tiles = queries.z, layer.output_count // width
-        lo, hi = output_range(graph, layer.op)
-        seen = np.clip(z, lo, hi) if self.clamped else z
-        centered = seen[None] - graph.tensor(layer.output).quant.scalar_zero_point
+        centered = z[None] - graph.tensor(layer.output).quant.scalar_zero_point
         rel = centered * np.tile(xs, tiles).astype(np.int64)
         scale_shift = np.trunc(rel / float(1 << SHIFT) + 0.5 * np.sign(rel)).astype(np.int64)
-        moved = z[None] + np.tile(queries.perturbations, tiles).astype(np.int64)
-        if self.clamped:  # the engine holds h(z + xi), never z + xi
-            moved = np.clip(moved, lo, hi)
-        nodes = np.clip(moved + scale_shift, lo, hi).astype(np.int8)
+        lo, hi = output_range(graph, layer.op)
+        nodes = np.clip(z[None] + np.tile(queries.perturbations, tiles).astype(np.int64)
+                        + scale_shift, lo, hi).astype(np.int8)
         group = wavefront.QueryGroup(layer.op_index, nodes=nodes.reshape(
             (-1,) + env[layer.output].shape[1:]))
         return replace(queries, group=group)
@@ -152,10 +143,8 @@ class ScaleGroup:
         real = self.real_multipliers(graph, layer.op_index)
         coef = float(step_coefficient(eta_t, layer.gscale, plan.inv_nq))
         per_lsb = coef * layer.bias_inv_s2.astype(np.float64) / 65536.0 * real
-        z = queries.z.reshape(-1, layer.channels)
-        if self.clamped:
-            z = np.clip(z, *output_range(graph, layer.op))
-        centered = (z - graph.tensor(layer.output).quant.scalar_zero_point).astype(np.float64)
+        centered = (queries.z.reshape(-1, layer.channels)
+                    - graph.tensor(layer.output).quant.scalar_zero_point).astype(np.float64)
         a = np.maximum(np.sqrt((centered ** 2).mean(axis=0)), float(1 << SHIFT))
         du = per_lsb * g.astype(np.float64) * (1 << SHIFT) / a
         gamma = params.get(self.key(layer), np.ones(layer.channels))
@@ -185,11 +174,6 @@ def main() -> int:
                         help="gamma's step as a multiple of the bias rule's (default 1; 0 "
                              "perturbs gamma and never moves it: what the shared queries "
                              "cost the bias)")
-    parser.add_argument("--clamped", action="store_true",
-                        help="the form the C engine can compute: it holds h(z + xi) and "
-                             "h(z) (the fused activation's clamp applied), never z, so the "
-                             "scale term and A_c use h(z) and the node is clip(h(z + xi) + "
-                             "term)")
     parser.add_argument("--root", type=Path, default=ROOT / "build" / "scale")
     args = parser.parse_args()
     cell = f"{args.cell}-s{args.severity}-d{args.data_seed}"
@@ -199,10 +183,9 @@ def main() -> int:
         scale.write_data(data, args.cell, args.severity, args.data_seed, 64, MODEL, False)
     grid_cell = args.severity == 5 and args.data_seed == 0  # the names of the runs so far
     variant = "-off" if args.off else ("" if args.step == 1.0 else f"-step{args.step:g}")
-    variant += "-clamped" if args.clamped and not args.off else ""
     out = args.root / "gamma" / f"{args.cell if grid_cell else cell}-seed{args.seed}{variant}"
     if not args.off:
-        install(ScaleGroup(args.step, args.clamped))
+        install(ScaleGroup(args.step))
     return cli_main(["simulate", str(MODEL), "--data", str(data), "-o", str(out), "--force",
                      "--epochs", "1", "--queries", "20", "--seed", str(args.seed),
                      "--train", "sparse", "--no-scales"])  # the product's own scales: off
