@@ -89,15 +89,16 @@ def test_inference_on_the_emulated_board_equals_the_tflite_interpreter(board, sp
 
 
 @pytest.mark.parametrize("board", BOARDS)
-@pytest.mark.parametrize("mode", ["full", "sparse"])
+@pytest.mark.parametrize("mode", ["full", "sparse", "scales"])
 def test_training_on_the_emulated_board_equals_the_simulator(board, mode, tmp_path):
-    """--train full, and sparse (block 1 of 2): the board image's checkpoint after three
-    steps is the simulator's, byte for byte."""
+    """--train full, sparse (block 1 of 2), and full with --scales (the filter scales'
+    double arithmetic: soft-float on the F746, the H7B3's FPU): the board image's checkpoint
+    after three steps is the simulator's, byte for byte."""
     model = FIXTURES / "digits_cnn.tflite"
     graph = load_model(model)
     config = TrainConfig(steps=10, queries=3, lr=0.003,
                          **({"mode": "sparse", "blocks": 2, "block": 1} if mode == "sparse"
-                            else {}))
+                            else {"scales": True} if mode == "scales" else {}))
     plan = training_plan(graph, config)
     x, y = _data(graph, plan.num_classes, count=6)
     image = _image(tmp_path, x, y, plan.num_classes)

@@ -10,6 +10,13 @@
 
 #if ZO_TRAIN_SCALES
 
+#if defined(__ARM_FP) && (__ARM_FP & 8)
+/* A double-precision FPU (the H7B3's) is left unused here: libgcc's IEEE routines do the few
+ * double operations a step needs on every board alike, so the emulated boards (whose
+ * Cortex-M7 model has no double-precision unit) run exactly the silicon's code. */
+#pragma GCC target("fpu=fpv5-sp-d16")
+#endif
+
 #define SCALE_RATE 8.0 /* 2^SHIFT x STEP: a query moves a node by xi' (h(z) - zp) / 32, and a
                         * scale takes a quarter of the bias rule's step in output LSB */
 #define SCALE_A2_FLOOR 1024.0 /* 2^(2 SHIFT) */
@@ -29,17 +36,24 @@ static void quantize_multiplier(double real, int32_t *multiplier, int32_t *shift
         real *= 2.0;
         --e;
     }
-    int64_t q = (int64_t)(real * 2147483648.0 + 0.5);
-    if (q == ((int64_t)1 << 31)) {
-        q /= 2;
+    uint32_t q = (uint32_t)(real * 2147483648.0 + 0.5); /* in [2^30, 2^31] */
+    if (q == 0x80000000u) {
+        q /= 2u;
         ++e;
     }
     if (e < -31) {
         e = 0;
-        q = 0;
+        q = 0u;
     }
     *multiplier = (int32_t)q;
     *shift = e;
+}
+
+/* (double)v, correctly rounded, through 32-bit conversions only (libgcc's 64-bit one is
+ * compiled for the board's FPU): the high part times 2^32 is exact, the sum rounds once. */
+static double u64_to_double(uint64_t v)
+{
+    return (double)(uint32_t)(v >> 32) * 4294967296.0 + (double)(uint32_t)v;
 }
 
 /* The multipliers from the scales, as TFLite's Prepare derives them: s_in x s_c / s_out. */
@@ -73,7 +87,7 @@ void zo_scales_update(const zo_train_layer *L, float coef, const int32_t *g,
         const double m0 = S->input_scale * s0 / S->output_scale;
         const double rate = (double)coef * (double)L->bias_inv_s2[c] * 0x1p-16 * m0
                             * SCALE_RATE;
-        double a2 = (double)squares[c] / (double)count;
+        double a2 = u64_to_double((uint64_t)squares[c]) / (double)count;
         if (a2 < SCALE_A2_FLOOR) {
             a2 = SCALE_A2_FLOOR;
         }
