@@ -325,13 +325,18 @@ def _check_batch_one(graph: Graph) -> None:
                             f"{list(t.shape)}")
 
 
+def _trains_scales(config: TrainConfig, op: Op, mode: str) -> bool:
+    """--scales: a CH convolution trains its per-channel filter scales."""
+    return config.scales and mode == "CH" and op.type in SCALED_OP_TYPES
+
+
 def _layer_bytes(graph: Graph, op: Op, config: TrainConfig) -> int:
     """The SRAM a layer's trained copies take (TrainableLayer.parameter_bytes, before the
     plan): with --scales a CH layer's 12 bytes a channel too."""
     bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] else None
     weights, biases = graph.tensor(op.inputs[1]).size, graph.tensor(bias).size if bias else 0
-    scaled = (config.scales and op.type in SCALED_OP_TYPES and REGISTRY[config.estimator]
-              .layer_mode(weights + biases, graph.tensor(op.outputs[0]).size) == "CH")
+    scaled = _trains_scales(config, op, REGISTRY[config.estimator].layer_mode(
+        weights + biases, graph.tensor(op.outputs[0]).size))
     return weights + 4 * biases + (12 * _channels(graph, op)[0] if scaled else 0)
 
 
@@ -477,7 +482,7 @@ def _plan(graph: Graph, config: TrainConfig, chosen: list[int]) -> TrainingPlan:
             w_s2, b_s2, crossing_tensors(graph, k, logits_op),
             crossing_tensors(graph, k + 1, logits_op),
             rule.layer_shift(d) if mode in ("WP", "NP", "CH") else 0,
-            config.scales and mode == "CH" and op.type in SCALED_OP_TYPES))
+            _trains_scales(config, op, mode)))
     other = [f"{layer.index} ({layer.mode})" for layer in layers if layer.mode != "WP"]
     if config.record_scalars and other:
         raise UserError(f"--record-scalars: only weight-perturbation layers can be replayed "

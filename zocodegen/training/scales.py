@@ -63,13 +63,14 @@ def node_term(centered: np.ndarray, xi: np.ndarray) -> np.ndarray:
     return np.sign(x) * ((np.abs(x) + half) >> SHIFT)
 
 
-def multiplier_rates(graph: Graph, layer: TrainableLayer, coef: np.float32) -> np.ndarray:
+def multiplier_rates(graph: Graph, layer: TrainableLayer, coef: np.float32, s0: np.ndarray
+                     ) -> np.ndarray:
     """coef inv_s2[c] 2^-16 M0_c 2^SHIFT STEP per channel (double, in the C order), M0_c the
-    model's real multiplier s_in s0_c / s_out."""
+    model's real multiplier s_in s0_c / s_out (``s0`` the model's scales, float64)."""
     op = layer.op
     s_in = np.float64(graph.tensor(op.inputs[0]).quant.scalar_scale)
     s_out = np.float64(graph.tensor(op.outputs[0]).quant.scalar_scale)
-    m0 = s_in * model_scales(graph, layer).astype(np.float64) / s_out
+    m0 = s_in * s0 / s_out
     rate = np.float64(coef) * layer.bias_inv_s2.astype(np.float64)
     return rate * 2.0 ** -16 * m0 * float((1 << SHIFT) * STEP)
 
@@ -81,7 +82,7 @@ def updated(graph: Graph, layer: TrainableLayer, scales: np.ndarray, coef: np.fl
     s0 = model_scales(graph, layer).astype(np.float64)
     a2 = np.maximum(squares.astype(np.float64) / np.float64(count), A2_FLOOR)
     moved = (scales.astype(np.float64)
-             - s0 * (multiplier_rates(graph, layer, coef) * grad.astype(np.float64) / a2))
+             - s0 * (multiplier_rates(graph, layer, coef, s0) * grad.astype(np.float64) / a2))
     return np.clip(moved, LOWEST * s0, HIGHEST * s0).astype(np.float32)
 
 

@@ -66,14 +66,17 @@ def _layer_queries(graph: Graph, plan: TrainingPlan, layer: TrainableLayer, para
     # CH: every position of channel c moves by the same xi_c (channels are innermost)
     tiles = layer.output_count // width
     shift = np.tile(xi, tiles).astype(np.int64)
-    term, squares = 0, None
+    signs = (1, -1) if cfg.two_sided else (1,)
+    squares = None
     if layer.scaled:  # plus round(xi'_c (h(z) - zp) / 2^SHIFT), from h(z) as C has it
         centered = np.clip(z, lo, hi) - graph.tensor(layer.output).quant.scalar_zero_point
         term = scales.node_term(centered[None], np.tile(scale_xi, tiles))
         squares = (centered.reshape(-1, width) ** 2).sum(axis=0)
-    nodes = np.concatenate([np.clip(np.clip(z[None] + sign * shift, lo, hi) + sign * term,
-                                    lo, hi).astype(np.int8)
-                            for sign in ((1, -1) if cfg.two_sided else (1,))])
+        nodes = np.concatenate([np.clip(np.clip(z[None] + sign * shift, lo, hi) + sign * term,
+                                        lo, hi).astype(np.int8) for sign in signs])
+    else:
+        nodes = np.concatenate([np.clip(z[None] + sign * shift, lo, hi).astype(np.int8)
+                                for sign in signs])
     group = wavefront.QueryGroup(layer.op_index, nodes=nodes.reshape(
         (-1,) + env[layer.output].shape[1:]))
     return _LayerQueries(layer, seed, group, xi, z, scale_xi if layer.scaled else None,
