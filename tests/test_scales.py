@@ -146,11 +146,34 @@ def test_exporting_scales_into_onnx_is_refused(tmp_path):
                      {op.inputs[1]: np.ones(channels, np.float32)})
 
 
-def test_every_c_reader_of_checkpoints_knows_their_version():
-    """The engine writes and the field trainer's slot reader checks the version that
-    checkpoint.py writes (version 3 added the scale counts)."""
+def test_every_c_reader_of_checkpoints_takes_the_generated_header():
+    """The engine and the field trainer's slot reader take the magic, the version and the
+    offsets from include/zo_checkpoint_format.h, generated from checkpoint.py (a copy of the
+    version in zo_field_card.c once made killed field runs restart from step 0), and every
+    offset there is where checkpoint.encode puts its field."""
     import re
     root = FIXTURES.parents[1] / "templates"
     for path in (root / "train" / "zo_checkpoint.c", root / "field" / "zo_field_card.c"):
-        found = re.findall(r"#define \w*CKPT_VERSION (\d+)u", path.read_text())
-        assert found == [str(checkpoint.VERSION)], path
+        text = path.read_text()
+        assert '#include "zo_checkpoint_format.h"' in text, path
+        assert not re.search(r"#define \w*CKPT_\w+", text), path
+        assert not re.search(r"\bh \+ \d+\b|sector \+ \d+\b", text), path
+    macros = dict(re.findall(r"#define (ZO_CKPT_\w+) (\S+)", checkpoint.c_header()))
+    assert macros["ZO_CKPT_VERSION"] == f"{checkpoint.VERSION}u"
+    assert macros["ZO_CKPT_HEADER_BYTES"] == f"{checkpoint.HEADER.size}u"
+    ckpt = checkpoint.Checkpoint(bytes(range(32)), step=0x01020304, seed=0x0A0B0C0D, layers=(),
+                                 lr=1.5, halvings=7, best_step=99, best_correct=55,
+                                 best_loss=-(1 << 40) - 3, rollbacks=4, falling=1)
+    blob = checkpoint.encode(ckpt)
+    offset = {name[len("ZO_CKPT_OFF_"):].lower(): int(value.rstrip("u"))
+              for name, value in macros.items() if name.startswith("ZO_CKPT_OFF_")}
+    u32 = {name: struct.unpack_from("<I", blob, at)[0] for name, at in offset.items()}
+    assert blob[offset["magic"]:offset["magic"] + 8] == checkpoint.MAGIC
+    assert blob[offset["sha256"]:offset["sha256"] + 32] == ckpt.model_sha256
+    assert (u32["version"], u32["header_bytes"], u32["step"], u32["layers"], u32["bytes"],
+            u32["seed"], u32["halvings"], u32["best_step"], u32["best_correct"],
+            u32["rollbacks"], u32["falling"]) == (checkpoint.VERSION, 96, 0x01020304, 0,
+                                                  len(blob), 0x0A0B0C0D, 7, 99, 55, 4, 1)
+    assert struct.unpack_from("<f", blob, offset["lr"])[0] == 1.5
+    assert struct.unpack_from("<q", blob, offset["best_loss"])[0] == ckpt.best_loss
+    assert int(macros["ZO_CKPT_IDENTITY_BYTES"].rstrip("u")) == offset["seed"]

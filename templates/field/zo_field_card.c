@@ -6,16 +6,9 @@
 #include <string.h>
 
 #include "zo_bytes.h"
+#include "zo_checkpoint_format.h"
 #include "zo_crc32.h"
 #include "zo_field.h"
-
-#define CKPT_MAGIC "ZOCKPT01" /* zo_checkpoint.c's header, docs/training.md "Checkpoint" */
-#define CKPT_VERSION 3u /* checkpoint.VERSION (tests/test_scales.py holds them equal) */
-#define CKPT_OFF_SHA256 16u
-#define CKPT_OFF_STEP 48u
-#define CKPT_OFF_BYTES 56u
-#define CKPT_OFF_BEST_STEP 72u
-#define CKPT_HEADER_BYTES 96u
 
 uint32_t zo_field_area_sectors(uint32_t slot)
 {
@@ -52,15 +45,16 @@ int zo_field_slot_read(zo_field_card *c, uint32_t slot, const uint8_t *model_sha
     if (rc != ZO_BLOCKDEV_OK) {
         return rc;
     }
-    const uint32_t bytes = zo_get_u32(c->sector + CKPT_OFF_BYTES);
-    if (memcmp(c->sector, CKPT_MAGIC, 8u) != 0 || zo_get_u32(c->sector + 8) != CKPT_VERSION
-        || memcmp(c->sector + CKPT_OFF_SHA256, model_sha256, 32u) != 0
-        || bytes < CKPT_HEADER_BYTES + 4u || bytes > c->slot * ZO_SECTOR_BYTES) {
+    const uint32_t bytes = zo_get_u32(c->sector + ZO_CKPT_OFF_BYTES);
+    if (memcmp(c->sector, ZO_CKPT_MAGIC, ZO_CKPT_MAGIC_BYTES) != 0
+        || zo_get_u32(c->sector + ZO_CKPT_OFF_VERSION) != ZO_CKPT_VERSION
+        || memcmp(c->sector + ZO_CKPT_OFF_SHA256, model_sha256, 32u) != 0
+        || bytes < ZO_CKPT_HEADER_BYTES + 4u || bytes > c->slot * ZO_SECTOR_BYTES) {
         return ZO_BLOCKDEV_OK; /* never written, another model's, or torn in its header */
     }
     out->bytes = bytes;
-    out->step = zo_get_u32(c->sector + CKPT_OFF_STEP);
-    out->best_step = zo_get_u32(c->sector + CKPT_OFF_BEST_STEP);
+    out->step = zo_get_u32(c->sector + ZO_CKPT_OFF_STEP);
+    out->best_step = zo_get_u32(c->sector + ZO_CKPT_OFF_BEST_STEP);
     for (uint32_t s = 0u; pos < bytes; ++s) { /* the CRC-32 of all but the last 4 bytes */
         if (s > 0u && (rc = zo_blockdev_read(lba + s, 1u, c->sector)) != ZO_BLOCKDEV_OK) {
             return rc;

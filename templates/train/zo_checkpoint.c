@@ -3,14 +3,8 @@
  * parameters, CRC-32 checked; the byte layout of zocodegen/training/checkpoint.py.
  */
 #include "zo_bytes.h"
+#include "zo_checkpoint_format.h"
 #include "zo_train_engine.h"
-
-#define ZO_CKPT_HEADER_BYTES 96u
-#define ZO_CKPT_IDENTITY_BYTES 60u /* what must match; the seed and the guard state follow */
-static const uint8_t ckpt_magic[8] = {'Z', 'O', 'C', 'K', 'P', 'T', '0', '1'};
-
-#define ZO_CKPT_VERSION 3u /* checkpoint.VERSION (tests/test_scales.py holds them equal) */
-#define ZO_CKPT_ENTRY_BYTES 16u /* op index, weight, bias and scale counts */
 
 static uint32_t pad4(uint32_t n)
 {
@@ -39,22 +33,22 @@ static void header_bytes(const zo_train_model *m, const zo_train_state *s, uint3
     uint32_t lr_bits;
     memcpy(&lr_bits, &s->lr, 4);
     memset(h, 0, ZO_CKPT_HEADER_BYTES);
-    memcpy(h, ckpt_magic, sizeof ckpt_magic);
-    zo_put_u32(h + 8, ZO_CKPT_VERSION);
-    zo_put_u32(h + 12, ZO_CKPT_HEADER_BYTES);
-    memcpy(h + 16, m->model_sha256, 32);
-    zo_put_u32(h + 48, step);
-    zo_put_u32(h + 52, m->layer_count);
-    zo_put_u32(h + 56, zo_checkpoint_bytes(m));
-    zo_put_u32(h + 60, s->seed);
-    zo_put_u32(h + 64, lr_bits);
-    zo_put_u32(h + 68, s->halvings);
-    zo_put_u32(h + 72, s->best_step);
-    zo_put_u32(h + 76, s->best_correct);
-    zo_put_u32(h + 80, (uint32_t)(uint64_t)s->best_loss);
-    zo_put_u32(h + 84, (uint32_t)((uint64_t)s->best_loss >> 32));
-    zo_put_u32(h + 88, s->rollbacks);
-    zo_put_u32(h + 92, s->falling);
+    memcpy(h + ZO_CKPT_OFF_MAGIC, ZO_CKPT_MAGIC, ZO_CKPT_MAGIC_BYTES);
+    zo_put_u32(h + ZO_CKPT_OFF_VERSION, ZO_CKPT_VERSION);
+    zo_put_u32(h + ZO_CKPT_OFF_HEADER_BYTES, ZO_CKPT_HEADER_BYTES);
+    memcpy(h + ZO_CKPT_OFF_SHA256, m->model_sha256, 32);
+    zo_put_u32(h + ZO_CKPT_OFF_STEP, step);
+    zo_put_u32(h + ZO_CKPT_OFF_LAYERS, m->layer_count);
+    zo_put_u32(h + ZO_CKPT_OFF_BYTES, zo_checkpoint_bytes(m));
+    zo_put_u32(h + ZO_CKPT_OFF_SEED, s->seed);
+    zo_put_u32(h + ZO_CKPT_OFF_LR, lr_bits);
+    zo_put_u32(h + ZO_CKPT_OFF_HALVINGS, s->halvings);
+    zo_put_u32(h + ZO_CKPT_OFF_BEST_STEP, s->best_step);
+    zo_put_u32(h + ZO_CKPT_OFF_BEST_CORRECT, s->best_correct);
+    zo_put_u32(h + ZO_CKPT_OFF_BEST_LOSS, (uint32_t)(uint64_t)s->best_loss);
+    zo_put_u32(h + ZO_CKPT_OFF_BEST_LOSS + 4, (uint32_t)((uint64_t)s->best_loss >> 32));
+    zo_put_u32(h + ZO_CKPT_OFF_ROLLBACKS, s->rollbacks);
+    zo_put_u32(h + ZO_CKPT_OFF_FALLING, s->falling);
 }
 
 static void table_entry(const zo_train_layer *L, uint8_t *e)
@@ -122,12 +116,13 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     if (source(context, h, ZO_CKPT_HEADER_BYTES) != 0) {
         return ZO_TRAIN_ERR_IO;
     }
-    header_bytes(m, s, zo_get_u32(h + 48), expect);
+    header_bytes(m, s, zo_get_u32(h + ZO_CKPT_OFF_STEP), expect);
     /* the run's seed and the guard state are the checkpoint's own, not enforced, except
      * that a pending fall count below the build's rollback count */
     const uint32_t falls = m->guard != NULL && m->guard->guard ? m->guard->falls_to_roll_back
                                                                : 1u;
-    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0 || zo_get_u32(h + 92) >= falls) {
+    if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0
+        || zo_get_u32(h + ZO_CKPT_OFF_FALLING) >= falls) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);
@@ -242,14 +237,15 @@ int zo_checkpoint_load(const zo_train_model *m, zo_train_state *s, zo_byte_sourc
     if (read != ZO_TRAIN_OK) {
         return read;
     }
-    s->step = zo_get_u32(h + 48);
-    s->seed = zo_get_u32(h + 60);
-    memcpy(&s->lr, h + 64, 4);
-    s->halvings = zo_get_u32(h + 68);
-    s->best_step = zo_get_u32(h + 72);
-    s->best_correct = zo_get_u32(h + 76);
-    s->best_loss = (int64_t)((uint64_t)zo_get_u32(h + 80) | ((uint64_t)zo_get_u32(h + 84) << 32));
-    s->rollbacks = zo_get_u32(h + 88);
-    s->falling = zo_get_u32(h + 92);
+    s->step = zo_get_u32(h + ZO_CKPT_OFF_STEP);
+    s->seed = zo_get_u32(h + ZO_CKPT_OFF_SEED);
+    memcpy(&s->lr, h + ZO_CKPT_OFF_LR, 4);
+    s->halvings = zo_get_u32(h + ZO_CKPT_OFF_HALVINGS);
+    s->best_step = zo_get_u32(h + ZO_CKPT_OFF_BEST_STEP);
+    s->best_correct = zo_get_u32(h + ZO_CKPT_OFF_BEST_CORRECT);
+    s->best_loss = (int64_t)((uint64_t)zo_get_u32(h + ZO_CKPT_OFF_BEST_LOSS)
+                             | ((uint64_t)zo_get_u32(h + ZO_CKPT_OFF_BEST_LOSS + 4) << 32));
+    s->rollbacks = zo_get_u32(h + ZO_CKPT_OFF_ROLLBACKS);
+    s->falling = zo_get_u32(h + ZO_CKPT_OFF_FALLING);
     return ZO_TRAIN_OK;
 }

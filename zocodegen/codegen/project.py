@@ -26,6 +26,7 @@ from ..planner.patches import best_patched_arena
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import (DEFAULT_TARGET, TARGET_NAMES, Target, check_baud, load_target,
                       target_data)
+from ..training import checkpoint
 from ..training.config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, TrainConfig
 from ..training.estimators import ENGINE_SOURCES, REGISTRY, engine_sources
 from ..training.plan import trainable_ops, training_plans
@@ -424,6 +425,7 @@ def render_model(env: jinja2.Environment, context: dict, files: dict[str, str],
         files["include/zo_status_names.h"] = status.c_names()
     if plan.training is not None:
         _render_training(env, render, plan.options.train.estimator, plan.training, leave_out)
+        files["include/zo_checkpoint_format.h"] = checkpoint.c_header()
 
 
 #: The block device of every firmware: the host serves the image over the host link.

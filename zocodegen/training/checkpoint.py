@@ -4,7 +4,7 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
 
     0   8  magic "ZOCKPT01"
     8   4  format version (3)
-    12  4  header bytes (64)
+    12  4  header bytes (96)
     16 32  sha256 of the model file the parameters belong to
     48  4  completed optimisation steps t (training resumes at step t)
     52  4  layer count L
@@ -43,8 +43,17 @@ from ..errors import DataError
 MAGIC = b"ZOCKPT01"
 VERSION = 3
 TABLE_ENTRY = struct.Struct("<IIII")
-HEADER = struct.Struct("<8sII32sIIIIfIIIqII")
+#: The header's fields in order, each with its struct code: the offsets of ``c_header``'s
+#: macros come from here, so the C and the Python cannot disagree on a field's place.
+HEADER_FIELDS = (("magic", "8s"), ("version", "I"), ("header_bytes", "I"), ("sha256", "32s"),
+                 ("step", "I"), ("layers", "I"), ("bytes", "I"), ("seed", "I"), ("lr", "f"),
+                 ("halvings", "I"), ("best_step", "I"), ("best_correct", "I"),
+                 ("best_loss", "q"), ("rollbacks", "I"), ("falling", "I"))
+HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 NO_BEST = 0xFFFFFFFF
+#: The fields up to the seed must match the model and its plan for a checkpoint to load; the
+#: seed and the guard state after them are the run's own.
+IDENTITY_END = "seed"
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,38 @@ def encode(ckpt: Checkpoint) -> bytes:
                        ckpt.falling)
     body = head + table + bytes(data)
     return body + struct.pack("<I", zlib.crc32(body))
+
+
+def header_offsets() -> dict[str, int]:
+    """Byte offset of every header field (little-endian, no padding)."""
+    offsets, at = {}, 0
+    for name, code in HEADER_FIELDS:
+        offsets[name] = at
+        at += struct.calcsize("<" + code)
+    return offsets
+
+
+def c_header() -> str:
+    """include/zo_checkpoint_format.h: the magic, the version, the sizes and the header's
+    field offsets as C macros, for the engine (zo_checkpoint.c) and the field trainer's
+    slot reader (zo_field_card.c) alike."""
+    magic = MAGIC.decode("ascii")
+    lines = ["/* zo_checkpoint_format.h - checkpoint.bin's header (docs/training.md "
+             '"Checkpoint").', " * Generated from zocodegen/training/checkpoint.py, which "
+             "the simulator and the host", " * read too. Do not edit: change it there. */",
+             "#ifndef ZO_CHECKPOINT_FORMAT_H", "#define ZO_CHECKPOINT_FORMAT_H", "",
+             f'#define ZO_CKPT_MAGIC "{magic}" /* {len(MAGIC)} bytes, no terminator */',
+             f"#define ZO_CKPT_MAGIC_BYTES {len(MAGIC)}u",
+             f"#define ZO_CKPT_VERSION {VERSION}u",
+             f"#define ZO_CKPT_HEADER_BYTES {HEADER.size}u",
+             f"#define ZO_CKPT_ENTRY_BYTES {TABLE_ENTRY.size}u /* op index, weight, bias and "
+             "scale counts */",
+             f"#define ZO_CKPT_IDENTITY_BYTES {header_offsets()[IDENTITY_END]}u /* what must "
+             "match; the seed and the guard state follow */",
+             "", "/* field offsets */"]
+    lines += [f"#define ZO_CKPT_OFF_{name.upper()} {offset}u"
+              for name, offset in header_offsets().items()]
+    return "\n".join(lines + ["", "#endif", ""])
 
 
 def decode(blob: bytes, source: str = "checkpoint") -> Checkpoint:
