@@ -103,13 +103,17 @@ def memory(model: Path, target: str, mode: str, tmp: Path, options: tuple[str, .
 def step_instructions(model: Path, target: str, mode: str, queries: int, tmp: Path,
                       options: dict | None = None) -> int:
     """One training step's instructions under QEMU -icount with the target's budget
-    (host/device_time.py); ``options``: more TrainConfig fields (e.g. bp_layers=1,
-    estimator="int8")."""
+    (host/device_time.py), with the command line's defaults; ``options``: more TrainConfig
+    fields (e.g. bp_layers=1, estimator="int8")."""
     from zocodegen.host.device_time import step_instructions as measure
-    from zocodegen.training.config import TrainConfig
-    config = TrainConfig(**{"queries": queries, "mode": mode,
-                            "block": 0 if mode == "sparse" else None, **(options or {})})
-    return measure(model, target, config, tmp)
+    from zocodegen.training.config import SCALES_BY_DEFAULT, TrainConfig, scales_apply
+    fields = {"queries": queries, "mode": mode, "block": 0 if mode == "sparse" else None,
+              **(options or {})}
+    base = TrainConfig(**fields)
+    # the scales as the command line's default takes them (TrainConfig() leaves them off)
+    scales = SCALES_BY_DEFAULT and scales_apply(base.estimator, base.distribution,
+                                                base.query_batch)
+    return measure(model, target, TrainConfig(**{"scales": scales, **fields}), tmp)
 
 
 def measure_rows(job: dict) -> list[dict]:
