@@ -490,10 +490,15 @@ class Trainer:
             self._start_confirmed = e
         elif e.kind == p.EventKind.CONFIRM:
             start, of = self._start_confirmed, max(1, e.of)
-            what = "the last parameters" if e.step == self.identity.steps else "the best"
-            self._say(f"guard: on the last {e.of} training records, which no check saw, "
-                      f"{what} (step {e.step}) gets {e.correct} right, loss "
-                      f"{e.loss_q16 / 65536 / of:.4f}, the start {start.correct}, loss "
+            last = e.step == self.identity.steps  # then the validation records count too
+            what = "the last parameters" if last else "the best"
+            where = (f"on the last training records, which no check saw, and the validation "
+                     f"records of its last check ({e.of} records)" if last else
+                     f"on the last {e.of} training records, which no check saw")
+            net = e.correct - start.correct  # e.steps: the records where the two disagree
+            self._say(f"guard: {where}, {what} (step {e.step}) gets {(e.steps + net) // 2} "
+                      f"record(s) right that the start gets wrong and {(e.steps - net) // 2} "
+                      f"the other way, loss {e.loss_q16 / 65536 / of:.4f} against "
                       f"{start.loss_q16 / 65536 / of:.4f}")
         elif e.kind == p.EventKind.LR_TRIAL:
             self._trials.append((e.loss_q16, e.steps))

@@ -26,6 +26,11 @@ guard: step 48: validation 33.7% fell below the best (40/101 at step 40); rolled
 CONFIRMATION = ("guard: step 900: on the last 128 training records, which no check saw, the "
                 "best (step 328) gets 105 right, loss 0.6341, the start 106, loss 0.7579: "
                 "the result is the start (the best did not confirm)\n")
+LAST_CONFIRMATION = ("guard: step 900: on the last 128 training records, which no check saw, "
+                     "and the 101 validation records of its last check, the last parameters "
+                     "(step 900) gets 9 record(s) right that the start gets wrong and 2 the "
+                     "other way, loss 0.7250 against 0.7530: the result is the last "
+                     "parameters\n")
 SPARSE = """block 0: 64 trial records; held-out 60 -> 68 of 256 correct, mean loss 2.410 -> 2.106  <- selected
 block 1: 64 trial records; held-out 60 -> 56 of 256 correct, mean loss 2.410 -> 2.348
 block 2: 64 trial records; held-out 60 -> 59 of 256 correct, mean loss 2.410 -> 2.402
@@ -60,6 +65,10 @@ def test_every_step_check_and_record_is_counted_once():
     assert confirmed.confirm_records == 128
     assert dt.seconds_at(899, confirmed, costs) == dt.seconds_at(899, shape, costs)
     assert dt.seconds_at(900, confirmed, costs) == (compute + 256 * 0.5, link + 256)
+    # the last parameters are compared on the validation records too: 2 x (128 + 101)
+    last = dt.run_shape(LOG + LAST_CONFIRMATION, 900, 1)
+    assert last.confirm_records == 229
+    assert dt.seconds_at(900, last, costs) == (compute + 458 * 0.5, link + 458)
 
 
 def test_sparse_block_trials_cost_their_own_blocks():

@@ -134,7 +134,7 @@ int zo_link_telemetry(uint32_t step, int32_t layer, int32_t loss_q16, float lr,
 }
 
 static const char *const decisions[] = {"", ", best", ", rolled back", ", the best is the result",
-                                        ", the best did not confirm: the start is the result"};
+                                        ", the result did not confirm: the start is the result"};
 
 /* The guard's checks and --lr auto's trials (docs/link.md "Events"): a line and a log entry. */
 int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correct,
@@ -162,11 +162,11 @@ int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correc
         }
     } else if (kind == ZO_EVENT_CONFIRM) {
         if (step) {
-            zo_line_u64(&l, "confirmation: the best of step ", step);
+            zo_line_u64(&l, "confirmation: the result of step ", step);
         } else {
             zo_line_text(&l, "confirmation: the start");
         }
-        zo_line_u64(&l, ": training records ", correct);
+        zo_line_u64(&l, ": records ", correct);
         zo_line_u64(&l, " of ", of);
     } else if (kind == ZO_EVENT_LR_TRIAL) {
         field_line_fixed(&l, "lr trial eta ", eta_ppm, 6u);

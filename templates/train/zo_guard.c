@@ -27,8 +27,31 @@ static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
     return n < m->guard->samples ? n : m->guard->samples;
 }
 
-int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
-               uint32_t records, zo_score *out)
+/* Which records a measurement got right: marked (bit at + i set when record i is right),
+ * or compared with a marked measurement of other parameters on the same records. */
+typedef struct {
+    uint8_t *bits;
+    uint32_t at;     /* the first record's bit */
+    int compare;     /* 0: mark; 1: count against the marks */
+    uint32_t gained; /* compare: marked right, this measurement wrong */
+    uint32_t lost;   /* compare: this measurement right, marked wrong */
+} zo_marks;
+
+static void mark(zo_marks *k, uint32_t i, int right)
+{
+    const uint32_t bit = k->at + i;
+    const int marked = (k->bits[bit >> 3] >> (bit & 7u)) & 1;
+    if (!k->compare) {
+        k->bits[bit >> 3] |= (uint8_t)(right << (bit & 7u));
+    } else if (marked && !right) {
+        ++k->gained;
+    } else if (right && !marked) {
+        ++k->lost;
+    }
+}
+
+static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
+                   uint32_t records, zo_score *out, zo_marks *marks)
 {
     uint8_t *arena = model_arena();
     const int8_t *logits = (const int8_t *)(arena + m->logits_offset);
@@ -53,8 +76,17 @@ int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first
         }
         out->correct += best == label ? 1u : 0u;
         out->loss += zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
+        if (marks != NULL) {
+            mark(marks, i, best == label);
+        }
     }
     return ZO_TRAIN_OK;
+}
+
+int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
+               uint32_t records, zo_score *out)
+{
+    return measure(m, img, split, first, records, out, NULL);
 }
 
 static uint32_t isqrt(uint32_t v)
@@ -97,12 +129,13 @@ static int falls(const zo_score *a, const zo_train_state *s, uint32_t records)
            || a->loss > s->best_loss + s->best_loss / 4;
 }
 
-/* At the run's last check: the last parameters become the best, and so the result, once a
- * check has beaten the start, unless they fall below the best (training/guard.py
- * last_is_result): the best is the maximum of many noisy checks, often an early one. */
+/* At the run's last check: the last parameters become the best, and so the result unless the
+ * confirmation keeps the start, whenever they do not fall below the best, the start included
+ * (training/guard.py last_is_result): the best is the maximum of many noisy checks, often an
+ * early one, and a real gain of a few points rarely beats the start's margin on one check. */
 static int last_is_result(const zo_score *a, const zo_train_state *s, uint32_t records)
 {
-    return s->best_step != 0u && !falls(a, s, records);
+    return !falls(a, s, records);
 }
 
 /* The best slot's parameters into the SRAM copies; the run's state stays as it is. */
@@ -122,57 +155,76 @@ static void restore_start(const zo_train_model *m, zo_train_state *s)
     *s = keep;
 }
 
-static void report_confirm(zo_guard_report report, uint32_t step, const zo_score *sc,
-                           uint32_t records)
-{
-    zo_guard_event e;
-    memset(&e, 0, sizeof e);
-    e.kind = ZO_EVENT_CONFIRM;
-    e.step = step;
-    e.correct = sc->correct;
-    e.of = records;
-    e.loss_q16 = sc->loss;
-    report(&e);
-}
-
-/* The end of a run whose best is not the start (training/guard.py confirmed): the best and
- * the start on the training split's last records, which no check saw; the best stays the
- * result only with no fewer correct AND a lower loss sum there. Otherwise the start is the
- * result and the best slot (written as of step 0, as a best slot's step is its best step),
- * measured on the validation records as the baseline was.
- * SRAM holds the best's parameters on entry; *kept says which is the result. */
+/* The end of a run whose result is not the start (training/guard.py confirmed): the result
+ * and the start on the training split's last records, which no check saw, and, when the
+ * result is the last parameters (last), on the validation records too. The result stays only
+ * if its net gain over the start on the records where the two disagree stands out of their
+ * number (100 net^2 >= confirm_z2 disagreements, confirm_z2 = 100 Z^2) and a lower loss sum.
+ * Otherwise the start is the result and the best slot (written as of step 0, as a best
+ * slot's step is its best step), scored on the validation records as the baseline was.
+ * SRAM holds the result's parameters on entry; *kept says which is the result. The CONFIRM
+ * events carry both scores; the result's `steps` is the records where they disagree. */
 static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
-                   uint32_t records, zo_guard_report report, int *kept)
+                   uint32_t records, int last, zo_guard_report report, int *kept)
 {
     const uint32_t train = zo_image_count(img, ZO_SPLIT_TRAIN);
     const uint32_t n = train < m->guard->samples ? train : m->guard->samples;
-    zo_score best, start;
-    int rc = zo_measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &best);
+    const uint32_t val = last ? records : 0u;
+    uint8_t bits[ZO_GUARD_MARK_BYTES];
+    zo_marks marks = {bits, 0u, 0, 0u, 0u};
+    zo_score result, start, part, baseline;
+    memset(bits, 0, sizeof bits);
+    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &result, &marks);
+    marks.at = n;
+    if (rc == ZO_TRAIN_OK && last) {
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, val, &part, &marks);
+        result.correct += part.correct;
+        result.loss += part.loss;
+    }
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
     restore_start(m, s);
-    rc = zo_measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start);
+    marks.at = 0u;
+    marks.compare = 1;
+    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start, &marks);
+    marks.at = n;
+    if (rc == ZO_TRAIN_OK) { /* the start's validation score: the comparison's, the baseline's */
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline, last ? &marks : NULL);
+    }
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
-    report_confirm(report, 0u, &start, n);
-    report_confirm(report, s->best_step, &best, n);
-    *kept = best.correct >= start.correct && best.loss < start.loss;
+    if (last) {
+        start.correct += baseline.correct;
+        start.loss += baseline.loss;
+    }
+    zo_guard_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = ZO_EVENT_CONFIRM;
+    e.of = n + val;
+    e.correct = start.correct;
+    e.loss_q16 = start.loss;
+    report(&e);
+    e.step = s->best_step;
+    e.correct = result.correct;
+    e.loss_q16 = result.loss;
+    e.steps = marks.gained + marks.lost;
+    report(&e);
+    const uint32_t net = marks.gained > marks.lost ? marks.gained - marks.lost : 0u;
+    *kept = net > 0u
+            && 100u * (uint64_t)net * net >= (uint64_t)m->guard->confirm_z2 * e.steps
+            && result.loss < start.loss;
     if (*kept) {
         return restore_best(m, s, img);
     }
-    zo_score baseline;
-    rc = zo_measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline);
-    if (rc == ZO_TRAIN_OK) {
-        const uint32_t done = s->step;
-        s->best_step = 0u;
-        s->best_correct = baseline.correct;
-        s->best_loss = baseline.loss;
-        s->step = 0u;
-        rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
-        s->step = done;
-    }
+    const uint32_t done = s->step;
+    s->best_step = 0u;
+    s->best_correct = baseline.correct;
+    s->best_loss = baseline.loss;
+    s->step = 0u;
+    rc = zo_checkpoint_to_image(m, s, img, ZO_SLOT_BEST);
+    s->step = done;
     return rc;
 }
 
@@ -325,7 +377,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     }
     if (rc == ZO_TRAIN_OK && last && s->best_step != 0u) {
         int kept = 1;
-        rc = confirm(m, s, img, records, report, &kept);
+        rc = confirm(m, s, img, records, s->best_step == done, report, &kept);
         decision = kept ? decision : ZO_DECISION_START;
     }
     report_check(report, done, &sc, records, decision, s->halvings);

@@ -176,6 +176,8 @@ typedef struct {
     uint32_t samples;         /* at most this many validation records per check */
     uint32_t min_samples;     /* fewer validation records than this: ZO_TRAIN_ERR_VAL */
     uint32_t falls_to_roll_back; /* checks in a row below the best before a rollback */
+    uint32_t confirm_z2;         /* the end's confirmation: net^2 >= confirm_z2 / 100 x
+                                  * the records on which result and start disagree */
     uint32_t trial_steps;     /* steps of each lr trial */
     uint32_t candidate_count;
     const float *candidates;  /* smallest first */

@@ -15,7 +15,8 @@ from ..numerics import quantize_multiplier
 from ..reference.common import output_range
 from ..training.backprop import Head, backward_factors
 from ..training.checkpoint import encoded_size
-from ..training.guard import FALLS_TO_ROLL_BACK, MIN_VAL_RECORDS, guard_schedule
+from ..training.guard import (CONFIRM_Z2, FALLS_TO_ROLL_BACK, MIN_VAL_RECORDS,
+                              guard_schedule)
 from ..training.int8 import q16
 from ..errors import UserError
 from ..ops.table import OPS
@@ -288,6 +289,7 @@ class GuardCode:
     samples: int
     min_samples: int
     falls_to_roll_back: int
+    confirm_z2: int
     trial_steps: int
     candidates: tuple[str, ...]
 
@@ -590,8 +592,8 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     guards = None
     if cfg.guard or cfg.lr_auto:
         guards = tuple(GuardCode(cfg.guard, cfg.lr_auto, g.every, g.samples, MIN_VAL_RECORDS,
-                                 FALLS_TO_ROLL_BACK, g.trial_steps, tuple(c_float(np.float32(c))
-                                                      for c in g.candidates))
+                                 FALLS_TO_ROLL_BACK, CONFIRM_Z2, g.trial_steps,
+                                 tuple(c_float(np.float32(c)) for c in g.candidates))
                        for g in map(guard_schedule, plans))
     largest = max(encoded_size((layer.weight_count, layer.bias_count, layer.scale_count)
                                for layer in p.layers) for p in plans)

@@ -258,7 +258,7 @@ class EventKind(enum.IntEnum):
     GUARD_CHECK = 1
     LR_TRIAL = 2
     LR_CHOSEN = 3
-    CONFIRM = 4  # the end of the run: the start (step 0) or the best on held-back records
+    CONFIRM = 4  # the end of the run: the start (step 0) or the result on held-back records
 
 
 class Decision(enum.IntEnum):
@@ -267,7 +267,7 @@ class Decision(enum.IntEnum):
     BEST = 1  # a new best: saved to the best slot
     ROLLBACK = 2  # validation fell: the best parameters back, eta halved
     RESTORE = 3  # the last step: the best parameters are the result
-    START = 4  # the last step: the best did not confirm, the start is the result
+    START = 4  # the last step: the result did not confirm, the start is the result
 
 
 @dataclass(frozen=True)
@@ -282,7 +282,7 @@ class Event:
     loss_q16: int
     halvings: int = 0
     eta_ppm: int = 0  # --lr auto: the candidate (trial) or the winner (chosen)
-    steps: int = 0  # --lr auto: steps of the trial
+    steps: int = 0  # --lr auto: steps of the trial; CONFIRM: records where the two disagree
 
     def text(self) -> str:
         """The event as a log line of key=value pairs."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,8 +23,8 @@ from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
 from .data import Dataset, load_dataset
-from .guard import (GuardState, Score, confirmation_records, guard_schedule, trials_tied,
-                    validation_count)
+from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
+                    trials_tied, validation_count)
 from .plan import TrainingPlan, check_blocks, loss_head, training_plans
 
 #: Where a run's progress lines go: the command line passes print; the API is silent unless
@@ -401,7 +402,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
     record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0,
-                  confirmation_records=len(guard.y_confirm) if guard and guard.confirmation
+                  confirmation_records=guard.confirmation[2] if guard and guard.confirmation
                   else 0)
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
@@ -424,16 +425,17 @@ def _accuracy_split(data: Dataset) -> tuple[str, np.ndarray | None, np.ndarray |
 
 def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> str:
     """Why the run's result equals the parameters it started from ("" when it differs): the
-    guard kept the start, no check having beaten it, or every update rounded to zero."""
+    guard kept the start (the result did not confirm against it, or the last check fell below
+    it), or every update rounded to zero."""
     if resumed or any(not np.array_equal(start[k], params[k]) for k in start):
         return ""
     if guard is not None and guard.state.best_step == 0 and guard.confirmation:
-        return (f"the best (step {guard.confirmation[2]}) did not confirm on the last "
-                f"{len(guard.y_confirm)} training records, which no check saw")
+        return (f"the result (step {guard.confirmation[1]}) did not confirm against the start "
+                f"on the last {len(guard.y_confirm)} training records, which no check saw")
     if guard is not None and guard.state.best_step == 0:
         best = guard.state.best
-        return (f"no check beat the start ({best.correct}/{len(guard.y_val)} validation "
-                "records correct before training)")
+        return (f"the last check fell below the start ({best.correct}/{len(guard.y_val)} "
+                "validation records correct before training)")
     return "every update rounded to zero (try a larger --lr or more --queries)"
 
 
@@ -448,10 +450,17 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
     if guard.confirmation is None:
         return (f"guard: step {record.step}: the result is the best validated parameters "
                 f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
-    start, chosen, step = guard.confirmation
+    comparison, step, records = guard.confirmation
     what = "the last parameters" if step == record.step else "the best"  # guard.last_is_result
-    return (f"guard: step {record.step}: on the last {len(guard.y_confirm)} training records, "
-            f"which no check saw, {what} (step {step}) gets {chosen.correct} right, loss "
-            f"{chosen.loss / 65536 / len(guard.y_confirm):.4f}, the start {start.correct}, "
-            f"loss {start.loss / 65536 / len(guard.y_confirm):.4f}: the result is "
-            + (what if record.event != "start" else f"the start ({what} did not confirm)"))
+    where = (f"on the last {len(guard.y_confirm)} training records, which no check saw"
+             + (f", and the {len(guard.y_val)} validation records of its last check"
+                if step == record.step else ""))
+    c = comparison
+    return (f"guard: step {record.step}: {where}, {what} (step {step}) gets {c.gained} "
+            f"record(s) right that the start gets wrong and {c.lost} the other way, loss "
+            f"{c.loss / 65536 / records:.4f} against {c.start_loss / 65536 / records:.4f}: "
+            "the result is "
+            + (what if record.event != "start" else
+               f"the start ({what} did not confirm: a net gain of at least "
+               f"{math.sqrt(CONFIRM_Z2 / 100):.2f} sqrt({c.gained + c.lost}) and a lower loss "
+               "needed)"))

@@ -21,8 +21,8 @@ from . import scales
 from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
-from .guard import (FALLS_TO_ROLL_BACK, GuardSchedule, GuardState, Score, confirmed,
-                    last_is_result, lr_scale, new_best)
+from .guard import (FALLS_TO_ROLL_BACK, Comparison, GuardSchedule, GuardState, Score,
+                    confirmed, last_is_result, lr_scale, new_best)
 from .plan import TrainingPlan
 from .prng import step_seed
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
@@ -197,6 +197,22 @@ def validation_score(graph: Graph, plan: TrainingPlan, params: Params, x: np.nda
                  int(losses_q16(plan, logits, y).sum()))
 
 
+def compare(graph: Graph, plan: TrainingPlan, result: Params, start: Params, x: np.ndarray,
+            y: np.ndarray) -> Comparison:
+    """The end's confirmation on records x, y: which of them only the result or only the
+    start classifies right, and both loss sums (what zo_guard.c's confirm counts)."""
+    right, loss = [], []
+    for params in (result, start):
+        env = {graph.inputs[0]: x}
+        env.update(params)
+        logits = forward(graph, env, 0, plan.logits_op, (plan.logits,))[plan.logits].reshape(
+            len(x), -1)
+        right.append(logits.argmax(axis=1) == y)
+        loss.append(int(losses_q16(plan, logits, y).sum()))
+    return Comparison(int((right[0] & ~right[1]).sum()), int((right[1] & ~right[0]).sum()),
+                      loss[0], loss[1])
+
+
 def choose_lr(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.ndarray,
               x_val: np.ndarray, y_val: np.ndarray, schedule: GuardSchedule
               ) -> tuple[float, tuple[Score, ...]]:
@@ -239,7 +255,8 @@ class Guard:
     y_confirm: np.ndarray
     start_params: Params  # the parameters before training, the end's alternative
     best_params: Params | None = None
-    confirmation: tuple[Score, Score, int] | None = None  # the end's start, best, best step
+    # the end's comparison of the result with the start, the result's step, the records
+    confirmation: tuple[Comparison, int, int] | None = None
 
     def baseline(self, graph: Graph, plan: TrainingPlan, params: Params) -> Score:
         """The check before the first step: the parameters to beat."""
@@ -273,17 +290,23 @@ class Guard:
             params, event = self.best_params, "rollback"
         if last and self.state.best_step != done and event != "rollback":
             params, event = self.best_params, "restore"
-        if last and self.state.best_step != 0 and not self._confirm(graph, plan):
+        if last and self.state.best_step != 0 and not self._confirm(
+                graph, plan, self.state.best_step == done):
             params, event = self.start_params, "start"
         return params, score, event
 
-    def _confirm(self, graph: Graph, plan: TrainingPlan) -> bool:
-        """Whether the best stays the result (guard.confirmed); if not, the start is the
-        best again, scored on the validation records as its baseline was."""
-        best, start = (validation_score(graph, plan, p, self.x_confirm, self.y_confirm)
-                       for p in (self.best_params, self.start_params))
-        self.confirmation = (start, best, self.state.best_step)
-        if confirmed(best, start):
+    def _confirm(self, graph: Graph, plan: TrainingPlan, last: bool) -> bool:
+        """Whether the result stays (guard.confirmed): compared with the start on the
+        confirmation records and, for the last parameters, the validation records too; if
+        not, the start is the best again, scored on the validation records as its baseline
+        was."""
+        sets = [(self.x_confirm, self.y_confirm)] + ([(self.x_val, self.y_val)] if last else [])
+        comparison = compare(graph, plan, self.best_params, self.start_params, *sets[0])
+        if last:
+            comparison += compare(graph, plan, self.best_params, self.start_params, *sets[1])
+        self.confirmation = (comparison, self.state.best_step,
+                             sum(len(y) for _, y in sets))
+        if confirmed(comparison):
             return True
         baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
         self.state = replace(self.state, best_step=0, best=baseline)
