@@ -42,7 +42,8 @@ from doc_sections import replace_section  # noqa: E402
 from zocodegen.formats.link import DEFAULT_BAUD  # noqa: E402
 from zocodegen.frontends import load_model  # noqa: E402
 from zocodegen.host import device_time as dt  # noqa: E402
-from zocodegen.training.config import DEFAULT_ESTIMATOR, TrainConfig  # noqa: E402
+from zocodegen.training.config import (DEFAULT_ESTIMATOR, SCALES_BY_DEFAULT,  # noqa: E402
+                                       TrainConfig)
 
 MODEL = ROOT / "tests" / "fixtures" / "scale_model.tflite"
 MODEL_128 = ROOT / "tests" / "fixtures" / "scale_model_128.tflite"
@@ -87,15 +88,16 @@ class Method:
         return f"{self.key}-{self.variant}" if self.variant else self.key
 
 
-# The methods that take the default estimator name it in their run directories, so a run
-# made under an older default is never read back as today's (np-channel since
-# docs/scale.md section 15; adaptive before).
-OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULT_ESTIMATOR)
+# The methods that take the default estimator name it (and the scales, on by default since
+# docs/scale.md section 20) in their run directories, so a run made under an older default
+# is never read back as today's (np-channel since section 15; adaptive before).
+DEFAULTS = DEFAULT_ESTIMATOR + ("-scales" if SCALES_BY_DEFAULT else "")
+OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULTS)
 SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
-                ("--train", "sparse"), "stm32f746", "sparse", variant=DEFAULT_ESTIMATOR)
+                ("--train", "sparse"), "stm32f746", "sparse", variant=DEFAULTS)
 MEZO = Method("mezo", "MeZO, same forward passes", ("--estimator", "mezo"), None)
 HYBRID = Method("hybrid-1", "ElasticZO hybrid C = 1 (last layer by BP)", ("--bp-layers", "1"),
-                "stm32h7b3", variant=DEFAULT_ESTIMATOR)
+                "stm32h7b3", variant=DEFAULTS)
 #: the default before section 15: WP or NP per layer (paper Sec. 3.3), full and sparse
 ADAPTIVE = Method("adaptive", "adaptive WP / NP, full training (the default before)",
                   ("--estimator", "adaptive"), "stm32h7b3")
@@ -105,7 +107,7 @@ SPARSE_ADAPTIVE = Method("sparse-adaptive", "adaptive WP / NP, sparse (the defau
 #: the same forwards per record in a quarter of the steps: does averaging four records' loss
 #: differences keep what a step learns off the records it saw? (docs/scale.md section 14)
 BATCH_4 = Method("ours-b4", "ours, 4 records a step", ("--batch", "4"), "stm32h7b3", batch=4,
-                 variant=DEFAULT_ESTIMATOR)
+                 variant=DEFAULTS)
 #: + "bp-256", whose layers depend on the model; MEZO, ADAPTIVE, SPARSE_ADAPTIVE and BATCH_4
 #: only when --methods names them.
 METHODS = (OURS, SPARSE, HYBRID)
