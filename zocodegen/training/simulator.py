@@ -189,12 +189,16 @@ def validation_score(graph: Graph, plan: TrainingPlan, params: Params, x: np.nda
                      y: np.ndarray) -> Score:
     """The guard's measurement: correct argmax of the logits (lowest index on ties) and the
     sum of Q16 losses, over the records given."""
-    env = {graph.inputs[0]: x}
-    env.update(params)
-    logits = forward(graph, env, 0, plan.logits_op, (plan.logits,))[plan.logits].reshape(
-        len(x), -1)
+    logits = _logits(graph, plan, params, x)
     return Score(int((logits.argmax(axis=1) == y).sum()),
                  int(losses_q16(plan, logits, y).sum()))
+
+
+def _logits(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray) -> np.ndarray:
+    env = {graph.inputs[0]: x}
+    env.update(params)
+    return forward(graph, env, 0, plan.logits_op, (plan.logits,))[plan.logits].reshape(
+        len(x), -1)
 
 
 def compare(graph: Graph, plan: TrainingPlan, result: Params, start: Params, x: np.ndarray,
@@ -203,10 +207,7 @@ def compare(graph: Graph, plan: TrainingPlan, result: Params, start: Params, x: 
     start classifies right, and both loss sums (what zo_guard.c's confirm counts)."""
     right, loss = [], []
     for params in (result, start):
-        env = {graph.inputs[0]: x}
-        env.update(params)
-        logits = forward(graph, env, 0, plan.logits_op, (plan.logits,))[plan.logits].reshape(
-            len(x), -1)
+        logits = _logits(graph, plan, params, x)
         right.append(logits.argmax(axis=1) == y)
         loss.append(int(losses_q16(plan, logits, y).sum()))
     return Comparison(int((right[0] & ~right[1]).sum()), int((right[1] & ~right[0]).sum()),
@@ -300,12 +301,14 @@ class Guard:
         confirmation records and, for the last parameters, the validation records too; if
         not, the start is the best again, scored on the validation records as its baseline
         was."""
-        sets = [(self.x_confirm, self.y_confirm)] + ([(self.x_val, self.y_val)] if last else [])
-        comparison = compare(graph, plan, self.best_params, self.start_params, *sets[0])
+        comparison = compare(graph, plan, self.best_params, self.start_params, self.x_confirm,
+                             self.y_confirm)
+        records = len(self.y_confirm)
         if last:
-            comparison += compare(graph, plan, self.best_params, self.start_params, *sets[1])
-        self.confirmation = (comparison, self.state.best_step,
-                             sum(len(y) for _, y in sets))
+            comparison += compare(graph, plan, self.best_params, self.start_params, self.x_val,
+                                  self.y_val)
+            records += len(self.y_val)
+        self.confirmation = (comparison, self.state.best_step, records)
         if confirmed(comparison):
             return True
         baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
