@@ -159,10 +159,11 @@ def test_firmware_links_clean_and_matches_memory_report(tmp_path, target, model,
     assert total <= report["sram"]["budget_bytes"]
     flash_data = report["flash"]["weights_and_parameters_bytes"]
     flash_used = sum(sections[s][0] for s in (".isr_vector", ".text", ".rodata", ".data"))
-    # besides the weights: the code, about 50-60 KB with training (the kernels' specialised
+    # besides the weights: the code, about 50-65 KB with training (the kernels' specialised
     # variants, docs/firmware.md "Kernels", are about 20 KB of it; --scales' double
-    # arithmetic brings soft-float helpers on the F746) and a few constants
-    assert flash_data <= flash_used <= flash_data + 64 * 1024
+    # arithmetic brings libgcc's soft-float helpers; sparse adds the block selection: 64.2
+    # KB for the KWS model's sparse build on the H7B3) and a few constants
+    assert flash_data <= flash_used <= flash_data + 72 * 1024
     assert flash_used <= report["flash"]["flash_bytes"]
 
 
