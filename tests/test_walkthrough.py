@@ -75,8 +75,9 @@ def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):
     assert main(["pack", str(photos), "-o", str(image), "--model", str(MODEL)]) == 0
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run),
                  "--steps", "4", "--lr", "0.00001"]) == 0
-    assert "no validated improvement: the result equals the starting model: no check " \
-           "beat the start" in capsys.readouterr().err
+    # the last parameters barely move at this eta: they do not confirm against the start
+    assert "no validated improvement: the result equals the starting model: the result " \
+           "(step 4) did not confirm against the start" in capsys.readouterr().err
     assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(same)]) == 0
     assert "the file equals the input model" in capsys.readouterr().err
     assert same.read_bytes() == MODEL.read_bytes()

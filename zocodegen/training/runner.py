@@ -430,8 +430,11 @@ def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> s
     if resumed or any(not np.array_equal(start[k], params[k]) for k in start):
         return ""
     if guard is not None and guard.state.best_step == 0 and guard.confirmation:
-        return (f"the result (step {guard.confirmation[1]}) did not confirm against the start "
-                f"on the last {len(guard.y_confirm)} training records, which no check saw")
+        _, step, records = guard.confirmation
+        return (f"the result (step {step}) did not confirm against the start on {records} "
+                "records no choice among checks saw (the last training records"
+                + (", and the validation records of its last check)"
+                   if records > len(guard.y_confirm) else ")"))
     if guard is not None and guard.state.best_step == 0:
         best = guard.state.best
         return (f"the last check fell below the start ({best.correct}/{len(guard.y_val)} "
