@@ -27,31 +27,15 @@ static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
     return n < m->guard->samples ? n : m->guard->samples;
 }
 
-/* Which records a measurement got right: marked (bit at + i set when record i is right),
- * or compared with a marked measurement of other parameters on the same records. */
-typedef struct {
-    uint8_t *bits;
-    uint32_t at;     /* the first record's bit */
-    int compare;     /* 0: mark; 1: count against the marks */
-    uint32_t gained; /* compare: marked right, this measurement wrong */
-    uint32_t lost;   /* compare: this measurement right, marked wrong */
-} zo_marks;
-
-static void mark(zo_marks *k, uint32_t i, int right)
+/* Bit i of a record bitmap (the end's confirmation: which records a measurement got right). */
+static int bit(const uint8_t *bits, uint32_t i)
 {
-    const uint32_t bit = k->at + i;
-    const int marked = (k->bits[bit >> 3] >> (bit & 7u)) & 1;
-    if (!k->compare) {
-        k->bits[bit >> 3] |= (uint8_t)(right << (bit & 7u));
-    } else if (marked && !right) {
-        ++k->gained;
-    } else if (right && !marked) {
-        ++k->lost;
-    }
+    return (bits[i >> 3] >> (i & 7u)) & 1;
 }
 
+/* ``right``: NULL, or a bitmap whose bit at + i is set when record i is classified right. */
 static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
-                   uint32_t records, zo_score *out, zo_marks *marks)
+                   uint32_t records, zo_score *out, uint8_t *right, uint32_t at)
 {
     uint8_t *arena = model_arena();
     const int8_t *logits = (const int8_t *)(arena + m->logits_offset);
@@ -76,8 +60,8 @@ static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t f
         }
         out->correct += best == label ? 1u : 0u;
         out->loss += zo_rdbpot(zo_cross_entropy_q26(m->loss, logits, label), 10);
-        if (marks != NULL) {
-            mark(marks, i, best == label);
+        if (right != NULL && best == label) {
+            right[(at + i) >> 3] |= (uint8_t)(1u << ((at + i) & 7u));
         }
     }
     return ZO_TRAIN_OK;
@@ -86,7 +70,7 @@ static int measure(const zo_train_model *m, zo_image *img, int split, uint32_t f
 int zo_measure(const zo_train_model *m, zo_image *img, int split, uint32_t first,
                uint32_t records, zo_score *out)
 {
-    return measure(m, img, split, first, records, out, NULL);
+    return measure(m, img, split, first, records, out, NULL, 0u);
 }
 
 static uint32_t isqrt(uint32_t v)
@@ -170,14 +154,13 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     const uint32_t train = zo_image_count(img, ZO_SPLIT_TRAIN);
     const uint32_t n = train < m->guard->samples ? train : m->guard->samples;
     const uint32_t val = last ? records : 0u;
-    uint8_t bits[ZO_GUARD_MARK_BYTES];
-    zo_marks marks = {bits, 0u, 0, 0u, 0u};
+    uint8_t mine[ZO_GUARD_MARK_BYTES], theirs[ZO_GUARD_MARK_BYTES]; /* result's, start's */
     zo_score result, start, part, baseline;
-    memset(bits, 0, sizeof bits);
-    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &result, &marks);
-    marks.at = n;
+    memset(mine, 0, sizeof mine);
+    memset(theirs, 0, sizeof theirs);
+    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &result, mine, 0u);
     if (rc == ZO_TRAIN_OK && last) {
-        rc = measure(m, img, ZO_SPLIT_VAL, 0u, val, &part, &marks);
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, val, &part, mine, n);
         result.correct += part.correct;
         result.loss += part.loss;
     }
@@ -185,12 +168,9 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
         return rc;
     }
     restore_start(m, s);
-    marks.at = 0u;
-    marks.compare = 1;
-    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start, &marks);
-    marks.at = n;
+    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start, theirs, 0u);
     if (rc == ZO_TRAIN_OK) { /* the start's validation score: the comparison's, the baseline's */
-        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline, last ? &marks : NULL);
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline, last ? theirs : NULL, n);
     }
     if (rc != ZO_TRAIN_OK) {
         return rc;
@@ -198,6 +178,11 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     if (last) {
         start.correct += baseline.correct;
         start.loss += baseline.loss;
+    }
+    uint32_t gained = 0u, lost = 0u;
+    for (uint32_t i = 0; i < n + val; ++i) {
+        gained += (uint32_t)(bit(mine, i) & !bit(theirs, i));
+        lost += (uint32_t)(bit(theirs, i) & !bit(mine, i));
     }
     zo_guard_event e;
     memset(&e, 0, sizeof e);
@@ -209,9 +194,9 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
     e.step = s->best_step;
     e.correct = result.correct;
     e.loss_q16 = result.loss;
-    e.steps = marks.gained + marks.lost;
+    e.steps = gained + lost;
     report(&e);
-    const uint32_t net = marks.gained > marks.lost ? marks.gained - marks.lost : 0u;
+    const uint32_t net = gained > lost ? gained - lost : 0u;
     *kept = net > 0u
             && 100u * (uint64_t)net * net >= (uint64_t)m->guard->confirm_z2 * e.steps
             && result.loss < start.loss;

@@ -402,8 +402,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
     record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0,
-                  confirmation_records=guard.confirmation[2] if guard and guard.confirmation
-                  else 0)
+                  confirmation_records=guard.confirmation.records
+                  if guard and guard.confirmation else 0)
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
     window = max(1, min(LOSS_WINDOW, len(losses) // 2))
@@ -430,11 +430,8 @@ def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> s
     if resumed or any(not np.array_equal(start[k], params[k]) for k in start):
         return ""
     if guard is not None and guard.state.best_step == 0 and guard.confirmation:
-        _, step, records = guard.confirmation
-        return (f"the result (step {step}) did not confirm against the start on {records} "
-                "records no choice among checks saw (the last training records"
-                + (", and the validation records of its last check)"
-                   if records > len(guard.y_confirm) else ")"))
+        c = guard.confirmation
+        return f"the result (step {c.step}) did not confirm against the start {c.where()}"
     if guard is not None and guard.state.best_step == 0:
         best = guard.state.best
         return (f"the last check fell below the start ({best.correct}/{len(guard.y_val)} "
@@ -453,15 +450,12 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
     if guard.confirmation is None:
         return (f"guard: step {record.step}: the result is the best validated parameters "
                 f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
-    comparison, step, records = guard.confirmation
-    what = "the last parameters" if step == record.step else "the best"  # guard.last_is_result
-    where = (f"on the last {len(guard.y_confirm)} training records, which no check saw"
-             + (f", and the {len(guard.y_val)} validation records of its last check"
-                if step == record.step else ""))
-    c = comparison
-    return (f"guard: step {record.step}: {where}, {what} (step {step}) gets {c.gained} "
-            f"record(s) right that the start gets wrong and {c.lost} the other way, loss "
-            f"{c.loss / 65536 / records:.4f} against {c.start_loss / 65536 / records:.4f}: "
+    conf = guard.confirmation
+    what = "the last parameters" if conf.validation_records else "the best"
+    c, records = conf.comparison, conf.records
+    return (f"guard: step {record.step}: {conf.where()}, {what} (step {conf.step}) gets "
+            f"{c.gained} record(s) right that the start gets wrong and {c.lost} the other way, "
+            f"loss {c.loss / 65536 / records:.4f} against {c.start_loss / 65536 / records:.4f}: "
             "the result is "
             + (what if record.event != "start" else
                f"the start ({what} did not confirm: a net gain of at least "

@@ -243,6 +243,26 @@ class StepRecord:
     event: str = ""  # the guard's decision: best, rollback, restore (the final best), start
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """The end's comparison of the result with the start (guard.confirmed)."""
+
+    comparison: Comparison
+    step: int  # the result's: the last step for the last parameters, else a restored best's
+    training_records: int  # the training split's last records
+    validation_records: int  # for the last parameters; 0 for a restored best
+
+    @property
+    def records(self) -> int:
+        return self.training_records + self.validation_records
+
+    def where(self) -> str:
+        """The records compared, in words."""
+        return (f"on the last {self.training_records} training records, which no check saw"
+                + (f", and the {self.validation_records} validation records of its last check"
+                   if self.validation_records else ""))
+
+
 @dataclass
 class Guard:
     """The guard of one simulated run: its validation records, schedule and state, and the
@@ -256,8 +276,7 @@ class Guard:
     y_confirm: np.ndarray
     start_params: Params  # the parameters before training, the end's alternative
     best_params: Params | None = None
-    # the end's comparison of the result with the start, the result's step, the records
-    confirmation: tuple[Comparison, int, int] | None = None
+    confirmation: Confirmation | None = None  # the end's, once made
 
     def baseline(self, graph: Graph, plan: TrainingPlan, params: Params) -> Score:
         """The check before the first step: the parameters to beat."""
@@ -303,12 +322,11 @@ class Guard:
         was."""
         comparison = compare(graph, plan, self.best_params, self.start_params, self.x_confirm,
                              self.y_confirm)
-        records = len(self.y_confirm)
         if last:
             comparison += compare(graph, plan, self.best_params, self.start_params, self.x_val,
                                   self.y_val)
-            records += len(self.y_val)
-        self.confirmation = (comparison, self.state.best_step, records)
+        self.confirmation = Confirmation(comparison, self.state.best_step, len(self.y_confirm),
+                                         len(self.y_val) if last else 0)
         if confirmed(comparison):
             return True
         baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
