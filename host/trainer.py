@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from zocodegen.training import checkpoint, replay
 from zocodegen.training.guard import trials_tied
 from zocodegen.training.runner import check_step, delete_run, read_run_record
 from .blocks import ImageBlocks
+from .curve_drawer import CurveDrawer
 from .devices import Device, DeviceExited
 from zocodegen.formats import link as p
 from zocodegen.formats import status
@@ -101,8 +100,7 @@ class Trainer:
         self._pending: MetricsRow | None = None  # a chunk's last step waits for its accuracy
         self._image_sha = ""  # the image's SHA-256 when the run began (run.json's)
         self._image_stat: tuple[int, int, int] | None = None  # its inode, size, mtime then
-        self._plotter: ProcessPoolExecutor | None = None  # draws the curves during the run
-        self._plotted: Future | None = None  # the drawing under way
+        self._drawer: CurveDrawer | None = None  # draws the curves during the run
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> TrainSummary:
@@ -148,8 +146,8 @@ class Trainer:
                 self.metrics.close()
             self.device.close()
             self.blocks.close()
-            if self._plotter is not None:  # the drawing under way finishes first
-                self._plotter.shutdown()
+            if self._drawer is not None:  # the drawing under way finishes first
+                self._drawer.close()
         self._plot(background=False)
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
@@ -435,13 +433,10 @@ class Trainer:
 
     def _plot(self, background: bool) -> None:
         """curves.png and the TensorBoard log from the rows so far. During the run they are
-        drawn in another process: drawing takes 0.3-1.5 s, a thread of this one held
-        Python's lock long enough for the device, waiting for an answer, to retransmit
-        after 100 ms of silence (docs/link.md "Pacing under QEMU"), and a host that stops
-        reading the line that long does the same."""
-        if self._plotted is not None:  # its failure (a full disk) is raised here: one line
-            done, self._plotted = self._plotted, None
-            done.result()
+        drawn in a child process (curve_drawer.py says why), whose failure (a full disk) is
+        raised here: one line."""
+        if self._drawer is not None:
+            self._drawer.wait()
         rows = list(self.metrics.rows) if self.metrics else []
         if not any(not math.isnan(r.loss) for r in rows):
             return
@@ -452,10 +447,9 @@ class Trainer:
         if not background:
             write_curves(rows, self.run_dir, title)
             return
-        if self._plotter is None:  # one worker for the run: matplotlib is imported once
-            self._plotter = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"))
-        self._plotted = self._plotter.submit(write_curves, rows, self.run_dir, title)
+        if self._drawer is None:
+            self._drawer = CurveDrawer()
+        self._drawer.submit(rows, self.run_dir, title)
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:

@@ -38,6 +38,56 @@ def test_the_example_runs_end_to_end_through_the_api(tmp_path):
     assert (tmp_path / "out" / "tuned.tflite").is_file()
 
 
+PLAIN_SCRIPT = """\
+import zocodegen
+from zocodegen.datasets import digits_npz
+from zocodegen.frontends import load_model
+
+with open("ran.txt", "a") as ran:  # a child that re-ran this script would add a line
+    ran.write("ran\\n")
+MODEL = {model!r}
+graph = load_model(MODEL)
+digits_npz("digits.npz", graph.tensor(graph.inputs[0]).quant)
+zocodegen.pack("digits.npz", "digits.img", model=MODEL)
+built = zocodegen.build(MODEL, target="native", train="full", steps=6, queries=2,
+                        output="firmware")
+run = zocodegen.train("digits.img", "run", native=built.project, checkpoint_every=2)
+print("trained", run.steps)
+"""
+
+
+def test_a_plain_script_without_a_main_guard_trains(tmp_path):
+    """docs/api.md's example as a top-level script (issue 64 item 5): train() draws its
+    curves during the run (after steps 2 and 4) in a child that never imports the script,
+    so no BrokenProcessPool, the script runs once, and curves.png is drawn."""
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_SCRIPT.format(model=str(REPO / "tests/fixtures/digits_cnn.tflite")))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trained 6" in result.stdout
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+
+
+def test_the_curve_drawer_draws_and_hands_back_its_failure(tmp_path):
+    """host/curve_drawer.py: a drawing lands in the run directory; one that cannot be
+    written raises its OSError in the caller at the next wait, and the child goes on."""
+    from zocodegen.host.curve_drawer import CurveDrawer
+    from zocodegen.training.metrics import MetricsRow
+    rows = [MetricsRow(step, 2.0 - 0.1 * step, 0.01) for step in range(1, 6)]
+    drawer = CurveDrawer()
+    try:
+        drawer.submit(rows, tmp_path / "missing", "t")
+        with pytest.raises(OSError):
+            drawer.wait()
+        drawer.submit(rows, tmp_path, "t")
+    finally:
+        drawer.close()
+    drawer.wait()
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
 def test_every_function_takes_exactly_its_commands_options():
     commands = _subcommands()
     for name in FUNCTIONS:
