@@ -93,10 +93,11 @@ def test_an_estimators_options_are_its_own_dataclass_with_trainconfigs_defaults(
 
 
 def test_the_simulated_step_is_the_rows():
-    """The simulator calls the row's step: MeZO and split their own, the rest the
-    layer-wise one."""
-    from zocodegen.training.estimators import layerwise
-    own = {n for n in NAMES if REGISTRY[n].simulate is not layerwise.step}
+    """The simulator calls the step its row names: MeZO and split their own, the rest the
+    layer-wise one; every named step exists."""
+    from zocodegen.training.steps import STEPS
+    assert {REGISTRY[n].step for n in NAMES} == set(STEPS)
+    own = {n for n in NAMES if REGISTRY[n].step != "layerwise"}
     assert own == {"mezo", "split"}
 
 

@@ -35,7 +35,8 @@ from zocodegen.ir import Graph
 from zocodegen.training import checkpoint, replay
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.estimators import REGISTRY
-from zocodegen.training.plan import TrainingPlan, training_plan
+from zocodegen.training.plan import training_plan
+from zocodegen.training.plan_types import TrainingPlan
 from zocodegen.training.simulator import Params, from_checkpoint, to_checkpoint
 from ..image_fit import check_image_model
 

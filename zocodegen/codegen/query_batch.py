@@ -24,7 +24,8 @@ from ..errors import UserError
 from ..ir import Graph
 from ..ops.table import OPS
 from ..planner import ArenaPlan, plan_arena
-from ..training.plan import TrainingPlan, crossing_tensors
+from ..training.plan import crossing_tensors
+from ..training.plan_types import TrainingPlan
 from .layers.common import LayerContext
 from .model_code import Layer, ModelCode, _tensor_line, _train_copies, c_comment
 

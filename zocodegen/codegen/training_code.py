@@ -19,7 +19,7 @@ from ..errors import UserError
 from ..ops.table import OPS
 from ..training.perturbation import MIN_UNIFORM_SHIFT, pool_values, rotating_shifts
 from ..training import scales
-from ..training.plan import TrainableLayer, TrainingPlan
+from ..training.plan_types import TrainableLayer, TrainingPlan
 from .layers.common import c_float
 from .model_code import ModelCode
 from .query_batch import BatchCode, BatchLayer, query_batch_code

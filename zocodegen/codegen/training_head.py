@@ -15,7 +15,7 @@ from ..planner import ArenaPlan
 from ..planner.lifetimes import align_up
 from ..reference.common import output_range
 from ..training.backprop import Head, backward_factors
-from ..training.plan import TrainingPlan
+from ..training.plan_types import TrainingPlan
 from .model_code import ModelCode
 
 NO_ERROR = "ZO_BP_NONE"

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import DataError
 from .checkpoint import NO_BEST
-from .plan import TrainingPlan
+from .plan_types import TrainingPlan
 
 #: --lr auto tries these, smallest first (ties keep the smaller: the cautious choice).
 LR_CANDIDATES = (0.003, 0.01, 0.03)

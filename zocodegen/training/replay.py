@@ -28,7 +28,8 @@ from ..errors import DataError, UserError
 from ..ir import Graph
 from . import checkpoint
 from .config import TrainConfig
-from .plan import TrainingPlan, training_plan
+from .plan import training_plan
+from .plan_types import TrainingPlan
 from .simulator import Params, initial_params, replay_step, to_checkpoint
 
 MAGIC = b"ZOSCAL02"

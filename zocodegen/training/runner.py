@@ -25,7 +25,8 @@ from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO,
 from .data import Dataset, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
                     trials_tied, validation_count)
-from .plan import TrainingPlan, check_blocks, loss_head, training_plans
+from .plan import check_blocks, loss_head, training_plans
+from .plan_types import TrainingPlan
 
 #: Where a run's progress lines go: the command line passes print; the API is silent unless
 #: asked (docs/api.md).

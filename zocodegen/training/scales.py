@@ -31,7 +31,7 @@ from ..errors import DataError
 from ..ir import Graph
 
 if TYPE_CHECKING:
-    from .plan import TrainableLayer
+    from .plan_types import TrainableLayer
 
 #: Ops whose filter scales the requantization reads per output channel.
 SCALED_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")

@@ -23,8 +23,9 @@ from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
 from .guard import (FALLS_TO_ROLL_BACK, Comparison, GuardSchedule, GuardState, Score,
                     confirmed, last_is_result, lr_scale, new_best)
-from .plan import TrainingPlan
+from .plan_types import TrainingPlan
 from .prng import step_seed
+from .steps import STEPS
 from .step_parts import (Params, StepBatch, accumulate_int32, forward, int8_update,
                          losses_q16, node_to_parameter_gradient, update_layer, wp_gradient,
                          wp_perturbations)
@@ -98,8 +99,8 @@ def train_step(graph: Graph, plan: TrainingPlan, params: Params, t: int, xs: np.
     clean = losses_q16(plan, env[plan.logits], labels)
     estimator = REGISTRY[cfg.estimator]
     if plan.zo_layers or plan.split or estimator.whole_model:
-        estimator.simulate(graph, plan, params,
-                           StepBatch(xs, labels, env, clean, t, eta_t, halvings, record))
+        STEPS[estimator.step](graph, plan, params,
+                              StepBatch(xs, labels, env, clean, t, eta_t, halvings, record))
     if plan.head is not None:
         _bp_step(graph, plan, params, env, labels, eta_t, t, halvings)
     return params, float(clean.mean()) / 65536.0

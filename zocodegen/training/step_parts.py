@@ -17,7 +17,7 @@ from .update import (apply_biases, apply_weights, clipped_coefficient, raw_delta
                      round_half_away, step_coefficient, update_deltas)
 
 if TYPE_CHECKING:  # (annotations only: the plan reads the estimator rows built on these)
-    from .plan import TrainableLayer, TrainingPlan
+    from .plan_types import TrainableLayer, TrainingPlan
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 Params = dict[str, np.ndarray]  # weight / bias tensor name -> int8 / int32 array (IR shape)

@@ -22,7 +22,7 @@ from ..reference.fast import Network, network
 from . import scales
 
 if TYPE_CHECKING:  # (annotations only: the plan reads the estimator rows built on this)
-    from .plan import TrainingPlan
+    from .plan_types import TrainingPlan
 
 #: Values per activation tensor a wave may hold (float32; a few such tensors live at once).
 WAVE_ELEMENTS = 1 << 23

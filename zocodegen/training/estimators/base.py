@@ -6,7 +6,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import UserError
-from .layerwise import step as layerwise_step
 
 #: Engine files every firmware compiles (templates/train; zo_train_engine.h lists them all).
 CORE_SOURCES = ("zo_train.c", "zo_checkpoint.c", "zo_step_parts.c")
@@ -46,9 +45,9 @@ class Estimator:
     # estimator's run refuses them set away from their defaults instead of ignoring them.
     options: type | None = None
     check: Callable[[Any], None] = lambda config: None  # refusals of its own options
-    # Its simulated step (graph, plan, params, step_parts.StepBatch): the layer-wise step
-    # of WP / NP / INT8 layers unless it estimates otherwise (MeZO, split)
-    simulate: Callable[..., None] = layerwise_step
+    # Its simulated step, by name in training/steps (STEPS): the layer-wise step of WP / NP /
+    # INT8 layers unless it estimates otherwise (MeZO, split)
+    step: str = "layerwise"
 
     @property
     def firmware(self) -> bool:

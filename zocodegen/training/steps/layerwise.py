@@ -19,7 +19,7 @@ from ..step_parts import (Params, StepBatch, accumulate_int32, int8_update, loss
 from ..update import step_coefficient
 
 if TYPE_CHECKING:
-    from ..plan import TrainableLayer, TrainingPlan
+    from ..plan_types import TrainableLayer, TrainingPlan
 
 
 @dataclass(frozen=True)
