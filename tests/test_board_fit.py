@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import (FIXTURE_ONNX, FIXTURE_TFLITE, FIXTURES, SHARED_TFLITE, needs_arm,
+                      shared_model)
 from zocodegen import api
 from zocodegen.board_fit import clock_hz, step_instructions
 from zocodegen.cli import main
@@ -17,6 +18,7 @@ from zocodegen.codegen.fit import fit
 from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.planner import BudgetError
+from zocodegen.errors import UserError
 from zocodegen.training.config import BLOCKS_FIT, TrainConfig
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
@@ -108,3 +110,147 @@ def test_step_estimate_against_a_fresh_measurement():
     measured = step_seconds(DIGITS, "stm32f746", config)
     estimate = _estimate(DIGITS, "stm32f746", config) / clock_hz("stm32f746")
     assert abs(estimate / measured - 1) < 0.15, (estimate, measured)
+
+
+@pytest.fixture(scope="module")
+def one_block(tmp_path_factory):
+    """tests/one_block_model.py's classifier: only a build of one late block fits the F746."""
+    pytest.importorskip("onnxruntime.quantization")
+    from one_block_model import one_block_model
+    return one_block_model(tmp_path_factory.mktemp("one_block") / "one_block.onnx")
+
+
+def _build_args(model, board: str, option: str):
+    """The build options a fit line names, parsed as `build` parses them."""
+    from zocodegen.cli_options import build_parser
+    return build_parser().parse_args(["build", str(model), "--target", board,
+                                      *option.split()])
+
+
+def test_inspect_names_the_one_block_build_that_fits(one_block, capsys):
+    """Issue 64: where only sparse training of one late block fits, `inspect` names the
+    options and their SRAM first; the same options, given to build's fit search, plan
+    exactly that build, and `--train auto`'s refusal suggests the same options."""
+    from zocodegen.cli_options import train_config
+    found = api.inspect(one_block, target="stm32f746").board_fit
+    full, sparse = found.modes[1:]
+    assert found.chosen is None and not full.fits
+    assert found.fitting is sparse and sparse.one_block and sparse.fits
+    assert sparse.option == "--train sparse --block 3", sparse.option  # the last block
+    graph = load_model(one_block)
+    args = _build_args(one_block, "stm32f746", sparse.option)
+    device, options = fit(graph, BuildOptions("stm32f746", "stm32f746", train_config(args),
+                                              estimator_fit=args.estimator is None))
+    plan = plan_project(device, options)
+    assert (options.train.mode, options.train.blocks, options.train.block) == ("sparse", 4, 3)
+    assert plan.placement.total == sparse.sram_bytes <= plan.board.sram_budget_bytes
+    with pytest.raises(BudgetError, match=f"these sparse blocks fit: {sparse.option} "):
+        plan_project(*fit(graph, BuildOptions("stm32f746", "stm32f746", TrainConfig(
+            mode="auto", blocks=BLOCKS_FIT), estimator_fit=True)))
+    assert main(["inspect", str(one_block), "--target", "stm32f746"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("trains on the stm32f746 as sparse training of one block: "
+                            f"`build --target stm32f746 {sparse.option}` "
+                            f"({sparse.sram_bytes / 1024:.1f} KB"), first
+
+
+def _photos(folder, classes=("cat", "dog"), count=20):
+    """A folder of class subfolders of PNGs of mixed sizes, as a newcomer brings."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for name in classes:
+        (folder / name).mkdir(parents=True)
+        for i in range(count):
+            image = rng.integers(0, 255, (60 + 3 * i, 80, 3), dtype=np.uint8)
+            Image.fromarray(image).save(folder / name / f"{i}.png")
+    return folder
+
+
+def test_the_named_options_simulate_on_a_folder(one_block, tmp_path):
+    """The walkthrough on the one-block model: inspect, pack a folder, and simulate with
+    the options inspect named trains that block in that partition, the board's run."""
+    option = api.inspect(one_block, target="stm32f746").board_fit.fitting.option
+    api.pack(_photos(tmp_path / "photos"), tmp_path / "data.img", model=one_block)
+    words = option.split()  # "--train sparse --block 3" -> train="sparse", block="3"
+    given = {name[2:].replace("-", "_"): value for name, value in zip(words[::2], words[1::2])}
+    run = api.simulate(one_block, tmp_path / "data.img", tmp_path / "run", target="stm32f746",
+                       steps=1, queries=2, **given)
+    config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert (config["mode"], config["blocks"], config["block"]) == ("sparse", 4, 3)
+    assert run.steps == 1
+
+
+def _board_run(model, board: str | None, **given):
+    from zocodegen.cli_options import train_config
+    from zocodegen.training.runner import board_run
+    args = api.options("simulate", {"model": model, "data": model, "output": "run"}, given)
+    return board_run(load_model(model), train_config(args), board,
+                     estimator_fit=args.estimator is None)
+
+
+def test_block_is_a_block_of_the_boards_run():
+    """Issue 64 item 2: --target resolves mode, blocks and estimator first, and --block is
+    checked against that run: on the F746 the 128x128 MCUNet-class model trains sparse in 8
+    blocks with the adaptive estimator, so --block 7 (with or without --train sparse) is
+    its last block, and --block 8 is refused naming the run."""
+    model = FIXTURES / "scale_model_128.tflite"
+    run = _board_run(model, "stm32f746")
+    assert (run.mode, run.blocks, run.block, run.estimator) == ("sparse", 8, None, "adaptive")
+    for given in ({"block": "7"}, {"block": "7", "train": "sparse"}):
+        assert _board_run(model, "stm32f746", **given) == replace(run, block=7)
+    with pytest.raises(UserError, match=r"--block 8: the stm32f746 run has 8 blocks "
+                       r"\(--train sparse --blocks 8 --estimator adaptive\), so --block must "
+                       r"be in 0\.\.7"):
+        _board_run(model, "stm32f746", block="8")
+
+
+def test_sparse_options_against_a_full_run_name_why():
+    """--block with --train auto where auto picks full training: refused, saying so."""
+    with pytest.raises(UserError, match="--train auto picked full training, which fits the "
+                       "stm32f746; add --train sparse or drop --block"):
+        _board_run(DIGITS, "stm32f746", block="1")
+    with pytest.raises(UserError, match="without --target, --train auto is full training"):
+        _board_run(DIGITS, None, blocks="2")
+
+
+INSPECTED = [("fixture", m) for m in FIXTURE_TFLITE + FIXTURE_ONNX] + [
+    ("shared", m) for m in SHARED_TFLITE] + [("one_block", "one_block.onnx")]
+
+
+@pytest.mark.slow
+@needs_arm
+@pytest.mark.usefixtures("module_build_cache")
+@pytest.mark.parametrize("board", ["stm32f746", "stm32h7b3"])
+@pytest.mark.parametrize("kind,name", INSPECTED, ids=[n for _, n in INSPECTED])
+def test_inspects_named_options_link_within_the_size_it_printed(kind, name, board, one_block):
+    """Issue 64 acceptance: for every fixture and shared model on both boards, each build
+    inspect names as fitting (the training it answers, and every other block it lists)
+    links, and the linked image takes no more SRAM than inspect printed (tests/
+    test_linked_fit.py's measure: arm-none-eabi-size -A over the budgeted memories)."""
+    from test_linked_fit import linked_sram
+    from zocodegen.cli_options import train_config
+    from zocodegen.projects import cached_build
+    model = one_block if kind == "one_block" else (
+        shared_model(name) if kind == "shared" else FIXTURES / name)
+    found = api.inspect(model, target=board).board_fit
+    named = found.fitting
+    if named is None:
+        pytest.skip(f"inspect says no training fits the {board}")
+    for option, printed in ((named.option, named.sram_bytes), *named.also):
+        args = _build_args(model, board, option)
+        elf = cached_build(model, "emulated", emulate=board, train=train_config(args))
+        assert linked_sram(elf, board) <= printed, (option, printed)
+        assert printed <= found.board.sram_budget_bytes
+
+
+def test_a_native_build_says_it_holds_no_boards_budget(one_block, tmp_path, capsys):
+    """Issue 64 item 2: a native --train auto build that the board would refuse says so
+    beside its DOES NOT FIT, and does not claim its sparse build fits."""
+    assert main(["build", str(one_block), "--target", "native", "--train", "auto",
+                 "-o", str(tmp_path / "fw")]) == 0
+    out = capsys.readouterr().out
+    assert "(DOES NOT FIT)" in out
+    assert "a native build holds no board's budget: it runs on this host, but the stm32f746 " \
+           "would refuse it" in out
+    assert "(full does not fit the stm32f746 budget, nor does this sparse build)" in out

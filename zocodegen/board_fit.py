@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .codegen.fit import fit
-from .codegen.project import BuildOptions, plan_project
+from .codegen.fit import fit, one_block_runs
+from .codegen.project import BuildOptions, ProjectPlan, plan_project
 from .codegen.training_code import TrainingCode
 from .errors import UserError
 from .ir import Graph, Op
@@ -111,6 +111,10 @@ class ModeFit:
     option: str  # the build options of this line, e.g. "--train sparse --blocks 6"
     step_seconds: tuple[float, ...] = ()  # training: per model (a sparse build's blocks)
     note: str = ""
+    # sparse: the build of one block (--block K), which --train auto does not pick; the
+    # other blocks that fit alone, as (options, SRAM bytes)
+    one_block: bool = False
+    also: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,13 @@ class BoardFit:
     @property
     def chosen(self) -> ModeFit | None:
         """What `build --train auto` / `simulate --target` train: full, else sparse."""
-        return next((m for m in self.modes if m.mode != "inference" and m.fits), None)
+        return next((m for m in self.modes if m.mode != "inference" and m.fits
+                     and not m.one_block), None)
+
+    @property
+    def fitting(self) -> ModeFit | None:
+        """The training that fits: --train auto's, else a build of one sparse block."""
+        return self.chosen or next((m for m in self.modes if m.one_block and m.fits), None)
 
     def as_dict(self) -> dict:
         return {"target": self.board.name, "sram_budget_bytes": self.board.sram_budget_bytes,
@@ -135,11 +145,15 @@ class BoardFit:
                 "modes": [{"mode": m.mode, "sram_bytes": m.sram_bytes,
                            "flash_data_bytes": m.flash_data_bytes, "fits": m.fits,
                            "option": m.option, "step_seconds": list(m.step_seconds),
-                           "note": m.note} for m in self.modes]}
+                           "note": m.note, "one_block": m.one_block,
+                           "also": [{"option": o, "sram_bytes": b} for o, b in m.also]}
+                          for m in self.modes]}
 
 
 def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
-    """The build of ``train`` (None: inference) for ``board``, as `build` plans it."""
+    """The build of ``train`` (None: inference) for ``board``, as `build` plans it; a sparse
+    build that does not fit with the device choosing its block is followed by the builds of
+    one block that do (fit.one_block_runs, what build's refusal suggests)."""
     mode = "inference" if train is None else train.mode
     try:
         device, options = fit(graph, BuildOptions("native", board, train,
@@ -147,12 +161,32 @@ def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
         plan = plan_project(device, options)  # a native build reports, never refuses
     except UserError as exc:
         return ModeFit(mode, None, None, False, f"--train {mode}", note=str(exc))
+    found = _mode_fit(device, plan, train)
+    if mode != "sparse" or found.fits:
+        return found
+    runs = one_block_runs(device, options)
+    if not runs:
+        return found
+    fits = [_mode_fit(device, plan_project(device, run), train) for run in runs]
+    fits = [f for f in fits if f.fits]  # the plan of each, which the search only sized
+    if not fits:
+        return found
+    return replace(fits[0], one_block=True,
+                   also=tuple((f.option, f.sram_bytes) for f in fits[1:]))
+
+
+def _mode_fit(device: Graph, plan: ProjectPlan, train: TrainConfig | None) -> ModeFit:
+    """One line of ``plan``: its size, whether it fits, the options that build it."""
+    mode = "inference" if train is None else train.mode
     option = "--train none" if train is None else f"--train {mode}"
     seconds: tuple[float, ...] = ()
+    board = plan.board.name
     if plan.training is not None:
-        resolved = options.train
+        resolved = plan.options.train
         if resolved.mode == "sparse" and resolved.blocks != DEFAULT_BLOCKS:
             option += f" --blocks {resolved.blocks}"
+        if resolved.block is not None:
+            option += f" --block {resolved.block}"
         if resolved.bp_layers:
             option += f" --bp-layers {resolved.bp_layers}"
         if resolved.estimator != train.estimator:
@@ -175,8 +209,13 @@ def board_fit(graph: Graph, board: Target, run: TrainConfig, link_seconds: float
 
 def describe(found: BoardFit) -> list[str]:
     """The lines `inspect --target` prints first: the answer, then each mode."""
-    board, chosen = found.board, found.chosen
-    if chosen is None:
+    board, chosen, one = found.board, found.chosen, found.fitting
+    if chosen is None and one is not None:
+        answer = (f"trains on the {board.name} as sparse training of one block: `build "
+                  f"--target {board.name} {one.option}` ({one.sram_bytes / 1024:.1f} KB; "
+                  f"give the same options to `simulate --target {board.name}`: `--train auto` "
+                  "picks no single block)")
+    elif chosen is None:
         answer = (f"training does not fit the {board.name}: neither full nor sparse "
                   "training (see below for what needs how much)")
     else:
@@ -193,6 +232,9 @@ def describe(found: BoardFit) -> list[str]:
                      f"{board.sram_budget_bytes / 1024:.1f} KB, flash data "
                      f"{m.flash_data_bytes / 1024:.1f} of {board.flash_bytes / 1024:.0f} KB: "
                      f"{verdict}" + (f" ({m.option})" if m.mode != "inference" else ""))
+        if m.also:
+            lines.append("            other blocks that fit alone: " + ", ".join(
+                f"{option} ({size / 1024:.1f} KB)" for option, size in m.also))
         if m.step_seconds:
             lines.append("            " + _step_line(found, m))
     return lines

@@ -213,6 +213,10 @@ def cmd_build(args: argparse.Namespace) -> None:
     print(f"SRAM {placement.total / 1024:.1f} KB of the {plan.board.name} budget "
           f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
           f"details in {out / 'memory_report.txt'}")
+    if not placement.fits:  # only a host build gets here: a board refuses what does not fit
+        print(f"a {args.target} build holds no board's budget: it runs on this host, but the "
+              f"{plan.board.name} would refuse it (`zocodegen inspect {args.model} --target "
+              f"{plan.board.name}` names what fits)")
     if plan.training is not None:
         if args.estimator is None and train.estimator != DEFAULT_ESTIMATOR:
             print(f"--estimator: {train.estimator} (the default {DEFAULT_ESTIMATOR} does "
@@ -220,7 +224,8 @@ def cmd_build(args: argparse.Namespace) -> None:
         if args.train == "auto":
             print(f"--train auto: {train.mode} training (full "
                   f"{'fits' if train.mode == 'full' else 'does not fit'} the "
-                  f"{plan.board.name} budget)")
+                  f"{plan.board.name} budget" + ("" if placement.fits else
+                                                  f", nor does this {train.mode} build") + ")")
         items = {i.name: i.bytes for i in plan.training.ram_items()}
         print("training: " + ", ".join(f"{k} {v:,} B" for k, v in items.items()))
         if args.bp_layers == "auto":

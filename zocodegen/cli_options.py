@@ -566,7 +566,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
                                    ("--trial-samples", args.trial_samples, _RUN.trial_samples),
                                    ("--trial-held-out", args.trial_held_out,
                                     _RUN.trial_held_out)):
-        if mode != "sparse" and value != default:
+        if mode == "full" and value != default:  # auto: checked against the resolved run
             raise UserError(f"{option} chooses among sparse mode's blocks; add --train sparse "
                             f"or drop {option}")
     estimator = args.estimator or _RUN.estimator

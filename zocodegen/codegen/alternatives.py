@@ -11,7 +11,7 @@ from dataclasses import replace
 from ..ir import Graph
 from ..planner import kb
 from ..target import roomier_targets
-from ..training.config import ESTIMATOR_FALLBACK, TrainConfig
+from ..training.config import DEFAULT_BLOCKS, ESTIMATOR_FALLBACK, TrainConfig
 from ..training.plan import sparse_blocks
 from .training_code import TrainingCode
 
@@ -30,6 +30,25 @@ def fewest_blocks(sparse: TrainConfig, total: Total, first: int = 1,
     fits: the most layers trained at once."""
     return next(((n, t) for n in range(first, last + 1)
                  if (t := total(replace(sparse, blocks=n))) is not None), None)
+
+
+def single_blocks(graph: Graph, sparse: TrainConfig, total: Total, skip: int | None = None
+                  ) -> tuple[int, list[tuple[int, int]]] | None:
+    """When no sparse build with the device choosing its block fits: the fewest blocks, from
+    ``sparse``'s own partition up to MAX_SUGGESTED_BLOCKS, in which a build of one block
+    (--block K) fits, and each such block with its SRAM (``skip``: a block already refused).
+    `inspect --target` names these options and build's refusal suggests them."""
+    first = len(sparse_blocks(graph, replace(sparse, block=None)))
+    for blocks in range(first, MAX_SUGGESTED_BLOCKS + 1):
+        run = replace(sparse, blocks=blocks, block=None)
+        count = len(sparse_blocks(graph, run))
+        if count < blocks and blocks > first:  # no more layers to split: no new partition
+            return None
+        fitting = [(k, t) for k in range(count) if k != skip
+                   and (t := total(replace(run, block=k))) is not None]
+        if fitting:
+            return blocks, fitting
+    return None
 
 
 def training_tips(graph: Graph, train: TrainConfig, training: TrainingCode, recompute: str,
@@ -56,11 +75,11 @@ def _fitting_alternatives(graph: Graph, train: TrainConfig, total: Total) -> lis
         return tips + [f"sparse training fits: --train sparse (the device picks one of "
                        f"{train.blocks} blocks; {kb(auto_total)})"]
     count = len(sparse_blocks(graph, auto))
-    fitting = [(k, total(replace(auto, block=k))) for k in range(count)]
-    fitting = [(k, t) for k, t in fitting if t is not None and k != train.block]
-    if fitting:
+    if one := single_blocks(graph, auto, total, skip=train.block):
+        blocks, fitting = one
+        given = "" if blocks == DEFAULT_BLOCKS else f" --blocks {blocks}"
         tips.append("these sparse blocks fit: " + ", ".join(
-            f"--train sparse --block {k} ({kb(t)})" for k, t in fitting))
+            f"--train sparse{given} --block {k} ({kb(t)})" for k, t in fitting))
     if more := fewest_blocks(auto, total, first=count + 1):
         tips.append(f"smaller blocks fit: --train sparse --blocks {more[0]} ({kb(more[1])}; "
                     "--blocks auto picks the fewest that fit)")

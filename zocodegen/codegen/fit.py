@@ -15,7 +15,7 @@ from ..training.config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS,
                                ESTIMATOR_FALLBACK, MODE_AUTO, TrainConfig)
 from ..training.plan import check_blocks, loss_head, sparse_blocks, trainable_ops
 from .host_inputs import host_quantizable, quantize_inputs_on_host
-from .alternatives import MAX_SUGGESTED_BLOCKS, fewest_blocks
+from .alternatives import MAX_SUGGESTED_BLOCKS, fewest_blocks, single_blocks
 from .project import (INPUT_QUANTIZE_MODES, BuildOptions, build_arena, layout, sram_total,
                       whole_arena)
 
@@ -63,15 +63,20 @@ def resolve_blocks(graph: Graph, options: BuildOptions) -> BuildOptions:
             return None
         return sram(config)
 
-    default = replace(train, blocks=DEFAULT_BLOCKS)
+    # the fewest blocks that can hold block K: K + 1 (a --block beyond every partition is
+    # refused by its own check once resolved)
+    least = DEFAULT_BLOCKS if train.block is None else max(DEFAULT_BLOCKS, train.block + 1)
+    default = replace(train, blocks=least)
     if train.blocks == BLOCKS_FIT and total(default) is not None:
         return replace(options, train=default)
-    most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS))),
-               MAX_SUGGESTED_BLOCKS)
-    chosen = fewest_blocks(train, total, last=most)
+    most = min(len(sparse_blocks(graph, replace(train, blocks=MAX_SUGGESTED_BLOCKS,
+                                                block=None))), MAX_SUGGESTED_BLOCKS)
+    first = 1 if train.block is None else train.block + 1
+    chosen = fewest_blocks(train, total, first=first, last=most)
     if chosen is None and train.blocks == BLOCKS_FIT:
         return replace(options, train=default)  # nothing fits: refuse the default, naming why
-    return replace(options, train=replace(train, blocks=chosen[0] if chosen else most))
+    return replace(options, train=replace(train, blocks=chosen[0] if chosen else
+                                          max(most, first)))
 
 
 def resolve_auto(graph: Graph, options: BuildOptions) -> BuildOptions:
@@ -112,7 +117,81 @@ def fit(graph: Graph, options: BuildOptions) -> tuple[Graph, BuildOptions]:
     here, so the simulator trains exactly what the board gets."""
     options = resolve_input_quantize(graph, options)
     graph = device_graph(graph, options)
-    return graph, resolve_estimator(graph, options)
+    return graph, resolve_run(graph, options)
+
+
+def resolve_run(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """Every auto choice of the run (mode, estimator, --bp-layers, blocks) resolved for the
+    board first, then the options that depend on them checked against that run: --block K
+    is a block of the resolved partition (the one `simulate --target` announces), so
+    giving it changes neither the blocks nor the estimator. Only when no build with the
+    device choosing its block fits does the search look for one where block K fits."""
+    train = options.train
+    if train is None:
+        return options
+    if train.block is None or (train.mode == "sparse" and train.blocks >= 1
+                               and not options.estimator_fit):
+        resolved = resolve_estimator(graph, options)
+        check_sparse_options(train, resolved.train, _full_why(train, options.board))
+        return resolved
+    free = resolve_estimator(graph, replace(options, train=replace(train, block=None)))
+    check_sparse_options(train, free.train, _full_why(train, options.board))
+    if _placed_fits(graph, free):
+        count = len(sparse_blocks(graph, free.train))
+        if train.block >= count:
+            raise UserError(f"--block {train.block}: the {options.board} run has {count} "
+                            f"blocks ({_run_options(free.train)}), so --block must be in "
+                            f"0..{count - 1} or auto")
+        return replace(free, train=replace(free.train, block=train.block))
+    return resolve_estimator(graph, options)  # a build of block K alone may fit
+
+
+#: The options that choose among sparse mode's blocks, with their defaults (--blocks: not
+#: given on the command line, or TrainConfig's own).
+SPARSE_OPTIONS = (("--block", "block", (None,)),
+                  ("--blocks", "blocks", (BLOCKS_FIT, DEFAULT_BLOCKS)),
+                  ("--trial-samples", "trial_samples", (TrainConfig.trial_samples,)),
+                  ("--trial-held-out", "trial_held_out", (TrainConfig.trial_held_out,)))
+
+
+def check_sparse_options(given: TrainConfig, run: TrainConfig, why: str) -> None:
+    """Options of sparse mode's blocks are refused when the resolved run is full training
+    (``why``: --train auto picked it), since they would be silently ignored."""
+    if run.mode == "sparse":
+        return
+    named = [option for option, field, defaults in SPARSE_OPTIONS
+             if getattr(given, field) not in defaults]
+    if named:
+        raise UserError(f"{', '.join(named)} choose(s) among sparse mode's blocks, but {why}; "
+                        f"add --train sparse or drop {', '.join(named)}")
+
+
+def one_block_runs(graph: Graph, options: BuildOptions) -> list[BuildOptions]:
+    """For a resolved sparse run that does not fit: the runs of one block that do
+    (alternatives.single_blocks, the search build's refusal suggests), with the run's
+    estimator, else the fallback's when --estimator was not given; latest block first."""
+    train = options.train
+    board = load_target(options.board)
+    runs = [train]
+    if options.estimator_fit and train.estimator != ESTIMATOR_FALLBACK:
+        runs.append(replace(train, estimator=ESTIMATOR_FALLBACK, scales=False))
+    for run in runs:
+        arena = whole_arena(graph, run, in_place_convolutions=True)
+        if found := single_blocks(graph, run, sram_total(graph, arena, board, options)):
+            blocks, fitting = found
+            return [replace(options, train=replace(run, blocks=blocks, block=k),
+                            estimator_fit=False) for k, _ in reversed(fitting)]
+    return []
+
+
+def _full_why(given: TrainConfig, board: str) -> str:
+    return (f"--train auto picked full training, which fits the {board}"
+            if given.mode == MODE_AUTO else "the run is full training")
+
+
+def _run_options(train: TrainConfig) -> str:
+    """The options that give ``train``'s mode, blocks and estimator, as a build takes them."""
+    return f"--train {train.mode} --blocks {train.blocks} --estimator {train.estimator}"
 
 
 def resolve_estimator(graph: Graph, options: BuildOptions) -> BuildOptions:

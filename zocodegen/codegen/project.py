@@ -157,9 +157,11 @@ def _inference_items(arena: ArenaPlan, board: Target, training: TrainingCode | N
 
 def _statics_item(training: TrainingCode | None, memory: str, field: bool) -> RamItem:
     """.data and the rest of .bss, which follow the stack, and the gap before .zo_arena.
-    Sparse --block auto keeps a pointer to each trained array in .data (*_active)."""
+    Sparse --block auto keeps a pointer to each trained array in .data (*_active), and to
+    each --scales layer's parameters (*_params_active)."""
     pointers = 0 if training is None or not training.selects_block else sum(
-        1 + L.has_bias + (L.folded_count > 0) for L in training.layers if L.defines)
+        1 + L.has_bias + (L.folded_count > 0) + L.scaled for L in training.layers
+        if L.defines)
     bss = RUNTIME_BSS_BYTES["inference" if training is None else "field" if field
                             else "training"]
     return RamItem("firmware statics", bss + 4 * pointers + ARENA_ALIGNMENT_GAP,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..codegen.fit import fit, resolve_auto
+from ..codegen.fit import check_sparse_options, fit, resolve_run
 from ..codegen.project import BuildOptions, plan_project
 from ..target import DEFAULT_TARGET
 from ..errors import UserError
@@ -261,9 +261,11 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
     check_blocks(graph, config)
     board = target or DEFAULT_TARGET
     if target is None and config.mode == MODE_AUTO:
+        check_sparse_options(config, replace(config, mode="full"),
+                             "without --target, --train auto is full training")
         config = replace(config, mode="full")
     if target is None:
-        options = resolve_auto(graph, BuildOptions("native", board, config))
+        options = resolve_run(graph, BuildOptions("native", board, config))
     else:
         device, options = fit(graph, BuildOptions(target, board, config,
                                                   estimator_fit=estimator_fit))
