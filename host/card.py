@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zocodegen.errors import DataError, UserError
-from zocodegen.files import atomic_writer, write_atomic, writing_run
+from zocodegen.files import (RUN_LOCK, atomic_writer, check_output, replacing_folder,
+                             write_atomic, writing_run)
 from zocodegen.formats import field, status
 from zocodegen.formats import link as p
 from zocodegen.formats.image import SECTOR_BYTES, ImageLayout, verify_image
@@ -125,9 +126,10 @@ def holds(head: bytes) -> str:
 
 def write_card(image: Path, target: Path, yes: bool = False, ask: Callable[[str], str] = input,
                say: Say = print, proc_root: Path = Path("/proc"),
-               sys_root: Path = Path("/sys")) -> None:
-    """`zocodegen card write IMAGE TARGET`: a regular file (new or not) is written whole or
-    not at all; a block device only as described in the module's docstring."""
+               sys_root: Path = Path("/sys"), force: bool = False) -> None:
+    """`zocodegen card write IMAGE TARGET`: a regular file is written whole or not at all,
+    over an existing one only when it is a data image without a field run on it (or with
+    ``force``); a block device only as described in the module's docstring."""
     layout = verify_image(image)  # a damaged image is refused before anything is touched
     size = layout.image_bytes
     try:
@@ -137,6 +139,7 @@ def write_card(image: Path, target: Path, yes: bool = False, ask: Callable[[str]
     except OSError as exc:
         raise UserError(f"cannot read {target}: {exc.strerror or exc}") from None
     if mode is None or stat.S_ISREG(mode):
+        check_output(Path(target), [("IMAGE", image)], "", field.DATA_IMAGE, force)
         _write_file(image, target)
         say(f"{target}: {size:,} B written (the image {image}); next: copy it to the card, "
             f"or `zocodegen card write {target} /dev/sdX`")
@@ -235,7 +238,10 @@ class CardRun:
 
 
 def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
-    """`zocodegen card read SOURCE -o RUN` (the module's docstring)."""
+    """`zocodegen card read SOURCE -o RUN` (the module's docstring): RUN is replaced whole
+    (files.replacing_folder), so no file of an earlier run stays beside the new one."""
+    run_dir = Path(run_dir)
+    _check_run_output(source, run_dir, force)
     with _Raw(source, os.O_RDONLY) as f:
         try:
             layout = ImageLayout.from_header(f.read(SECTOR_BYTES), source=str(source))
@@ -252,25 +258,36 @@ def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
                         "trained from it yet (or the image's checkpoint area was too small "
                         "for one: pack with --model MODEL)")
     identity = p.parse_hello(area.status.identity)
-    run_dir = Path(run_dir)
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
-        raise UserError(f"{run_dir} is not empty: read the card into a new -o RUN, or add "
-                        "--force to replace its files")
     entries = field.this_run(area.entries)
     rows = metrics_rows(entries)
-    with writing_run(run_dir):
+    with writing_run(run_dir), replacing_folder(run_dir) as new:
         if area.run is not None:
-            checkpoint.save_bytes(run_dir / "checkpoint.bin", area.run)
+            checkpoint.save_bytes(new / "checkpoint.bin", area.run)
         if area.best is not None and identity.guard:
-            checkpoint.save_bytes(run_dir / "best.bin", area.best)
-        write_metrics(run_dir / "metrics.csv", rows)
+            checkpoint.save_bytes(new / "best.bin", area.best)
+        write_metrics(new / "metrics.csv", rows)
         if any(not math.isnan(r.loss) for r in rows):
-            write_curves(rows, run_dir, f"{identity.target} (card): {identity.estimator}, "
+            write_curves(rows, new, f"{identity.target} (card): {identity.estimator}, "
                          f"Q={identity.queries}")
-        write_atomic(run_dir / "run.json", (json.dumps(
+        write_atomic(new / "run.json", (json.dumps(
             run_record(source, area.status, identity, entries), indent=2) + "\n").encode())
     return CardRun(area.status, identity, _step(area.run), _step(area.best), len(rows),
                    area.torn)
+
+
+def _check_run_output(source: Path, run_dir: Path, force: bool) -> None:
+    """Refuse a RUN that holds files (unless ``force``), and one that holds SOURCE (also with
+    ``force``: replacing RUN would delete the card copy being read)."""
+    try:
+        inside = Path(source).resolve().is_relative_to(run_dir.resolve())
+    except (OSError, RuntimeError):
+        inside = False
+    if inside:
+        raise UserError(f"-o {run_dir} holds {source}, the card copy being read: replacing "
+                        "RUN would delete it; read it into another -o RUN")
+    if run_dir.is_dir() and any(p.name != RUN_LOCK for p in run_dir.iterdir()) and not force:
+        raise UserError(f"{run_dir} is not empty: read the card into a new -o RUN, or add "
+                        "--force to replace it (the whole folder)")
 
 
 def _step(blob: bytes | None) -> int | None:

@@ -388,7 +388,7 @@ def cmd_monitor(args: argparse.Namespace) -> None:
 
 
 def cmd_card_write(args: argparse.Namespace) -> None:
-    card.write_card(args.image, args.target, args.yes, say=_say)
+    card.write_card(args.image, args.target, args.yes, say=_say, force=args.force)
 
 
 def cmd_card_read(args: argparse.Namespace) -> None:

@@ -310,13 +310,16 @@ def _add_card_parser(sub) -> None:
                    help="the card's disk (/dev/sdX, /dev/mmcblkN) or a file")
     p.add_argument("--yes", action="store_true",
                    help="write without asking (what the card holds is still shown)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a FILE that is not a data image, or a card copy holding a "
+                        "field run (read it first: `zocodegen card read`)")
     p.set_defaults(handler="card_write")
     p = card.add_parser("read", help="read a card's field run into RUN as `train` writes it: "
                                      "checkpoint.bin, best.bin, metrics.csv, run.json")
     p.add_argument("source", type=Path, metavar="DEVICE|FILE")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="RUN")
     p.add_argument("--force", action="store_true",
-                   help="read into a RUN that holds files, replacing the ones it writes")
+                   help="read into a RUN that holds files, replacing the whole folder")
     p.set_defaults(handler="card_read")
 
 

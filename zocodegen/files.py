@@ -9,6 +9,7 @@ id is alive, so a long training run does not collect one stale checkpoint per cr
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import glob
@@ -16,9 +17,11 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -148,18 +151,53 @@ def displayable(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class Replaces:
+    """What a command's output may replace without ``--force``: its own earlier output of the
+    same kind, recognised by its format (``foreign`` says why an existing file is not one, or
+    None when it is). Anything else at the output (a user's notes, a model where a data image
+    goes, a card copy holding a field run) is refused unless ``--force``."""
+
+    kind: str  # "a data image", in the refusal
+    foreign: Callable[[Path], str | None]
+
+
+def starts_with(kind: str, *magics: bytes, offset: int = 0) -> Replaces:
+    """An output kind recognised by the bytes its format starts with (at ``offset``)."""
+    def foreign(path: Path) -> str | None:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            head = f.read(max(map(len, magics)))
+        return None if any(head.startswith(m) for m in magics) else f"is not {kind}"
+    return Replaces(kind, foreign)
+
+
 def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
-                 option: str = "-o") -> Path:
+                 option: str = "-o", replaces: Replaces | None = None,
+                 force: bool = False) -> Path:
     """Refuse an output that is a folder or one of the command's inputs (given as
-    (option, path) pairs, None for an absent one)."""
+    (option, path) pairs, None for an absent one; also with ``force``; ``option`` "" for a
+    positional output), and, unless
+    ``force``, an existing file that ``replaces`` does not recognise as this command's own
+    earlier output (any existing file when ``replaces`` is None)."""
     path = Path(path)
+    named = f"{option} {path}" if option else str(path)
     what = not_a_destination(path)
     if what is not None:
-        raise UserError(f"{option} {path} is {what}; give a file name")
+        raise UserError(f"{named} is {what}; give a file name")
     for name, source in inputs:
         if source is not None and _same_file(path, Path(source)):
-            raise UserError(f"{option} {path} is the {name} file: writing it would overwrite "
+            raise UserError(f"{named} is the {name} file: writing it would overwrite "
                             "the input; choose another output name")
+    if force or not os.path.lexists(path):
+        return path
+    try:
+        why = "" if replaces is None else replaces.foreign(path)
+    except OSError as exc:
+        why = f"cannot be read ({(exc.strerror or str(exc)).lower()})"
+    if why is not None:
+        raise UserError(f"{named} exists{why and ' and '}{why}: choose another name, "
+                        "or add --force to replace it")
     return path
 
 
@@ -221,9 +259,96 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+#: Marks the temporary folder a multi-file result is assembled in beside its destination.
+FOLDER_STAGING = ".zocodegen-run-"
+
+
+@contextmanager
+def replacing_folder(out: Path) -> Iterator[Path]:
+    """A multi-file result (`card read`'s RUN) whole or not at all: yield an empty folder
+    beside ``out`` to write it into; when the block ends without an error that folder takes
+    ``out``'s place in one rename (``exchange_folders``) and the old ``out``, which the caller
+    was allowed to replace, is deleted. On an error (a full disk, Ctrl-C) ``out`` is as it
+    was. What a killed process left beside ``out`` is removed by the next write of it."""
+    out = Path(out).absolute()
+    prefix = f".{os.fsdecode(os.fsencode(out.name)[:200])}{FOLDER_STAGING}"
+    staging = out.with_name(f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for stale in out.parent.glob(glob.escape(prefix) + "*"):
+            pid = stale.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and not process_alive(int(pid)) and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
+    old = staging.with_name(staging.name + "-old")
+    try:
+        yield staging
+        if not os.path.lexists(out):
+            os.rename(staging, out)
+        elif exchange_folders(staging, out):
+            os.rename(staging, old)
+        else:
+            os.rename(out, old)
+            try:
+                os.rename(staging, out)
+            except BaseException:
+                os.rename(old, out)
+                raise
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc} (nothing "
+                        "changed)") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def exchange_folders(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system
+    or the file system has no such rename."""
+    if not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
 def write_atomic(path: Path, data: bytes, sync: bool = False, permissions: int = 0o666) -> None:
     with atomic_writer(path, sync=sync, permissions=permissions) as f:
         f.write(data)
+
+
+def write_new(path: Path, data: bytes, permissions: int = 0o666) -> None:
+    """``data`` as the new file ``path``, whole, never over an existing one: written beside
+    it and linked into place; FileExistsError when ``path`` exists (another process made it
+    first: the caller reads theirs)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, permissions)
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def file_sha256(path: Path) -> bytes:

@@ -10,19 +10,24 @@ nothing) and every other file of the old DIR: the user's notes and data, and mak
 compiles folders by wildcard, so a stale source would be linked in.
 
 A project is ours when its ``manifest.json`` records the SHA-256 of every file the build
-wrote and a signature, the SHA-256 of the manifest itself: a hand-written manifest or another
-tool's is not taken for ours. Refused unless ``force``: a DIR that holds files and no manifest
-we signed, a generated file changed since (its hash is not the recorded one), and a file of
-the user's where this build writes one.
+wrote and a signature, an HMAC-SHA-256 of the manifest under the user's own key
+(``cache_root()/project.key``, made on the first build): a hand-written, edited or re-signed
+manifest, or another tool's, is not taken for ours, so it cannot make a build delete anything.
+Refused unless ``force``: a DIR that holds files and no manifest we signed, a generated file
+changed since (its hash is not the recorded one), and a file of the user's where this build
+writes one. A file is only ever deleted when a signed manifest recorded it and its bytes are
+still the recorded ones; anything else in the old tree after the swap (a file written into
+DIR while the build ran) is moved into the new one.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import glob
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import stat
 import sys
@@ -31,7 +36,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import no_empty_folders_on_failure, process_alive
+from ..files import cache_root, no_empty_folders_on_failure, process_alive, write_new
+from ..files import exchange_folders as _exchange
 
 MANIFEST = "manifest.json"
 #: Marks the temporary folders a build assembles beside DIR (and the old project it swaps out).
@@ -39,6 +45,9 @@ STAGING = ".zocodegen-"
 #: How many bytes of DIR's name they carry: with the marker, a process id, 12 hex digits and
 #: "-old", still within the 255 bytes a file name may have.
 NAME_KEPT = 200
+#: The user's signing key, in the cache folder: 32 random bytes, readable by the user only.
+KEY_FILE = "project.key"
+KEY_BYTES = 32
 
 
 def sign(manifest: dict, files: dict[str, str]) -> str:
@@ -52,7 +61,29 @@ def sign(manifest: dict, files: dict[str, str]) -> str:
 
 def _signature(record: dict) -> str:
     body = json.dumps({k: v for k, v in record.items() if k != "signature"}, sort_keys=True)
-    return _sha256(b"zocodegen project\0" + body.encode())
+    return hmac.new(signing_key(), b"zocodegen project\0" + body.encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def signing_key() -> bytes:
+    """The user's key for manifests (made once, 0o600): only a build by this user signs a
+    manifest a later build trusts to say which files it may delete."""
+    path = cache_root() / KEY_FILE
+    try:
+        with open(path, "rb") as f:
+            key = f.read(KEY_BYTES + 1)
+    except FileNotFoundError:
+        try:
+            write_new(path, secrets.token_bytes(KEY_BYTES), permissions=0o600)
+        except FileExistsError:  # another build made it first: use theirs
+            pass
+        return signing_key()
+    except OSError as exc:
+        raise UserError(f"cannot read the signing key {path}: {exc.strerror or exc}") from None
+    if len(key) != KEY_BYTES:
+        raise UserError(f"{path} is not a zocodegen signing key ({KEY_BYTES} bytes): delete "
+                        "it (projects signed with it are then rebuilt only with --force)")
+    return key
 
 
 def _sha256(data: bytes) -> str:
@@ -97,13 +128,16 @@ def write_project(files: dict[str, str], out_dir: Path, force: bool = False) -> 
             staging.mkdir()
             try:
                 _assemble(staging, data, existing, folders, old)
-                _swap(staging, out)
+                retired = _swap(staging, out)
             except BaseException:  # a full disk, Ctrl-C: the old project was not touched
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
     except OSError as exc:
         raise UserError(f"cannot write the project into {shown}: {exc.strerror or exc} "
                         f"(nothing changed){_hint(exc, shown)}") from None
+    if retired is not None:
+        _retire(retired, out, old or {}, {rel: _inode(existing[rel]) for rel in data
+                                          if rel in existing})
 
 
 def _hint(exc: OSError, shown: Path) -> str:
@@ -181,27 +215,29 @@ def _prefix(out: Path) -> str:
 
 
 def _remove_stale(out: Path) -> None:
-    """Delete the temporary folders of builds into ``out`` that were killed. A crash between
-    the two renames of a swap without RENAME_EXCHANGE leaves the old project under its
-    temporary name and nothing at ``out``: it is put back."""
+    """Clear the temporary folders of builds into ``out`` that were killed. One still being
+    assembled holds only copies: deleted. An old project swapped out (``-old``) is put back
+    when nothing is at ``out`` (a crash between the two renames of a swap without
+    RENAME_EXCHANGE), else retired as a finished build retires it (``_retire``)."""
     for stale in out.parent.glob(glob.escape(_prefix(out)) + "*"):
         pid = stale.name.rsplit(STAGING, 1)[1].split("-", 1)[0]
         if not stale.is_dir() or stale.is_symlink() or not pid.isdigit() \
                 or process_alive(int(pid)):
             continue
-        if stale.name.endswith("-old") and not out.exists():
+        if not stale.name.endswith("-old"):
+            shutil.rmtree(stale)
+        elif not out.exists():
             stale.rename(out)
         else:
-            shutil.rmtree(stale)
+            _retire(stale, out, {**(_signed_files(stale) or {}), **(_signed_files(out) or {})})
 
 
 def _assemble(staging: Path, data: dict[str, bytes], existing: dict[str, Path],
               folders: dict[str, tuple[int, bool]], old: dict[str, str] | None) -> None:
     """The new project in ``staging``: the generated files, and every file of the old one
-    that is neither generated now nor a file an earlier build generated."""
-    earlier = set(old or ()) | ({MANIFEST} if old is not None else set())
+    that is neither generated now nor a file an earlier build generated, unchanged since."""
     for rel, path in existing.items():
-        if rel not in data and rel not in earlier:
+        if rel not in data and not _generated(rel, path, old):
             _carry(path, staging / rel)
     for rel, content in data.items():
         target = staging / rel
@@ -217,6 +253,66 @@ def _assemble(staging: Path, data: dict[str, bytes], existing: dict[str, Path],
             folder.mkdir(parents=True, exist_ok=True)  # the user's empty folder
         if folder.is_dir():  # deepest first: a folder closed to writing is filled already
             folder.chmod(mode)
+
+
+def _generated(rel: str, path: Path, recorded: dict[str, str] | None) -> bool:
+    """Whether ``path`` is a file a signed manifest recorded, with the recorded bytes: the
+    only files a build may delete (besides those at the names it writes)."""
+    return recorded is not None and rel in recorded and _digest(path) == recorded[rel]
+
+
+def _retire(old_tree: Path, out: Path, recorded: dict[str, str],
+            replaced: dict[str, tuple[int, int]] | None = None) -> None:
+    """Delete the old project swapped out of ``out``, file by file: a file also in the new
+    tree (the same file, or the same bytes), one a signed manifest recorded with these bytes,
+    and one the build was let replace (``replaced``: at a name it writes, listed before it
+    began) go; any other (written into DIR while the build ran) is moved into the new tree.
+    One whose name the new tree has taken stays in ``old_tree``, which is then kept and named
+    on stderr."""
+    replaced = replaced or {}
+    kept = []
+    for folder, _, names in os.walk(old_tree, topdown=False):
+        for name in names:
+            path = Path(folder, name)
+            rel = path.relative_to(old_tree).as_posix()
+            target = out / rel
+            try:
+                ours = (_signed_files(old_tree) is not None if rel == MANIFEST
+                        else _generated(rel, path, recorded))
+                if ours or _same_entry(path, target) or replaced.get(rel) == _inode(path):
+                    path.unlink()
+                elif not os.path.lexists(target):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(path, target)
+                else:
+                    kept.append(rel)
+            except OSError:
+                kept.append(rel)
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+    if kept:
+        print(f"zocodegen: {len(kept)} file(s) written into {out} while it was built are kept "
+              f"in {old_tree} (the new project has files of their names): {_some(kept)}",
+              file=sys.stderr)
+
+
+def _inode(path: Path) -> tuple[int, int]:
+    st = path.lstat()
+    return st.st_dev, st.st_ino
+
+
+def _same_entry(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` are one file (a hard link), or regular files of the same bytes."""
+    try:
+        sa, sb = a.lstat(), b.lstat()
+    except OSError:
+        return False
+    if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
+        return True
+    return stat.S_ISREG(sa.st_mode) and stat.S_ISREG(sb.st_mode) \
+        and sa.st_size == sb.st_size and _digest(a) == _digest(b)
 
 
 def _carry(source: Path, target: Path) -> None:
@@ -242,47 +338,34 @@ def _write(target: Path, content: bytes) -> None:
         os.close(fd)
 
 
-def _swap(staging: Path, out: Path) -> None:
-    """Put the assembled ``staging`` at ``out`` in one step and delete the old project. The
+def _swap(staging: Path, out: Path) -> Path | None:
+    """Put the assembled ``staging`` at ``out`` in one step; return where the old project now
+    is (``staging``'s name with ``-old``, for ``_retire``), None when there was none. The
     process's own working folder, when inside ``out``, follows to the new tree."""
     try:
         here = Path.cwd()
     except OSError:
         here = None
+    old = staging.with_name(staging.name + "-old")
+    retired: Path | None = old
     if not out.exists():
         os.rename(staging, out)
-    elif _exchange(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)
+        retired = None
     else:
+        os.rename(staging, old)  # from here on the name says: a tree to retire, not delete
         try:
-            os.rename(staging, out)  # POSIX replaces an empty folder in one step
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            old = staging.with_name(staging.name + "-old")
+            exchanged = _exchange(old, out)
+        except BaseException:
+            os.rename(old, staging)
+            raise
+        if not exchanged:
+            os.rename(old, staging)
             os.rename(out, old)
             try:
                 os.rename(staging, out)
             except BaseException:
                 os.rename(old, out)
                 raise
-            shutil.rmtree(old, ignore_errors=True)
     if here is not None and here.is_relative_to(out):
         os.chdir(here if here.is_dir() else out)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two folders atomically (Linux renameat2 RENAME_EXCHANGE); False where the system
-    or the file system has no such rename."""
-    if not sys.platform.startswith("linux"):
-        return False
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if renameat2 is None:
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
+    return retired

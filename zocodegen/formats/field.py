@@ -16,7 +16,10 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .image import SECTOR_BYTES
+from ..errors import DataError
+from ..files import Replaces
+from .image import MAGIC as IMAGE_MAGIC
+from .image import SECTOR_BYTES, ImageLayout
 
 SLOTS = 4
 RUN, BEST, RUN_COPY, BEST_COPY = range(SLOTS)
@@ -190,3 +193,27 @@ def this_run(entries: Iterable[LogEntry]) -> list[LogEntry]:
             kept = [k for k in kept if e.step and k.step <= e.step]
         kept.append(e)
     return kept
+
+
+def _not_a_blank_image(path) -> str | None:
+    """Why the file ``path`` is not a data image `pack` or `card write` may replace (None
+    when it is one): another kind of file, a damaged image, or a card copy holding a field
+    run, which the device trained and only the card (copy) keeps."""
+    with open(path, "rb") as f:
+        head = f.read(SECTOR_BYTES)
+        if head[:len(IMAGE_MAGIC)] != IMAGE_MAGIC:
+            return "is not a data image"
+        try:
+            layout = ImageLayout.from_header(head, source=str(path))
+        except DataError:
+            return "is a damaged data image"
+        f.seek(layout.checkpoint_lba * SECTOR_BYTES)
+        found = read_area(f.read(layout.checkpoint_sectors * SECTOR_BYTES)).status
+    if found is None:
+        return None
+    return (f"holds a field run (step {found.step} of {found.steps}), lost when it is "
+            f"replaced: read it first with `zocodegen card read {path} -o RUN`")
+
+
+#: What `pack -o IMAGE` and `card write IMAGE FILE` replace without --force.
+DATA_IMAGE = Replaces("a data image", _not_a_blank_image)
