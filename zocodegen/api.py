@@ -40,6 +40,7 @@ from .training import checkpoint, labels
 from .training.data import Packed
 from .training.data import pack as pack_data
 from .training.estimators import REGISTRY
+from . import model_export
 from .training.export import export_checkpoint
 from .training.runner import RunSummary, Say, silent
 from .training.runner import simulate as simulate_run
@@ -218,7 +219,7 @@ def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
                      checkpoint_bytes=None if args.checkpoint_kb is None
                      else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
                      labels=args.labels, normalize=args.normalize, resize=args.resize,
-                     preprocess=args.preprocess, progress=progress)
+                     preprocess=args.preprocess, progress=progress, force=args.force)
 
 
 def simulate(model: PathLike, data: PathLike, output: PathLike, progress: Progress = False,
@@ -273,11 +274,16 @@ def export(model: PathLike, checkpoint_path: PathLike, output: PathLike) -> Expo
 
 
 def run_export(args: argparse.Namespace) -> ExportResult:
-    check_output(args.output, [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)])
-    graph = load_model(args.model)
-    written = export_checkpoint(args.model, graph, args.checkpoint, args.output)
-    ckpt = checkpoint.load(args.checkpoint)
+    inputs = [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)]
+    check_output(args.output, inputs, replaces=model_export.replaces(args.model),
+                 force=args.force)
     found = labels.of_run(Path(args.checkpoint))
+    if found:  # the labels file beside the model is checked before the model is written
+        check_output(labels.sidecar_path(Path(args.output)), inputs, replaces=labels.SIDECAR,
+                     force=args.force)
+    graph = load_model(args.model)
+    written = export_checkpoint(args.model, graph, args.checkpoint, args.output, args.force)
+    ckpt = checkpoint.load(args.checkpoint)
     sidecar = labels.write_sidecar(Path(args.output), found) if found else None
     return ExportResult(Path(args.output), written, ckpt.step, ckpt.best_step, sidecar)
 

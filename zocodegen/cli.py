@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from . import api, board_fit, cli_fleet
 from .errors import DataError, UserError, check_finite, interrupted
-from .files import atomic_writer, check_output, no_empty_folders_on_failure
+from .files import Replaces, atomic_writer, check_output, no_empty_folders_on_failure
 from .codegen.fit import device_graph
 from .codegen.project import BuildOptions
 from .codegen.host_inputs import host_side_inputs
@@ -113,6 +113,26 @@ def check_output_path(graph: Graph, path: Path) -> None:
                         "by output name)")
 
 
+def outputs_of(graph: Graph) -> Callable[[Path], str | None]:
+    """Why an existing file is no earlier `infer --output` of ``graph`` (None when it is
+    one): a .npy of the first output's dtype and sample shape, a .npz of exactly its outputs.
+    Anything else (a data set, another model's outputs) needs --force."""
+    def foreign(path: Path) -> str | None:
+        sample = graph.tensor(graph.outputs[0]).shape[1:]
+        try:
+            if path.suffix.lower() == ".npz":
+                with np.load(path, allow_pickle=False) as found:
+                    ours = sorted(found.files) == sorted(graph.outputs)
+            else:
+                found = np.load(path, mmap_mode="r", allow_pickle=False)
+                ours = (found.dtype == graph.tensor(graph.outputs[0]).dtype
+                        and tuple(found.shape[1:]) == tuple(sample))
+        except (ValueError, OSError, EOFError):
+            ours = False
+        return None if ours else "holds no outputs of this model"
+    return foreign
+
+
 def write_outputs(path: Path, outputs: dict[str, np.ndarray]) -> None:
     """Write exactly ``path`` (numpy would append .npy/.npz to a name without it): .npz keyed
     by output name, .npy for the one output."""
@@ -168,9 +188,10 @@ def cmd_infer(args: argparse.Namespace) -> None:
     if args.output is None and not photos:
         raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs")
     if args.output is not None:
-        check_output(args.output, [("--input", args.input), ("MODEL", args.model)],
-                     "--output")
         check_output_path(graph, args.output)
+        check_output(args.output, [("--input", args.input), ("MODEL", args.model)],
+                     "--output", Replaces("outputs of this model", outputs_of(graph)),
+                     args.force)
     files, names = [], []
     if photos:
         inputs, files, names = _photo_inputs(graph, args)
@@ -413,7 +434,8 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> None:
     check_output(args.output, [("--check", args.check), ("--scalars", args.scalars),
-                               ("MODEL", args.model)])
+                               ("MODEL", args.model)], replaces=checkpoint.CHECKPOINT_FILE,
+                 force=args.force)
     graph = load_model(args.model)
     # the device's checkpoint is read, and compared, before anything is written
     expected = checkpoint.read_bytes(args.check) if args.check else None

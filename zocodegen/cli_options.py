@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the board whose memory budget native/qemu builds stand for, and the "
                         f"board --engine emulated runs (default {DEFAULT_TARGET})")
     _add_memory_options(p)
+    _add_force(p, "replace an --output that is not a .npy/.npz of the model's outputs")
     p.set_defaults(handler="infer")
 
     p = sub.add_parser("build", help="generate the firmware project (C sources, Makefile, "
@@ -222,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--preprocess", metavar="MODULE:FUNCTION",
                    help="make each file's float input with your function (path -> array of "
                         "the model's input shape), e.g. audio features; also file.py:function")
+    _add_force(p, "replace an -o IMAGE that is not a data image, or a card copy holding a "
+                  "field run (read it first: `zocodegen card read`)")
     p.set_defaults(handler="pack")
 
     p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
@@ -259,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, metavar="MODEL")
     p.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
+    _add_force(p, "replace an OUT that is not a model of MODEL's format, or an "
+                  "OUT.labels.json that is not one export wrote")
     p.set_defaults(handler="export")
 
     p = sub.add_parser("replay", help="rebuild a --record-scalars run's parameters from the "
@@ -270,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="CHECKPOINT")
     p.add_argument("--check", type=Path, metavar="CHECKPOINT",
                    help="the device's checkpoint: replay as many steps and compare bytes")
+    _add_force(p, "replace an -o CHECKPOINT that is not a checkpoint")
     p.set_defaults(handler="replay")
 
     p = sub.add_parser("device-time", help="how long a simulated run takes on a board: its "
@@ -298,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_force(p: argparse.ArgumentParser, what: str) -> None:
+    """--force of a command whose output replaces only its own earlier output of the same
+    kind (files.check_output)."""
+    p.add_argument("--force", action="store_true", help=what)
+
+
 def _add_card_parser(sub) -> None:
     card = sub.add_parser("card", help="put a packed image on a card for a `build "
                                        "--data-source sdcard` board, or read its field run back "
@@ -310,9 +322,8 @@ def _add_card_parser(sub) -> None:
                    help="the card's disk (/dev/sdX, /dev/mmcblkN) or a file")
     p.add_argument("--yes", action="store_true",
                    help="write without asking (what the card holds is still shown)")
-    p.add_argument("--force", action="store_true",
-                   help="replace a FILE that is not a data image, or a card copy holding a "
-                        "field run (read it first: `zocodegen card read`)")
+    _add_force(p, "replace a FILE that is not a data image, or a card copy holding a field "
+                  "run (read it first: `zocodegen card read`)")
     p.set_defaults(handler="card_write")
     p = card.add_parser("read", help="read a card's field run into RUN as `train` writes it: "
                                      "checkpoint.bin, best.bin, metrics.csv, run.json")

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .files import atomic_writer
+
 #: Largest pixel value of the digits images; the model's float input is ``pixel / PIXEL_MAX``.
 PIXEL_MAX = 16.0
 #: Fractions of every class that go to pretrain and adapt; the rest is the test split.
@@ -335,8 +337,7 @@ def _write_npz(path: str | Path, model_input_quant: Any,
         "x_clean_test": quantize_images(split["x_clean_test"], scale, zero_point),
         "y_clean_test": split["y_clean_test"].astype(np.int64),
     }
-    path = Path(path)
-    with path.open("wb") as fh:
+    with atomic_writer(Path(path)) as fh:
         np.savez(fh, **arrays)
     return arrays
 

@@ -321,6 +321,20 @@ def exchange_folders(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(b))
 
 
+def open_append(path: Path, mode: str = "ab", **kwargs) -> IO:
+    """A log to append to (a run's metrics.csv after its whole rewrite, a server's log):
+    created if missing, never a FIFO or a device (a FIFO would block the command)."""
+    path = Path(path)
+    what = not_a_destination(path)
+    if what is not None:
+        raise UserError(f"cannot write {path}: it is {what}, not a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, mode, **kwargs)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def write_atomic(path: Path, data: bytes, sync: bool = False, permissions: int = 0o666) -> None:
     with atomic_writer(path, sync=sync, permissions=permissions) as f:
         f.write(data)

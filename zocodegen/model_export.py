@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import UserError
-from .files import atomic_writer, check_output
+from .files import Replaces, atomic_writer, check_output, starts_with
 from .frontends import check_model_file
 from .ir import Graph, Op
 from .ops.table import OPS, TRAINABLE_OP_TYPES
@@ -49,16 +49,20 @@ _REPEAT = re.compile(r"^(.*)#\d+$")  # frontends.common.unique_name's suffix
 
 
 def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarray],
-                 out_path: Path, scales: Mapping[str, np.ndarray] | None = None) -> None:
+                 out_path: Path, scales: Mapping[str, np.ndarray] | None = None,
+                 force: bool = False) -> None:
     """Write ``model_path`` to ``out_path`` with the constants named in ``updated`` replaced.
 
     ``graph`` is the IR ``load_model(model_path)`` returned; ``updated`` maps IR tensor names
     of trainable weights/biases to new values with the IR tensor's shape and dtype;
     ``scales`` a convolution's filter (its IR weights' name) to new per-channel scales.
+    An existing ``out_path`` is replaced only when it is a model of the same format (an
+    earlier export), or with ``force``.
     """
     scales = _checked_scales(graph, scales or {})
-    model_path, out_path = Path(model_path), check_output(Path(out_path))
+    model_path, out_path = Path(model_path), Path(out_path)
     kind = _model_kind(model_path)
+    check_output(out_path, [("MODEL", model_path)], replaces=replaces(model_path), force=force)
     if kind != graph.source_format:
         raise UserError(f"{model_path} is not the model the graph was loaded from (it is "
                         f"{_KIND_NAME[kind]}, the graph came from "
@@ -82,6 +86,17 @@ def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarra
 # --------------------------------------------------------------------------------------------
 # Common checks and output
 # --------------------------------------------------------------------------------------------
+
+#: What export replaces without --force: a model file of the format it writes (its first
+#: bytes as the frontends tell the formats apart: "TFL3" at 4, an ONNX ModelProto's 0x08).
+MODEL_FILES = {"tflite": starts_with("a TFLite model", b"TFL3", offset=4),
+               "onnx": starts_with("an ONNX model", b"\x08")}
+
+
+def replaces(model_path: Path) -> Replaces:
+    """What an export of ``model_path`` may replace without --force."""
+    return MODEL_FILES[_model_kind(Path(model_path))]
+
 
 def _model_kind(path: Path) -> str:
     check_model_file(path)

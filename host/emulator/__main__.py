@@ -17,6 +17,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from zocodegen.files import write_atomic
 from zocodegen.formats.link import DEFAULT_BAUD
 from .clocks import MHZ, BoardFault
 from .machine import BOARDS, Board
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if report.power_cut:
         print(f"emulated {args.board}: {report.power_cut}", file=sys.stderr)
     if args.report_json:
-        args.report_json.write_text(json.dumps(asdict(report), indent=2) + "\n")
+        write_atomic(args.report_json, (json.dumps(asdict(report), indent=2) + "\n").encode())
     if args.report:
         print(f"emulated {args.board}: SYSCLK {report.sysclk_hz / MHZ:g} MHz, USART1 "
               f"{report.usart_baud:.0f} baud, {report.instructions} instructions, stack "

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from zocodegen.errors import UserError
+from zocodegen.files import open_append, write_atomic
 from zocodegen.formats.link import DEFAULT_BAUD
 from .security import ServerKeys, enrolled_keys
 
@@ -119,7 +120,7 @@ class Flower:
     def _start(self, args: list[str], log_name: str, foreground: bool = False
                ) -> subprocess.Popen:
         log = self.logs / log_name
-        out = None if foreground else open(log, "ab")
+        out = None if foreground else open_append(log)
         try:
             # own process group: stopping it also stops the helpers Flower started
             proc = subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -147,9 +148,9 @@ class Flower:
         address = f"{connect}:{port}"
         trust = ("insecure = true" if keys is None
                  else f'root-certificates = "{keys.ca.resolve()}"')
-        (self.home / "config.toml").write_text(
+        write_atomic(self.home / "config.toml", (
             f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
-            f'address = "{address}"\n{trust}\n')
+            f'address = "{address}"\n{trust}\n').encode())
         return address
 
     def enroll(self, public_key: Path) -> bool:

@@ -37,7 +37,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..files import write_atomic
+from ..files import starts_with, write_atomic
 from ..errors import DataError
 
 MAGIC = b"ZOCKPT01"
@@ -185,6 +185,10 @@ def parameters_sha256(blob: bytes) -> str:
     """SHA-256 (hex) of a checkpoint's layer table and parameters, not of its header: the
     same for every step, seed or guard state (a fleet names a round's model by it)."""
     return hashlib.sha256(blob[HEADER.size:-4]).hexdigest()
+
+
+#: What `replay -o` replaces without --force.
+CHECKPOINT_FILE = starts_with("a checkpoint", MAGIC)
 
 
 def save(path: Path, ckpt: Checkpoint) -> None:

@@ -238,7 +238,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
          shuffle: int | None = None, checkpoint_bytes: int | None = None,
          val_fraction: float = DEFAULT_VAL_FRACTION, labels: Path | None = None,
          normalize: str = "auto", resize: str = "crop", preprocess: str | Hook | None = None,
-         progress: bool = True) -> Packed:
+         progress: bool = True, force: bool = False) -> Packed:
     """DATA.npz, or a folder of files (``folders.read_folder``: images, or anything through
     the ``preprocess`` hook), -> the data image the device trains from (docs/image.md).
 
@@ -250,11 +250,13 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     ``shuffle`` then permutes the train split with ``numpy.random.default_rng(shuffle)``; by
     default the device trains in the order of DATA.npz, and a folder's records (grouped by
     class, which would train a run on one class at a time) are shuffled with seed 0. Nothing
-    is written when anything is wrong.
+    is written when anything is wrong, nor over an existing file that is not a data
+    image without a field run (``formats.field.DATA_IMAGE``) unless ``force``.
     """
     source = str(data_path)
     check_output(Path(image_path), [("DATA.npz", data_path), ("--model", model_path),
-                                    ("--labels", labels), ("--preprocess", hook_file(preprocess))])
+                                    ("--labels", labels), ("--preprocess", hook_file(preprocess))],
+                 replaces=field.DATA_IMAGE, force=force)
     folder = Path(data_path).is_dir()
     if is_image(data_path):
         raise DataError(f"{source} is already a data image; pack reads DATA.npz or a folder")

@@ -60,14 +60,16 @@ def checkpoint_params(graph: Graph, ckpt: checkpoint.Checkpoint) -> dict[str, np
     return params
 
 
-def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path: Path) -> int:
+def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path: Path,
+                      force: bool = False) -> int:
     """Write the model with the checkpoint's parameters to ``out_path``; returns how many
-    tensors changed. Refuses a checkpoint of another model (sha256 of the model file)."""
+    tensors changed. Refuses a checkpoint of another model (sha256 of the model file), and
+    (unless ``force``) an ``out_path`` that is not a model of the same format."""
     ckpt = checkpoint.load(ckpt_path)
     if ckpt.model_sha256 != file_sha256(Path(model_path)):
         raise DataError(f"{ckpt_path} was trained from a different model file than "
                         f"{model_path}")
     updated = checkpoint_tensors(graph, ckpt)
     scales = checkpoint_scales(graph, ckpt)
-    export_model(Path(model_path), graph, updated, Path(out_path), scales)
+    export_model(Path(model_path), graph, updated, Path(out_path), scales, force)
     return len(updated) + len(scales)

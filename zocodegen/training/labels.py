@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
-from ..files import file_sha256, write_atomic
+from ..files import Replaces, file_sha256, write_atomic
 from ..formats.image import MAGIC, read_header
 
 SIDECAR_SUFFIX = ".labels.json"
@@ -62,6 +62,23 @@ def write_sidecar(model: Path, labels: Labels) -> Path:
         "model_sha256": file_sha256(model).hex(), "class_names": list(labels.class_names),
         "preprocess": labels.preprocess}, indent=2) + "\n").encode())
     return path
+
+
+def _not_a_sidecar(path: Path) -> str | None:
+    """Why ``path`` is no labels file export wrote (None when it is one)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    try:
+        record = json.loads(head)
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and {"model_sha256", "class_names", "preprocess"} <= set(record):
+        return None
+    return "is not a labels file `zocodegen export` wrote"
+
+
+#: What export replaces beside its model without --force.
+SIDECAR = Replaces("a labels file export wrote", _not_a_sidecar)
 
 
 def read_sidecar(model: Path) -> Labels | None:

@@ -13,7 +13,7 @@ from typing import TextIO
 import numpy as np
 
 from ..errors import DataError, UserError
-from ..files import displayable, write_atomic
+from ..files import atomic_writer, displayable, open_append, write_atomic
 
 COLUMNS = ("step", "loss", "lr", "accuracy", "val_accuracy", "event")
 
@@ -79,7 +79,7 @@ class MetricsLog:
         for row in self.rows:
             self._write(row)
         write_atomic(self.path, text.getvalue().encode())
-        self._file = open(self.path, "a", newline="")
+        self._file = open_append(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
 
     def _write(self, row: MetricsRow) -> None:
@@ -198,9 +198,10 @@ def write_confusion(path: Path, counts: np.ndarray, names: Sequence[str],
                     note: str = "") -> None:
     """confusion.csv: the matrix, its header naming every column."""
     labels = class_labels(names, len(counts))
-    np.savetxt(path, counts, fmt="%d", delimiter=",",
-               header=f"{note}rows: true class, columns: predicted class; classes: "
-               + ", ".join(labels))
+    with atomic_writer(Path(path)) as f:
+        np.savetxt(f, counts, fmt="%d", delimiter=",",
+                   header=f"{note}rows: true class, columns: predicted class; classes: "
+                   + ", ".join(labels))
 
 
 def format_confusion(counts: np.ndarray, names: Sequence[str] = ()) -> str:
@@ -252,5 +253,6 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
     ax.legend(loc="upper left")
     ax.set_title(displayable(title) or "zeroth-order training")  # a model name need not be UTF-8
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_writer(Path(path)) as f:
+        fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
