@@ -177,7 +177,10 @@ def test_bad_input_is_one_line_and_writes_nothing(change, options, message, tmp_
 
 def test_bad_files_leave_an_existing_image_alone(tmp_path, capsys):
     out = tmp_path / "d.img"
-    out.write_bytes(b"old")
+    np.savez(tmp_path / "d.npz", **_digits_arrays())
+    assert main(["pack", str(tmp_path / "d.npz"), "-o", str(out)]) == 0
+    old = out.read_bytes()
+    capsys.readouterr()
     (tmp_path / "text.npz").write_text("not a zip")
     np.save(tmp_path / "one.npy", np.zeros(3))
     for data, message in [(tmp_path / "missing.npz", "does not exist"),
@@ -186,14 +189,13 @@ def test_bad_files_leave_an_existing_image_alone(tmp_path, capsys):
         assert main(["pack", str(data), "-o", str(out)]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
-    np.savez(tmp_path / "d.npz", **_digits_arrays())
     assert main(["pack", str(tmp_path / "d.npz"), "-o", str(tmp_path / "d.npz")]) == 2
     assert "overwrite" in capsys.readouterr().err
     (tmp_path / "one.npy").rename(tmp_path / "no")  # a file where the folder should be
     assert main(["pack", str(tmp_path / "d.npz"), "-o", str(tmp_path / "no" / "d.img")]) == 2
     assert "cannot write" in capsys.readouterr().err
     (tmp_path / "no").rename(tmp_path / "one.npy")
-    assert out.read_bytes() == b"old"
+    assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.img", "d.npz", "one.npy",
                                                           "text.npz"]
     # packing an image again is refused (pack reads DATA.npz)

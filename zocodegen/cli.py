@@ -188,10 +188,10 @@ def cmd_infer(args: argparse.Namespace) -> None:
     if args.output is None and not photos:
         raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs")
     if args.output is not None:
-        check_output_path(graph, args.output)
         check_output(args.output, [("--input", args.input), ("MODEL", args.model)],
                      "--output", Replaces("outputs of this model", outputs_of(graph)),
                      args.force)
+        check_output_path(graph, args.output)
     files, names = [], []
     if photos:
         inputs, files, names = _photo_inputs(graph, args)

@@ -176,10 +176,9 @@ def check_output(path: Path, inputs: Iterable[tuple[str, Path | None]] = (),
                  option: str = "-o", replaces: Replaces | None = None,
                  force: bool = False) -> Path:
     """Refuse an output that is a folder or one of the command's inputs (given as
-    (option, path) pairs, None for an absent one; also with ``force``; ``option`` "" for a
-    positional output), and, unless
-    ``force``, an existing file that ``replaces`` does not recognise as this command's own
-    earlier output (any existing file when ``replaces`` is None)."""
+    (option, path) pairs, None for an absent one), also with ``force``; and, unless ``force``,
+    an existing file that ``replaces`` does not recognise as the command's own earlier output
+    (any existing file when ``replaces`` is None). ``option`` is "" for a positional output."""
     path = Path(path)
     named = f"{option} {path}" if option else str(path)
     what = not_a_destination(path)
@@ -277,7 +276,11 @@ def replacing_folder(out: Path) -> Iterator[Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
         for stale in out.parent.glob(glob.escape(prefix) + "*"):
             pid = stale.name[len(prefix):].split("-", 1)[0]
-            if pid.isdigit() and not process_alive(int(pid)) and not stale.is_symlink():
+            if not pid.isdigit() or process_alive(int(pid)) or stale.is_symlink():
+                continue
+            if stale.name.endswith("-old") and not os.path.lexists(out):
+                stale.rename(out)  # killed between the two renames: the old one back
+            else:
                 shutil.rmtree(stale, ignore_errors=True)
         staging.mkdir()
     except OSError as exc:

@@ -62,7 +62,7 @@ def export_model(model_path: Path, graph: Graph, updated: Mapping[str, np.ndarra
     scales = _checked_scales(graph, scales or {})
     model_path, out_path = Path(model_path), Path(out_path)
     kind = _model_kind(model_path)
-    check_output(out_path, [("MODEL", model_path)], replaces=replaces(model_path), force=force)
+    check_output(out_path, replaces=replaces(model_path), force=force)
     if kind != graph.source_format:
         raise UserError(f"{model_path} is not the model the graph was loaded from (it is "
                         f"{_KIND_NAME[kind]}, the graph came from "
