@@ -229,7 +229,7 @@ def _remove_stale(out: Path) -> None:
         elif not out.exists():
             stale.rename(out)
         else:
-            _retire(stale, out, {**(_signed_files(stale) or {}), **(_signed_files(out) or {})})
+            _retire(stale, out, _signed_files(out) or {})
 
 
 def _assemble(staging: Path, data: dict[str, bytes], existing: dict[str, Path],
@@ -264,12 +264,14 @@ def _generated(rel: str, path: Path, recorded: dict[str, str] | None) -> bool:
 def _retire(old_tree: Path, out: Path, recorded: dict[str, str],
             replaced: dict[str, tuple[int, int]] | None = None) -> None:
     """Delete the old project swapped out of ``out``, file by file: a file also in the new
-    tree (the same file, or the same bytes), one a signed manifest recorded with these bytes,
-    and one the build was let replace (``replaced``: at a name it writes, listed before it
+    tree (the same file, or the same bytes), one a signed manifest (``recorded``, or the old
+    tree's own: another build's that swapped in meanwhile) recorded with these bytes, and one
+    the build was let replace (``replaced``: at a name it writes, listed before it
     began) go; any other (written into DIR while the build ran) is moved into the new tree.
     One whose name the new tree has taken stays in ``old_tree``, which is then kept and named
     on stderr."""
     replaced = replaced or {}
+    own = _signed_files(old_tree)
     kept = []
     for folder, _, names in os.walk(old_tree, topdown=False):
         for name in names:
@@ -277,8 +279,8 @@ def _retire(old_tree: Path, out: Path, recorded: dict[str, str],
             rel = path.relative_to(old_tree).as_posix()
             target = out / rel
             try:
-                ours = (_signed_files(old_tree) is not None if rel == MANIFEST
-                        else _generated(rel, path, recorded))
+                ours = (own is not None if rel == MANIFEST else
+                        _generated(rel, path, recorded) or _generated(rel, path, own))
                 if ours or _same_entry(path, target) or replaced.get(rel) == _inode(path):
                     path.unlink()
                 elif not os.path.lexists(target):
