@@ -24,7 +24,8 @@ from zocodegen.training.metrics import MetricsRow, write_curves
 
 class CurveDrawer:
     """One child for a run: matplotlib is imported once. ``submit`` returns at once;
-    ``wait`` raises what the last drawing raised (a full disk: OSError, one line)."""
+    ``wait`` raises what the last drawing raised (a full disk: the writer's UserError, one
+    line)."""
 
     def __init__(self) -> None:
         # -P: the caller's working directory is not on the child's path (a "numpy.py" there

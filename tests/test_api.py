@@ -72,14 +72,16 @@ def test_a_plain_script_without_a_main_guard_trains(tmp_path):
 
 def test_the_curve_drawer_draws_and_hands_back_its_failure(tmp_path):
     """host/curve_drawer.py: a drawing lands in the run directory; one that cannot be
-    written raises its OSError in the caller at the next wait, and the child goes on."""
+    written (its folder is a file) raises the writer's one-line error in the caller at the
+    next wait, and the child goes on."""
     from zocodegen.host.curve_drawer import CurveDrawer
     from zocodegen.training.metrics import MetricsRow
     rows = [MetricsRow(step, 2.0 - 0.1 * step, 0.01) for step in range(1, 6)]
+    (tmp_path / "a file").write_text("")
     drawer = CurveDrawer()
     try:
-        drawer.submit(rows, tmp_path / "missing", "t")
-        with pytest.raises(OSError):
+        drawer.submit(rows, tmp_path / "a file", "t")
+        with pytest.raises(UserError, match="cannot write"):
             drawer.wait()
         drawer.submit(rows, tmp_path, "t")
     finally:
