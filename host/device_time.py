@@ -84,8 +84,8 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
     # "block K: S trial records; held-out ..." (a log before H: "block K: held-out", H = S)
     blocks = re.findall(r"block \d+: (?:(\d+) trial records; )?held-out \d+ -> \d+ of (\d+) "
                         r"correct", log_text)
-    confirm = re.search(r"on the last (\d+) training records, which no check saw(, and the "
-                        r"(\d+) validation records)?", log_text)
+    confirm = re.search(r"on the last (\d+) training records, which no check saw[^,]*(, and "
+                        r"the (\d+) validation records)?", log_text)
     val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
     return RunShape(steps, batch, len(trials), trials[0][0] if trials else 0,
                     int(guard.group(1)) if guard else 0, val, len(blocks),

@@ -23,7 +23,8 @@ from tqdm import tqdm
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
-from zocodegen.training.guard import trials_tied
+from zocodegen.training.guard import (confirmation_where, trained_confirmation_records,
+                                      trials_tied, unvalidated)
 from zocodegen.training.runner import check_step, delete_run, read_run_record
 from .blocks import ImageBlocks
 from .curve_drawer import CurveDrawer
@@ -94,6 +95,7 @@ class Trainer:
         self._losses: list[float] = []
         self._trials: list[tuple[int, int]] = []  # --lr auto's (loss sum, steps), as they come
         self._start_confirmed = p.Event(p.EventKind.CONFIRM, p.Decision.NONE, 0, 0, 0, 0)
+        self._checked = 0  # validation records of the guard's checks
         self._accuracy: float | None = None
         self._split: str | None = None  # where _accuracy was measured
         self._chunk_end = -1
@@ -486,14 +488,17 @@ class Trainer:
             start, of = self._start_confirmed, max(1, e.of)
             last = e.step == self.identity.steps  # then the validation records count too
             what = "the last parameters" if last else "the best"
-            where = (f"on the last training records, which no check saw, and the validation "
-                     f"records of its last check ({e.of} records)" if last else
-                     f"on the last {e.of} training records, which no check saw")
+            validation = self._checked if last else 0
+            training = e.of - validation
+            trained = trained_confirmation_records(self.blocks.layout.count("train"),
+                                                   training, e.step, self.identity.batch)
             net = e.correct - start.correct  # e.steps: the records where the two disagree
-            self._say(f"guard: {where}, {what} (step {e.step}) gets {(e.steps + net) // 2} "
-                      f"record(s) right that the start gets wrong and {(e.steps - net) // 2} "
-                      f"the other way, loss {e.loss_q16 / 65536 / of:.4f} against "
-                      f"{start.loss_q16 / 65536 / of:.4f}")
+            why = unvalidated(trained, training, validation)
+            self._say(f"guard: {confirmation_where(training, trained, validation)}, {what} "
+                      f"(step {e.step}) gets {(e.steps + net) // 2} record(s) right that the "
+                      f"start gets wrong and {(e.steps - net) // 2} the other way, loss "
+                      f"{e.loss_q16 / 65536 / of:.4f} against "
+                      f"{start.loss_q16 / 65536 / of:.4f}" + (f" ({why})" if why else ""))
         elif e.kind == p.EventKind.LR_TRIAL:
             self._trials.append((e.loss_q16, e.steps))
             self._say(f"lr trial {e.eta_ppm / 1e6:g}: {e.steps} steps, validation "
@@ -512,6 +517,7 @@ class Trainer:
         """The check's validation accuracy and decision go into metrics.csv with the step; a
         rollback or the final restore is said aloud."""
         accuracy = e.correct / max(1, e.of)
+        self._checked = e.of  # validation records per check: the end's confirmation adds them
         event = "" if e.decision == p.Decision.NONE else e.decision.name.lower()
         row = self._pending
         if row is not None and row.step == e.step:

@@ -22,7 +22,7 @@ from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.guard import (MIN_VAL_RECORDS, Comparison, GuardSchedule, GuardState,
                                       Score, confirmation_records, confirmed, fall_margin,
-                                      new_best)
+                                      new_best, trained_confirmation_records, unvalidated)
 from zocodegen.training.plan import training_plans
 from zocodegen.training.runner import simulate
 from zocodegen.training.simulator import initial_params, validation_score
@@ -213,6 +213,46 @@ def test_the_end_confirms_a_result_whose_net_gain_stands_out():
     schedule = GuardSchedule(every=8, samples=128, trial_steps=18, candidates=(0.01,))
     assert confirmation_records(899, schedule) == slice(771, 899)
     assert confirmation_records(60, schedule) == slice(0, 60)
+
+
+def test_the_confirmation_counts_the_records_the_run_trained_on():
+    """Issue 64 item 3: step t trains on records t N .. t N + N - 1 of the split, so which of
+    the confirmation's last records a result was fitted to follows from its step."""
+    assert trained_confirmation_records(899, 128, 500, 1) == 0  # 500 < 771: none of them
+    assert trained_confirmation_records(899, 128, 800, 1) == 29
+    assert trained_confirmation_records(44, 44, 44, 1) == 44  # one epoch of a small split
+    assert trained_confirmation_records(44, 44, 10, 2) == 20
+    assert unvalidated(20, 44, 16) == ""
+    assert unvalidated(44, 44, 16).startswith("no validated improvement: all 44 training "
+                                              "records of the end's confirmation were trained on")
+
+
+def test_a_60_record_folder_is_not_confirmed_on_what_it_trained_on(tmp_path, capsys):
+    """Issue 64 item 3: a 60-photo folder (16 set aside for validation, 44 to train on), one
+    epoch: the end's confirmation compares the result with the start on the 44 records
+    the epoch just trained on, so it says so, and the run either ends on its start or says
+    "no validated improvement" with the reason; never "which no check saw" alone."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(30):
+            Image.fromarray(rng.integers(0, 255, (20 + i, 24), dtype=np.uint8)).save(
+                tmp_path / "photos" / name / f"{i}.png")
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "data.img"),
+                 "--model", str(MODEL)]) == 0
+    assert main(["simulate", str(MODEL), "--data", str(tmp_path / "data.img"), "-o",
+                 str(tmp_path / "run"), "--epochs", "1", "--queries", "2"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    line = next(line for line in out.splitlines() if "the result is" in line)
+    if "the result is the start" not in line:  # the summary says it too
+        assert "the result is the last trained parameters, no validated improvement: " \
+            in captured.err
+    assert "on the last 44 training records, which no check saw but the run's steps all " \
+           "trained on" in line, line
+    assert ("the result is the start" in line or "but no validated improvement: all 44 "
+            "training records of the end's confirmation were trained on" in line), line
 
 
 def test_simulate_guard_is_never_worse_on_validation(digits_image, tmp_path):

@@ -300,6 +300,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
               "also selects on)", file=sys.stderr)
     if result.unchanged:
         print(f"{NO_IMPROVEMENT}: {result.unchanged}", file=sys.stderr)
+    if result.unvalidated:  # a kept result whose confirmation saw only fitted records
+        print(f"the result is the last trained parameters, {result.unvalidated}",
+              file=sys.stderr)
     if result.confusion is not None:
         print(f"{result.accuracy_split} split after training:\n"
               + format_confusion(result.confusion, result.class_names), file=sys.stderr)

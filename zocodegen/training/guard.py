@@ -141,6 +141,41 @@ def confirmation_records(train_count: int, schedule: GuardSchedule) -> slice:
     return slice(train_count - min(train_count, schedule.samples), train_count)
 
 
+def trained_confirmation_records(train_count: int, held: int, steps: int, batch: int) -> int:
+    """How many of the confirmation's ``held`` records (the training split's last) a step of
+    the run trained on: step t trains on records t N .. t N + N - 1, modulo the split
+    (simulator.batch_indices). On a small split every run of an epoch trains on all of
+    them, and the last parameters were fitted to the very records that confirm them."""
+    seen = min(train_count, steps * batch)
+    return max(0, seen - (train_count - held))
+
+
+def confirmation_where(training_records: int, trained: int, validation_records: int) -> str:
+    """The records the end's confirmation compares, in words: `simulate` and `train` say
+    the same, including how many of them the run's steps trained on."""
+    seen = ("which no check saw" if not trained else
+            f"which no check saw but the run's steps trained on ({trained} of them)"
+            if trained < training_records else
+            "which no check saw but the run's steps all trained on")
+    return (f"on the last {training_records} training records, {seen}"
+            + (f", and the {validation_records} validation records of its last check"
+               if validation_records else ""))
+
+
+def unvalidated(trained: int, training_records: int, validation_records: int) -> str:
+    """Why the end's confirmation of a result cannot validate it ("" when it can): every
+    record it compared was trained on by the run's steps, or chose the result (the
+    validation records of the last check, which the guard selects on)."""
+    if training_records == 0 or trained < training_records:
+        return ""
+    chose = (f" and the {validation_records} validation records are the ones the guard's "
+             "checks selected it on" if validation_records else "")
+    return (f"no validated improvement: all {training_records} training records of the end's "
+            f"confirmation were trained on by the run's steps{chose}, so no record that no "
+            "step trained on and no check saw is left to confirm a gain (add a test/ folder "
+            "of records, or more records than the run trains on)")
+
+
 #: The end's confirmation: the result's net gain over the start must stand out of the records
 #: on which the two disagree, net >= Z sqrt(disagreements) with Z^2 = CONFIRM_Z2 / 100
 #: (Z = 1.28: a one-sided sign test at 10 %), and their loss sum must be lower.

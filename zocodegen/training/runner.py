@@ -24,7 +24,7 @@ from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
 from .data import Dataset, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
-                    trials_tied, validation_count)
+                    trials_tied, unvalidated, validation_count)
 from .plan import check_blocks, loss_head, training_plans
 from .plan_types import TrainingPlan
 
@@ -59,6 +59,9 @@ class RunSummary:
     accuracy_split: str | None = None  # "test", or "validation" when there is no test split
     loss_window: int = LOSS_WINDOW  # first_loss / last_loss: means of this many steps
     unchanged: str = ""  # why the result equals the starting model; "" when it does not
+    # why a result the guard kept is not a validated improvement (its confirmation compared
+    # only records the run trained on or selected on); "" when it is, or the start was kept
+    unvalidated: str = ""
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -153,7 +156,7 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
         return plan, state, None
     held = confirmation_records(len(data.x), schedule)
     guard = simulator.Guard(x_val, y_val, schedule, state, data.x[held], data.y[held],
-                            params if start is None else start)
+                            params if start is None else start, len(data.x))
     if ckpt is None:
         score = guard.baseline(graph, plan, params)
         say(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
@@ -415,7 +418,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                       after, per_step * (config.steps - first), state.lr,
                       guard.state.rollbacks if guard else 0, confusion, data.class_names,
                       split if has_test else None, window,
-                      _unchanged(start, params, guard, ckpt is not None))
+                      _unchanged(start, params, guard, ckpt is not None),
+                      _kept_unvalidated(guard))
 
 
 def _accuracy_split(data: Dataset) -> tuple[str, np.ndarray | None, np.ndarray | None]:
@@ -442,6 +446,19 @@ def _unchanged(start, params, guard: simulator.Guard | None, resumed: bool) -> s
     return "every update rounded to zero (try a larger --lr or more --queries)"
 
 
+def _kept_unvalidated(guard: simulator.Guard | None) -> str:
+    conf = guard.confirmation if guard else None
+    if conf is None or guard.state.best_step == 0:
+        return ""
+    return unvalidated(conf.trained, conf.training_records, conf.validation_records)
+
+
+def _unvalidated(conf: simulator.Confirmation) -> str:
+    """A kept result whose confirmation compared only records the run fitted: said plainly."""
+    why = unvalidated(conf.trained, conf.training_records, conf.validation_records)
+    return f", but {why}" if why else ""
+
+
 def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
     """A rollback, the final restore or the end's confirmation, never silent (the device
     logs the same)."""
@@ -460,7 +477,7 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
             f"{c.gained} record(s) right that the start gets wrong and {c.lost} the other way, "
             f"loss {c.loss / 65536 / records:.4f} against {c.start_loss / 65536 / records:.4f}: "
             "the result is "
-            + (what if record.event != "start" else
+            + (what + _unvalidated(conf) if record.event != "start" else
                f"the start ({what} did not confirm: a net gain of at least "
                f"{math.sqrt(CONFIRM_Z2 / 100):.2f} sqrt({c.gained + c.lost}) and a lower loss "
                "needed)"))

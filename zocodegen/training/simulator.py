@@ -22,7 +22,8 @@ from .backprop import node_gradients, parameter_gradient
 from .checkpoint import Checkpoint, LayerParams
 from .estimators import REGISTRY
 from .guard import (FALLS_TO_ROLL_BACK, Comparison, GuardSchedule, GuardState, Score,
-                    confirmed, last_is_result, lr_scale, new_best)
+                    confirmation_where, confirmed, last_is_result, lr_scale, new_best,
+                    trained_confirmation_records)
 from .plan_types import TrainingPlan
 from .prng import step_seed
 from .steps import STEPS
@@ -252,6 +253,7 @@ class Confirmation:
     step: int  # the result's: the last step for the last parameters, else a restored best's
     training_records: int  # the training split's last records
     validation_records: int  # for the last parameters; 0 for a restored best
+    trained: int = 0  # of the training records, how many a step of the run trained on
 
     @property
     def records(self) -> int:
@@ -259,9 +261,7 @@ class Confirmation:
 
     def where(self) -> str:
         """The records compared, in words."""
-        return (f"on the last {self.training_records} training records, which no check saw"
-                + (f", and the {self.validation_records} validation records of its last check"
-                   if self.validation_records else ""))
+        return confirmation_where(self.training_records, self.trained, self.validation_records)
 
 
 @dataclass
@@ -276,6 +276,7 @@ class Guard:
     x_confirm: np.ndarray  # the training split's last records: the end's confirmation
     y_confirm: np.ndarray
     start_params: Params  # the parameters before training, the end's alternative
+    train_count: int = 0  # the training split's records (which of them the steps trained)
     best_params: Params | None = None
     confirmation: Confirmation | None = None  # the end's, once made
 
@@ -326,8 +327,10 @@ class Guard:
         if last:
             comparison += compare(graph, plan, self.best_params, self.start_params, self.x_val,
                                   self.y_val)
+        trained = trained_confirmation_records(  # by the steps up to the result's
+            self.train_count, len(self.y_confirm), self.state.best_step, plan.config.batch)
         self.confirmation = Confirmation(comparison, self.state.best_step, len(self.y_confirm),
-                                         len(self.y_val) if last else 0)
+                                         len(self.y_val) if last else 0, trained)
         if confirmed(comparison):
             return True
         baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
