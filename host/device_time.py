@@ -217,9 +217,12 @@ class DeviceTime:
     shape: RunShape
     compute_seconds: float
     link_seconds: float
-    #: (step, test accuracy, device hours until then) at each test evaluation of the run:
-    #: the first is before training, the last the result (after the guard's restore)
+    #: (step, accuracy, device hours until then) at each evaluation of the run: the first
+    #: is before training, the last the result (after the guard's restore)
     evaluations: tuple[tuple[int, float, float], ...]
+    #: the split those accuracies are on: "test", or "validation" on an image without one
+    #: (run.json's; None from a run recorded before it said)
+    accuracy_split: str | None = "test"
 
 
 def _measurable(config: TrainConfig) -> TrainConfig:
@@ -295,7 +298,8 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     rows = read_metrics(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
     evaluations = tuple((r.step, r.accuracy, sum(seconds_at(r.step, shape, costs)) / 3600)
                         for r in rows if r.accuracy is not None)
-    return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations)
+    return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations,
+                      record.get("accuracy_split"))
 
 
 def describe(run: Path, t: DeviceTime) -> list[str]:
@@ -319,8 +323,12 @@ def describe(run: Path, t: DeviceTime) -> list[str]:
     if len(t.evaluations) >= 2:
         before, after = t.evaluations[0][1], t.evaluations[-1][1]
         gain = after - before
-        lines.append(f"  test accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
-                     f"({100 * gain:+.1f} points)")
+        split = (f"{t.accuracy_split} accuracy" if t.accuracy_split else
+                 "accuracy (on the test split, or validation without one)")
+        lines.append(f"  {split} {100 * before:.1f}% -> {100 * after:.1f}% "
+                     f"({100 * gain:+.1f} points)"
+                     + (", the split the guard selects on" if t.accuracy_split == "validation"
+                        else ""))
         reached = next((h for _, a, h in t.evaluations if a - before >= 0.9 * gain), None)
         if gain > 0 and reached is not None:
             lines.append(f"  90 % of the gain after {duration(3600 * reached)}")

@@ -180,3 +180,17 @@ def test_pack_takes_a_function_as_its_hook(tmp_path):
                             val_fraction=0)
     assert packed.layout.preprocess == "hook test_api:_hook"
     assert packed.layout.class_names == ("a", "b")
+
+
+def test_export_of_a_run_without_a_guard_has_no_best_step(tmp_path):
+    """Issue 64 item 6: a run without the guard has no best; ExportResult.best_step is None,
+    not the checkpoint's 0xFFFFFFFF marker (4294967295)."""
+    from zocodegen.datasets import digits_npz
+    from zocodegen.frontends import load_model
+    model = REPO / "tests" / "fixtures" / "digits_cnn.tflite"
+    graph = load_model(model)
+    digits_npz(tmp_path / "d.npz", graph.tensor(graph.inputs[0]).quant)
+    zocodegen.simulate(model, tmp_path / "d.npz", tmp_path / "run", steps=2, queries=2,
+                       no_guard=True, lr=0.01)
+    result = zocodegen.export(model, tmp_path / "run" / "checkpoint.bin", tmp_path / "t.tflite")
+    assert result.best_step is None and result.step == 2

@@ -132,3 +132,17 @@ def test_device_time_refuses_what_is_not_a_run(tmp_path, capsys):
         (tmp_path / "run.json").write_text(text)
         assert main(["device-time", str(tmp_path), "--target", "stm32f746"]) == 2
         assert "is not a run's record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split, words", [
+    ("test", "  test accuracy 10.0% -> 15.0% (+5.0 points)"),
+    ("validation", "  validation accuracy 10.0% -> 15.0% (+5.0 points), the split the guard "
+                   "selects on"),
+    (None, "  accuracy (on the test split, or validation without one) 10.0% -> 15.0%")])
+def test_device_time_names_the_split_of_its_accuracy(split, words, tmp_path):
+    """Issue 64 item 6: an image without a test split measures validation accuracy, and
+    device-time says so (run.json's accuracy_split), as simulate and train do."""
+    t = dt.DeviceTime("stm32f746", 115200, dt.Costs(1.0, 0.1, 0.01), dt.RunShape(10, 1), 10.0,
+                      1.0, ((0, 0.10, 0.0), (10, 0.15, 0.003)), split)
+    lines = dt.describe(tmp_path, t)
+    assert any(line.startswith(words) for line in lines), lines

@@ -240,3 +240,22 @@ def test_hook_interrupted_is_130_and_a_module_in_the_working_directory_is_found(
     assert main(base + ["-o", "b.img", "--preprocess", "cwd_hooks47:blank"]) == 0
     assert not (tmp_path / "a.img").exists() and (tmp_path / "b.img").is_file()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("classes, per_class, argv, words", [
+    # 10 classes of 8: 2 of each set aside (16 for the guard): 0.25, not the 0.188 asked
+    ([f"c{k}" for k in range(10)], 8, [],
+     "val: 20 records set aside from the training images (2 of each class's 8 images, a "
+     "share of 0.25, raised from --val-fraction 0.1"),
+    (["a", "b"], 20, [], "(8 of each class's 20 images, a share of 0.4, raised from"),
+    (["a", "b"], 20, ["--val-fraction", "0"],
+     "test: none and val: none, so simulate and train report no accuracy")])
+def test_pack_states_the_share_it_set_aside(classes, per_class, argv, words, tmp_path, capsys):
+    """Issue 64 item 6: the val split is set aside per class and rounds, so pack prints the
+    share it took, and with no val split it does not promise validation accuracy."""
+    _image_folder(tmp_path / "photos", classes=classes, per_class=per_class)
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(GREY_MODEL), *argv]) == 0
+    out = capsys.readouterr().out
+    assert words in out, out
+    assert "so simulate and train report validation accuracy" not in out or "val: " in out

@@ -154,7 +154,7 @@ class ExportResult:
     model: Path
     tensors: int
     step: int
-    best_step: int  # the guard's best (0: it kept the start; checkpoint.NO_BEST: no guard)
+    best_step: int | None  # the guard's best (0: it kept the start; None: no guard ran)
     labels: Path | None = None  # OUT.labels.json: the run's class names (training/labels.py)
 
 
@@ -285,7 +285,8 @@ def run_export(args: argparse.Namespace) -> ExportResult:
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output, args.force)
     ckpt = checkpoint.load(args.checkpoint)
     sidecar = labels.write_sidecar(Path(args.output), found) if found else None
-    return ExportResult(Path(args.output), written, ckpt.step, ckpt.best_step, sidecar)
+    best = None if ckpt.best_step == checkpoint.NO_BEST else ckpt.best_step  # not 4294967295
+    return ExportResult(Path(args.output), written, ckpt.step, best, sidecar)
 
 
 def option_table() -> str:

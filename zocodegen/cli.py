@@ -310,6 +310,18 @@ def cmd_simulate(args: argparse.Namespace) -> None:
           + (", confusion.csv" if result.confusion is not None else ""), file=sys.stderr)
 
 
+def _val_share(packed) -> str:
+    """The share of the images the val split really took: set aside per class, it rounds
+    (2 of 8 is 0.25 whatever fraction asked for it), so the fraction asked is not it."""
+    val, train = packed.counts["val"], packed.counts["train"]
+    totals = [v + t for v, t in zip(val, train) if v + t]
+    taken = [v for v, t in zip(val, train) if v + t]
+    if len(set(totals)) == 1 and len(set(taken)) == 1:
+        return (f"{taken[0]} of each class's {totals[0]} images, a share of "
+                f"{taken[0] / totals[0]:.3g}")
+    return f"a share of {sum(val) / (sum(val) + sum(train)):.3g} of the images"
+
+
 def cmd_pack(args: argparse.Namespace) -> None:
     packed = api.run_pack(args)
     layout = packed.layout
@@ -332,19 +344,20 @@ def cmd_pack(args: argparse.Namespace) -> None:
         print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
     folder = args.data.is_dir()
     if packed.val_fraction is not None:
-        print(f"val: {layout.count('val'):,} records set aside from the training images (a "
-              f"share of {packed.val_fraction:.3g} per class, raised from --val-fraction "
-              f"{args.val_fraction:g} so that the training guard has the {MIN_VAL_RECORDS} it "
-              "needs)")
+        print(f"val: {layout.count('val'):,} records set aside from the training images "
+              f"({_val_share(packed)}, raised from --val-fraction {args.val_fraction:g} so "
+              f"that the training guard has the {MIN_VAL_RECORDS} it needs)")
     elif packed.val_derived:
         print(f"val: {layout.count('val'):,} records set aside from "
-              + ("the training images" if folder else "x") + f" (--val-fraction "
-              f"{args.val_fraction:g} per class"
+              + ("the training images" if folder else "x") + f" ({_val_share(packed)}; "
+              f"--val-fraction {args.val_fraction:g} per class"
               + (")" if folder else f", as simulate does on {args.data.name})"))
     if not layout.count("test"):
+        test = (f"{args.data}/test/<class>/" if folder else "x_test/y_test")
         print("test: none, so simulate and train report validation accuracy (the split the "
-              "guard also selects on, so it flatters); for an independent measure add "
-              + (f"{args.data}/test/<class>/" if folder else "x_test/y_test"))
+              f"guard also selects on, so it flatters); for an independent measure add {test}"
+              if layout.count("val") else "test: none and val: none, so simulate and train "
+              f"report no accuracy; add {test}")
     if layout.count("val") < MIN_VAL_RECORDS:
         fix = ("add a val/<class>/ folder of more images or a larger --val-fraction" if folder
                else "add x_val/y_val or pack with a larger --val-fraction")

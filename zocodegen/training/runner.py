@@ -407,7 +407,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
-    record.update(accuracy_after=after, rollbacks=guard.state.rollbacks if guard else 0,
+    record.update(accuracy_after=after, accuracy_split=split if has_test else None,
+                  rollbacks=guard.state.rollbacks if guard else 0,
                   confirmation_records=guard.confirmation.records
                   if guard and guard.confirmation else 0)
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
