@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zocodegen.files import open_input
 from zocodegen.formats.image import SECTOR_BYTES, ImageLayout, checkpoint_slot_bytes, verify_image
 from zocodegen.formats import link as p
 from .link.server import BlockServer
@@ -15,7 +16,7 @@ class ImageBlocks(BlockServer):
     def __init__(self, path: Path, checkpoint: bytes = b""):
         self.path = Path(path)
         self.layout: ImageLayout = verify_image(self.path)
-        self._file = open(self.path, "rb")
+        self._file = open_input(self.path, "data image")
         area = self.layout.checkpoint_sectors * SECTOR_BYTES
         self._area = bytearray(area)
         self.set_checkpoint(checkpoint)

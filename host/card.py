@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zocodegen.errors import DataError, UserError
-from zocodegen.files import (RUN_LOCK, atomic_writer, check_output, replacing_folder,
-                             write_atomic, writing_run)
+from zocodegen.files import (RUN_LOCK, atomic_writer, check_opened, check_output, open_input,
+                             replacing_folder, write_atomic, writing_run)
 from zocodegen.formats import field, status
 from zocodegen.formats import link as p
 from zocodegen.formats.image import SECTOR_BYTES, ImageLayout, verify_image
@@ -174,12 +174,17 @@ class _Raw:
 
     def __init__(self, path: Path, flags: int):
         try:
-            self.fd = os.open(path, flags)
+            self.fd = os.open(path, flags | os.O_NONBLOCK)  # a FIFO given as a card: no wait
         except PermissionError:
             raise UserError(f"cannot open {path}: permission denied: run it with sudo, or as a "
                             f"member of the group that owns {path} (disk)") from None
         except OSError as exc:
             raise UserError(f"cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            check_opened(self.fd, path, "card")
+        except UserError:
+            os.close(self.fd)
+            raise
         self.file = os.fdopen(self.fd, "rb" if flags == os.O_RDONLY else "r+b", buffering=0)
 
     def __enter__(self):
@@ -192,7 +197,7 @@ class _Raw:
 def _write_file(image: Path, target: Path) -> None:
     """The image as ``target``, whole or not at all (written beside it, then renamed)."""
     try:
-        with open(image, "rb") as src, atomic_writer(target, sync=True) as dst:
+        with open_input(image, "data image") as src, atomic_writer(target, sync=True) as dst:
             for chunk in iter(lambda: src.read(CHUNK), b""):
                 dst.write(chunk)
     except OSError as exc:
@@ -203,7 +208,7 @@ def _write_file(image: Path, target: Path) -> None:
 def _write_disk(image: Path, target: Path, size: int) -> str:
     """The image onto the disk from block 0, synced and read back; its SHA-256."""
     written = hashlib.sha256()
-    with open(image, "rb") as src, _Raw(target, os.O_RDWR) as dst:
+    with open_input(image, "data image") as src, _Raw(target, os.O_RDWR) as dst:
         for chunk in iter(lambda: src.read(CHUNK), b""):
             dst.write(chunk)
             written.update(chunk)
@@ -257,7 +262,12 @@ def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
         raise UserError(f"{source} holds no field run: no `--data-source sdcard` firmware has "
                         "trained from it yet (or the image's checkpoint area was too small "
                         "for one: pack with --model MODEL)")
-    identity = p.parse_hello(area.status.identity)
+    try:
+        identity = p.parse_hello(area.status.identity)
+    except ValueError as exc:
+        raise UserError(f"{source}: the field run's status record verifies, but its identity "
+                        f"(the firmware's HELLO) does not: {exc}: was the card written by a "
+                        "zocodegen field trainer?") from None
     entries = field.this_run(area.entries)
     rows = metrics_rows(entries)
     with writing_run(run_dir), replacing_folder(run_dir) as new:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from zocodegen.errors import UserError
+from zocodegen.files import MissingInput, read_text
 from zocodegen.formats import link
 from zocodegen.formats.image import pack_image
 from zocodegen.frontends import load_model
@@ -237,8 +238,8 @@ def recorded_target(run: Path) -> str:
     """The board `simulate --target` trained ``run`` for (its run.json), for a
     `device-time` without --target."""
     try:
-        target = json.loads((run / "run.json").read_text()).get("target")
-    except (OSError, ValueError, AttributeError):
+        target = json.loads(read_text(run / "run.json", "run record")).get("target")
+    except (MissingInput, ValueError, AttributeError):
         target = None
     if target not in TARGET_NAMES:
         raise UserError(f"device-time {run}: give --target BOARD ({', '.join(TARGET_NAMES)}): "
@@ -260,7 +261,7 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
                         "wrote")
     require_qemu()  # make names the missing compiler at the first build
     try:
-        record = json.loads(facts.read_text())
+        record = json.loads(read_text(facts, "run record"))
         model = Path(record["model"])
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
         config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v

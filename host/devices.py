@@ -26,6 +26,7 @@ from pathlib import Path
 import serial
 
 from zocodegen.errors import UserError
+from zocodegen.files import MissingInput, read_text
 from zocodegen.formats import link as p
 from zocodegen.formats.link import DEFAULT_BAUD
 from .link.server import DeviceSession, LinkError, Port
@@ -248,22 +249,44 @@ def open_device(port: str | None = None, native: Path | None = None,
     project = where[kind]
     if project is None or not (Path(project) / "Makefile").is_file():
         raise UserError(f"{project} is not a project made by `zocodegen build` (no Makefile)")
+    manifest = _manifest(Path(project))
+    if manifest.get("data_source") == "sdcard":
+        raise UserError(f"{project} is a field trainer (built with --data-source sdcard): it "
+                        "trains from the image on its card, not over a link: put the image on "
+                        "its card with `zocodegen card write IMAGE DEVICE` (natively: "
+                        f"ZO_CARD=IMAGE {project}/build/native/model), or build it with "
+                        "--data-source link to train it with `zocodegen train`")
     goal = "firmware" if kind == "emulated" else kind
     if kind == "emulated":
-        _check_emulated(Path(project))
+        _check_emulated(Path(project), manifest)
     say(f"compiling {project} (make {goal}) ...")
     return LaunchedDevice(Firmware(kind, make(Path(project), goal), baud=baud))
 
 
-def _check_emulated(project: Path) -> None:
+def _manifest(project: Path) -> dict:
+    """The project's manifest.json, read before make runs (what the firmware is)."""
+    try:
+        manifest = json.loads(read_text(project / "manifest.json", "manifest"))
+    except MissingInput:
+        raise UserError(f"{project} is not a project made by `zocodegen build` (no "
+                        "manifest.json)") from None
+    except ValueError as exc:
+        raise UserError(f"{project}/manifest.json is unreadable ({exc}); build the project "
+                        "again") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{project}/manifest.json is unreadable (not a JSON object); build "
+                        "the project again")
+    return manifest
+
+
+def _check_emulated(project: Path, manifest: dict) -> None:
     """The emulated board runs a board's firmware: a native or QEMU project has none, and
     make would only fail on it with pages of output."""
     from .emulator.machine import BOARDS
     try:
-        manifest = json.loads((project / "manifest.json").read_text())
         target, budget = manifest["target"], manifest.get("budget_of")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{project}/manifest.json is unreadable ({exc}); build the project "
+    except KeyError as exc:
+        raise UserError(f"{project}/manifest.json is unreadable (no {exc}); build the project "
                         f"again with `zocodegen build MODEL --target {BOARDS[0]}`") from None
     if target not in BOARDS:
         board = budget if budget in BOARDS else BOARDS[0]

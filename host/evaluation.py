@@ -26,7 +26,7 @@ class TestConfusion:
     """The test split of ``image`` and the model the device trains."""
 
     def __init__(self, model: Path, image: Path, model_sha256: bytes):
-        if file_sha256(Path(model)) != model_sha256:
+        if file_sha256(Path(model), "model") != model_sha256:
             raise UserError(f"--model {model} is not the firmware's model (sha256 differs)")
         self.graph = load_model(model)
         layout, arrays = read_image(image)

@@ -212,10 +212,10 @@ class Trainer:
         """Device state = RUN/checkpoint.bin (or the flash parameters); returns the step."""
         self._command(session, f"opening {self.image_path}", p.Command.OPEN.value)
         if self.ckpt_path.is_file():  # the image's header says where the checkpoint area is
-            self.blocks.set_checkpoint(self.ckpt_path.read_bytes())
+            self.blocks.set_checkpoint(checkpoint.read_bytes(self.ckpt_path))
             if self.identity.guard and self.best_path.is_file():
                 self.blocks.set_best(self.identity.checkpoint_bytes,
-                                     self.best_path.read_bytes())
+                                     checkpoint.read_bytes(self.best_path))
             return self._command(session, "loading the checkpoint", p.Command.LOAD.value).value
         self._command(session, "resetting the parameters", p.Command.RESET.value)
         if self.identity.selects_block:
@@ -334,7 +334,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         mine = identity_record(identity)
         self._image_stat = self._image_signature()
-        image_sha = self._image_sha = file_sha256(self.image_path).hex()
+        image_sha = self._image_sha = file_sha256(self.image_path, "data image").hex()
         record = self._record() if self.ckpt_path.is_file() or self._has_record() else {}
         if self.start is not None:
             if self.ckpt_path.is_file():
@@ -365,7 +365,7 @@ class Trainer:
         signature = self._image_signature()
         if signature == self._image_stat and not reopened:
             return
-        sha = file_sha256(self.image_path).hex()
+        sha = file_sha256(self.image_path, "data image").hex()
         if sha != self._image_sha:
             raise UserError(f"{self.image_path} changed during the run (sha256 "
                             f"{self._image_sha[:12]}... when it began, {sha[:12]}... now); "
@@ -396,7 +396,7 @@ class Trainer:
             raise UserError(f"{exc}{again}") from None
         if ckpt.model_sha256 != self.identity.model_sha256:
             raise UserError(f"{self.ckpt_path} belongs to another model{again}")
-        size = len(self.ckpt_path.read_bytes())
+        size = len(checkpoint.read_bytes(self.ckpt_path))
         if (size > self.identity.checkpoint_bytes if self.identity.selects_block
                 else size != self.identity.checkpoint_bytes):
             raise UserError(f"{self.ckpt_path} has other trainable layers than the "
@@ -418,7 +418,7 @@ class Trainer:
             problem = f"{self.best_path} belongs to another model"
         self._say(f"{problem}; the guard's best parameters restart from "
                   f"{self.ckpt_path.name} (step {step})")
-        write_atomic(self.best_path, self.ckpt_path.read_bytes(), sync=True)
+        write_atomic(self.best_path, checkpoint.read_bytes(self.ckpt_path), sync=True)
 
     def _saved_step(self) -> int:
         return checkpoint.load(self.ckpt_path).step if self.ckpt_path.is_file() else 0

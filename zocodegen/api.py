@@ -277,11 +277,12 @@ def run_export(args: argparse.Namespace) -> ExportResult:
     inputs = [("MODEL", args.model), ("CHECKPOINT", args.checkpoint)]
     check_output(args.output, inputs, replaces=model_export.replaces(args.model),
                  force=args.force)
-    found = labels.of_run(Path(args.checkpoint))
+    graph = load_model(args.model)
+    classes = graph.tensor(graph.outputs[0]).shape[-1]
+    found = labels.of_run(Path(args.checkpoint), classes)  # refused before anything is written
     if found:  # the labels file beside the model is checked before the model is written
         check_output(labels.sidecar_path(Path(args.output)), inputs, replaces=labels.SIDECAR,
                      force=args.force)
-    graph = load_model(args.model)
     written = export_checkpoint(args.model, graph, args.checkpoint, args.output, args.force)
     ckpt = checkpoint.load(args.checkpoint)
     sidecar = labels.write_sidecar(Path(args.output), found) if found else None

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import traceback
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -21,7 +22,8 @@ from tqdm import tqdm
 
 from . import api, board_fit, cli_fleet
 from .errors import DataError, UserError, check_finite, interrupted
-from .files import Replaces, atomic_writer, check_output, no_empty_folders_on_failure
+from .files import (Replaces, atomic_writer, check_output, file_sha256,
+                    no_empty_folders_on_failure, open_input)
 from .codegen.fit import device_graph
 from .codegen.project import BuildOptions
 from .codegen.host_inputs import host_side_inputs
@@ -40,7 +42,8 @@ from .summary import format_summary
 from .target import TARGET_NAMES
 from .training import checkpoint
 from .training.config import DEFAULT_BLOCKS, DEFAULT_ESTIMATOR
-from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS
+from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS, read_header
+from .host.image_fit import check_image_model
 from .training import labels
 from .training.folders import InputSpec, files_under, recorded_maker
 from .training.metrics import class_labels, format_confusion
@@ -120,14 +123,17 @@ def outputs_of(graph: Graph) -> Callable[[Path], str | None]:
     def foreign(path: Path) -> str | None:
         sample = graph.tensor(graph.outputs[0]).shape[1:]
         try:
-            if path.suffix.lower() == ".npz":
-                with np.load(path, allow_pickle=False) as found:
-                    ours = sorted(found.files) == sorted(graph.outputs)
-            else:
-                found = np.load(path, mmap_mode="r", allow_pickle=False)
-                ours = (found.dtype == graph.tensor(graph.outputs[0]).dtype
-                        and tuple(found.shape[1:]) == tuple(sample))
-        except (ValueError, OSError, EOFError):
+            with open_input(path, "existing output") as f:
+                if path.suffix.lower() == ".npz":
+                    with np.lib.npyio.NpzFile(f, allow_pickle=False) as found:
+                        ours = sorted(found.files) == sorted(graph.outputs)
+                else:  # its header only
+                    major, _ = np.lib.format.read_magic(f)
+                    shape, _, dtype = (np.lib.format.read_array_header_1_0 if major == 1
+                                       else np.lib.format.read_array_header_2_0)(f)
+                    ours = (dtype == graph.tensor(graph.outputs[0]).dtype
+                            and tuple(shape[1:]) == tuple(sample))
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile):
             ours = False
         return None if ours else "holds no outputs of this model"
     return foreign
@@ -175,11 +181,26 @@ def _photo_inputs(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.
     files = files_under(args.input) if args.input.is_dir() else [args.input]
     if not files:
         raise DataError(f"{args.input} holds no files")
-    found = labels.of_image(args.data) if args.data else labels.read_sidecar(args.model)
+    classes = graph.tensor(graph.outputs[0]).shape[-1]
+    if args.data:
+        _check_data_image(graph, args.model, args.data, classes)
+        found = labels.of_image(args.data, classes)
+    else:
+        found = labels.read_sidecar(args.model, classes)
     make = recorded_maker(InputSpec.of(graph), found.preprocess if found else "")
     inputs = {graph.inputs[0]: np.stack([make(f) for f in files])}
-    classes = graph.tensor(graph.outputs[0]).shape[-1]
     return inputs, files, class_labels(found.class_names if found else (), classes)
+
+
+def _check_data_image(graph: Graph, model: Path, image: Path, classes: int) -> None:
+    """`infer --data IMAGE`: refuse an image packed for another model (its header records
+    the model's sha256, input size, classes and input quantization), as `train` does."""
+    x = graph.tensor(graph.inputs[0])
+    quantized = (x.quant is not None and not x.quant.per_channel
+                 and np.dtype(x.dtype).kind in "iu")
+    check_image_model(read_header(image), image, file_sha256(model, "model"), x.nbytes,
+                      classes, x.quant.scalar_scale if quantized else 0.0,
+                      x.quant.scalar_zero_point if quantized else 0, f"the model {model}")
 
 
 def cmd_infer(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from .errors import UserError
+from .files import read_input
 from .host.devices import open_device
 
 
@@ -103,7 +104,8 @@ def cmd_fleet_join(args: argparse.Namespace) -> None:
         status = flower.supernode(args.superlink, node, "device", ca=args.ca if secure else None,
                                   key=key).wait()
         log = flower.logs / "device.log"
-        why = refusal(log.read_text(errors="replace") if log.is_file() else "", public, args.ca)
+        text = read_input(log, "log").decode(errors="replace") if log.is_file() else ""
+        why = refusal(text, public, args.ca)
     if why is not None:
         raise UserError(why)
     if status != 0:  # e.g. the endpoint answers but is no Flower SuperLink

@@ -14,6 +14,7 @@ import errno
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from .errors import UserError
 
@@ -165,7 +166,7 @@ class Replaces:
 def starts_with(kind: str, *magics: bytes, offset: int = 0) -> Replaces:
     """An output kind recognised by the bytes its format starts with (at ``offset``)."""
     def foreign(path: Path) -> str | None:
-        with open(path, "rb") as f:
+        with open_input(path, "existing output") as f:
             f.seek(offset)
             head = f.read(max(map(len, magics)))
         return None if any(head.startswith(m) for m in magics) else f"is not {kind}"
@@ -368,11 +369,12 @@ def write_new(path: Path, data: bytes, permissions: int = 0o666) -> None:
             pass
 
 
-def file_sha256(path: Path) -> bytes:
+def file_sha256(path: Path, kind: str) -> bytes:
     """SHA-256 of a file's bytes, read a megabyte at a time (images and data can be large):
-    the one identity every record of a model, data file or image uses."""
+    the one identity every record of a model, data file or image uses. ``kind``: what the
+    file is (the opener's, below)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path, kind) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.digest()
@@ -383,3 +385,128 @@ def cache_root() -> Path:
     base = os.environ.get("ZOCODEGEN_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zocodegen")
     return Path(base)
+
+
+# ---- reading: the one opener -----------------------------------------------------------
+# Every file a command reads is opened here, so that none can hang it or exhaust its memory:
+# a FIFO would block the open (or the first read) forever, a link to /dev/zero is read without
+# end, a device is no file at all. docs/contract.md, "What a command reads", is this table.
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """What a command reads of one kind: at most ``limit`` bytes (None: read in parts, never
+    whole, so no limit is needed), and whether a block device is meant (a card)."""
+
+    limit: int | None
+    block_device: bool = False
+
+
+#: Every kind of file a command reads, by the name its refusals use.
+INPUT_KINDS: dict[str, InputKind] = {
+    "model": InputKind(2 * GiB),  # FlatBuffers and protobuf both end at 2 GiB
+    "checkpoint": InputKind(2 * GiB),  # the model's trainable parameters, at most
+    "data image": InputKind(None),  # a packed image, read a split at a time
+    "card": InputKind(None, block_device=True),  # a card in a reader, or a copy of one
+    "data": InputKind(64 * GiB),  # DATA.npz, X.npy: read whole, as numpy loads them
+    "photo": InputKind(256 * MiB),  # one image file (Pillow also refuses decompression bombs)
+    "labels": InputKind(16 * MiB),  # MODEL.labels.json, pack's --labels CSV or JSON
+    "manifest": InputKind(16 * MiB),  # a project's manifest.json
+    "run record": InputKind(16 * MiB),  # run.json, fleet.json, a device's facts
+    "metrics": InputKind(GiB),  # a run's metrics.csv
+    "scalars": InputKind(GiB),  # replay's scalar record
+    "firmware": InputKind(256 * MiB),  # an ELF the emulated board loads
+    "key": InputKind(MiB),  # a PEM key or certificate
+    "log": InputKind(64 * MiB),  # a fleet device's log, searched for why it failed
+    "project file": InputKind(None),  # a file `build` wrote, hashed a megabyte at a time
+    "existing output": InputKind(None),  # what an output would replace: its first bytes
+}
+
+
+class MissingInput(UserError):
+    """The input does not exist (a reader of an optional file takes this for "none")."""
+
+
+def open_input(path: Path | str, kind: str) -> BinaryIO:
+    """``path`` opened for reading as a file of ``kind`` (a key of :data:`INPUT_KINDS`), or a
+    one-line UserError naming the path and what it is. Opened without blocking and judged by
+    what was opened (fstat), so a FIFO swapped in after a check cannot block us."""
+    path = Path(path)
+    try:
+        f = open(path, "rb", opener=_nonblocking)
+    except OSError as exc:
+        raise _refusal(path, kind, exc) from None
+    try:
+        check_opened(f.fileno(), path, kind)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def check_opened(fd: int, path: Path, kind: str) -> None:
+    """Refuse what ``fd`` (``path`` opened with O_NONBLOCK, which no FIFO blocks) holds unless
+    it is a file of ``kind`` (or the block device a card kind means) within the kind's limit;
+    then make ``fd`` blocking again. For a caller that opens a device itself (a card)."""
+    rule = INPUT_KINDS[kind]
+    info = os.fstat(fd)
+    if not (stat.S_ISREG(info.st_mode) or (rule.block_device and stat.S_ISBLK(info.st_mode))):
+        what = next((what for test, what in _KINDS if test(info.st_mode)), "not a regular file")
+        meant = ("a card (a block device) or a card's image file" if rule.block_device
+                 else f"a {kind} file")
+        raise UserError(f"{path} is {what}, not {meant}")
+    if rule.limit is not None and info.st_size > rule.limit:
+        raise UserError(f"{path} is {info.st_size:,} B, larger than any {kind} file "
+                        f"({rule.limit:,} B at most)")
+    os.set_blocking(fd, True)
+
+
+def _refusal(path: Path, kind: str, exc: OSError) -> UserError:
+    if exc.errno == errno.ENOENT:
+        return MissingInput(f"{kind} file {path} does not exist")
+    what = {errno.ELOOP: "is a loop of symbolic links", errno.EISDIR: "is a directory",
+            errno.ENXIO: "is a socket or a device with nothing behind it"}.get(exc.errno)
+    if what is not None:
+        return UserError(f"{path} {what}, not a {kind} file")
+    return UserError(f"cannot read {kind} file {path}: {(exc.strerror or str(exc)).lower()}")
+
+
+def read_input(path: Path | str, kind: str) -> bytes:
+    """The whole of ``path``, a file of ``kind`` (:func:`open_input`); never more than its
+    kind's limit, even when the file grows while it is read."""
+    limit = INPUT_KINDS[kind].limit
+    with open_input(path, kind) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(size + 1)  # one read of the size fstat said, and a byte to spare
+            if len(data) > size:  # it grew since: read on, to the limit
+                data += f.read() if limit is None else f.read(limit + 1 - len(data))
+        except OSError as exc:
+            raise _refusal(Path(path), kind, exc) from None
+    if limit is not None and len(data) > limit:
+        raise UserError(f"{path} grew past {limit:,} B while it was read, larger than any "
+                        f"{kind} file")
+    return data
+
+
+def read_text(path: Path | str, kind: str) -> str:
+    """:func:`read_input` as UTF-8 text (a byte that is none is refused, naming the file)."""
+    try:
+        return read_input(path, kind).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text (byte {exc.start}), not a {kind} "
+                        "file") from None
+
+
+def read_json(path: Path | str, kind: str) -> object:
+    """:func:`read_text` as JSON; text that is none is refused, naming the file."""
+    try:
+        return json.loads(read_text(path, kind))
+    except ValueError as exc:
+        raise UserError(f"{path} is not a readable {kind} file (not JSON: {exc})") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .files import read_text
 from .target import TARGET_NAMES, target_data
 
 UDEV_RULES = ("PlatformIO's udev rules (99-platformio-udev.rules, "
@@ -118,7 +119,7 @@ def load_project(path: Path) -> Project:
         raise UserError(f"{path} is not a project made by `zocodegen build` (no manifest.json); "
                         f"make one with `{BUILD_HINT}`")
     try:
-        target = json.loads(manifest.read_text())["target"]
+        target = json.loads(read_text(manifest, "manifest"))["target"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{manifest} is unreadable ({exc}); build the project again "
                         f"({BUILD_HINT})") from None

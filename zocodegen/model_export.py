@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .errors import UserError
-from .files import Replaces, atomic_writer, check_output, starts_with
+from .files import Replaces, atomic_writer, check_output, open_input, read_input, starts_with
 from .frontends import check_model_file
 from .ir import Graph, Op
 from .ops.table import OPS, TRAINABLE_OP_TYPES
@@ -100,7 +100,7 @@ def replaces(model_path: Path) -> Replaces:
 
 def _model_kind(path: Path) -> str:
     check_model_file(path)
-    with path.open("rb") as f:
+    with open_input(path, "model") as f:
         head = f.read(8)
     if head[4:8] == b"TFL3":
         return "tflite"
@@ -224,7 +224,7 @@ def _tflite_span(model: Any, index: int) -> tuple[int, int]:
 def _patched_tflite(path: Path, changes: dict[str, np.ndarray]) -> bytes:
     import tflite
 
-    original = path.read_bytes()
+    original = read_input(path, "model")
     model = tflite.Model.GetRootAs(original, 0)
     sub = model.Subgraphs(0)
     names = _tflite_names(sub)
@@ -420,7 +420,10 @@ def _patched_onnx(path: Path, graph: Graph, changes: dict[str, np.ndarray]) -> b
     from onnx import numpy_helper
 
     try:
-        model = onnx.load(str(path))  # external data, if any, is read in and written inline
+        with open_input(path, "model") as f:  # external data, if any, is read in and
+            model = onnx.load(f)  # written inline
+    except UserError:
+        raise
     except Exception as exc:
         raise UserError(f"{path} cannot be read as ONNX: {' '.join(str(exc).split())}") from None
     sources = _onnx_sources(model, graph)

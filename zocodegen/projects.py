@@ -14,7 +14,7 @@ from .codegen.library import render_library
 from .codegen.project import BuildOptions, ProjectPlan, plan_project, render_project
 from .codegen.project_files import write_project
 from .errors import UserError
-from .files import cache_root
+from .files import cache_root, read_input, read_text
 from .frontends import load_model
 from .ir import Graph
 from .target import DEFAULT_TARGET
@@ -33,7 +33,7 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
     graph, options = fit(graph, options)
     plan = plan_project(graph, options)
     render = render_library if options.library else render_project
-    return plan, render(graph, Path(model_path).read_bytes(), Path(model_path).name, options,
+    return plan, render(graph, read_input(model_path, "model"), Path(model_path).name, options,
                         plan)
 
 
@@ -62,7 +62,7 @@ def make(project: Path, goal: str, sanitize: bool = False, extra_cflags: str = "
     if result.returncode != 0:
         raise RuntimeError(f"make {goal} failed in {project}:\n{result.stdout}{result.stderr}")
     if goal == "firmware":  # build/<board>/firmware.elf, the board the project was made for
-        target = json.loads((project / "manifest.json").read_text())["target"]
+        target = json.loads(read_text(project / "manifest.json", "manifest"))["target"]
         return project / "build" / target / "firmware.elf"
     key = "native-sanitize" if sanitize else goal
     return project / ARTEFACTS[key]

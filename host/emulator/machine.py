@@ -25,6 +25,7 @@ from unicorn import (UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_CODE, UC_HOOK_INSN_INVA
 from unicorn.arm_const import (UC_ARM_REG_LR, UC_ARM_REG_MSP, UC_ARM_REG_PC, UC_ARM_REG_SP,
                                UC_CPU_ARM_CORTEX_M7)
 
+from zocodegen.files import open_input
 from zocodegen.formats.link import DEFAULT_BAUD
 from zocodegen.target import BAUD_TOLERANCE, TARGET_NAMES, target_data, usart_divisor
 
@@ -157,7 +158,7 @@ class Board:
 
     def _load(self, elf: Path) -> dict[str, int]:
         flash, size = self.flash
-        with elf.open("rb") as f:
+        with open_input(elf, "firmware") as f:
             image = ELFFile(f)
             for section in image.iter_sections():  # SHF_ALLOC: where it lives when running
                 at, length = section["sh_addr"], section["sh_size"]

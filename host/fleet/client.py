@@ -38,7 +38,7 @@ class DeviceClient:
     def holds(self) -> str | None:
         """The parameters' hash of the last round checkpoint received, if still here."""
         try:
-            blob = self.held_path.read_bytes()
+            blob = checkpoint.read_bytes(self.held_path)
             checkpoint.decode(blob, str(self.held_path))
         except (OSError, DataError):
             return None
@@ -55,7 +55,7 @@ class DeviceClient:
             checkpoint.decode(blob, "the server's checkpoint")
         elif held_hash is not None and held_hash in (message["params-sha256"],
                                                      message.get("delta-from")):
-            held = checkpoint.decode(self.held_path.read_bytes())
+            held = checkpoint.decode(checkpoint.read_bytes(self.held_path))
             if held_hash != message["params-sha256"]:  # the last round's model + the delta
                 delta = inflate(bytes(message["delta"]), upload_limit("delta", held, 0, ()),
                                 "server's delta")
@@ -79,7 +79,7 @@ class DeviceClient:
         stop = message["first-step"] + message["steps"]
         Trainer(self.device(), self.image, run, steps=stop, checkpoint_every=message["steps"],
                 timeout=self.timeout, progress=False, log=self.log, start=start).run()
-        end = (run / "checkpoint.bin").read_bytes()
+        end = checkpoint.read_bytes(run / "checkpoint.bin")
         if not self.config.record_scalars:
             return make_update(start, end, None, self.samples)
         return make_update(start, end, replay.read(run / "scalars.bin"), self.samples)

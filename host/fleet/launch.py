@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from zocodegen.errors import UserError
-from zocodegen.files import open_append, write_atomic
+from zocodegen.files import MissingInput, open_append, read_text, write_atomic
 from zocodegen.formats.link import DEFAULT_BAUD
 from .security import ServerKeys, enrolled_keys
 
@@ -284,6 +284,6 @@ def node_config(image: Path, build: Path, state: Path, port: str | None = None,
 
 def finished_rounds(out: Path) -> int:
     try:
-        return len(json.loads((Path(out) / "fleet.json").read_text())["rounds"])
-    except (OSError, ValueError, KeyError):
+        return len(json.loads(read_text(Path(out) / "fleet.json", "run record"))["rounds"])
+    except (MissingInput, ValueError, KeyError):
         return 0

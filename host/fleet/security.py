@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from zocodegen.errors import UserError
-from zocodegen.files import write_atomic
+from zocodegen.files import read_input, write_atomic
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: how long the fleet's certificates are valid
@@ -45,7 +45,7 @@ def beyond_localhost(host: str) -> bool:
 
 def _private_key(path: Path) -> ec.EllipticCurvePrivateKey:
     if path.is_file():
-        return serialization.load_pem_private_key(path.read_bytes(), None)
+        return serialization.load_pem_private_key(read_input(path, "key"), None)
     key = ec.generate_private_key(ec.SECP384R1())
     _write_secret(path, key.private_bytes(serialization.Encoding.PEM,
                                           serialization.PrivateFormat.PKCS8,
@@ -122,7 +122,7 @@ def server_keys(folder: Path, names: tuple[str, ...]) -> ServerKeys:
 def _covers(path: Path, names: tuple[str, ...]) -> bool:
     if not path.is_file():
         return False
-    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    cert = x509.load_pem_x509_certificate(read_input(path, "key"))
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     have = {str(v) for v in sans.get_values_for_type(x509.DNSName)} | {
         str(v) for v in sans.get_values_for_type(x509.IPAddress)}
@@ -153,7 +153,7 @@ def enrolled_keys(folder: Path | None) -> list[Path]:
     keys = sorted(folder.glob("*.pub"))
     for path in keys:
         try:
-            serialization.load_ssh_public_key(path.read_bytes())
+            serialization.load_ssh_public_key(read_input(path, "key"))
         except (ValueError, UnicodeDecodeError):
             raise UserError(f"{path}: not an OpenSSH public key (a device's "
                             "STATE/keys/device.pub)") from None

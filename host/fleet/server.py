@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from zocodegen.errors import DataError, UserError
+from zocodegen.files import read_text
 from zocodegen.training import checkpoint
 from zocodegen.training.simulator import Params, initial_params, predict
 from .updates import (LEVEL, FleetModel, Update, fedavg, fedavg_weights, parameter_delta,
@@ -98,7 +99,7 @@ class FleetServer:
             return {**self._identity(), "upload": self.upload_rule(),
                     "trainable_bytes": self.model.trainable_bytes, "rounds": []}
         try:
-            record = json.loads(self.record_path.read_text())
+            record = json.loads(read_text(self.record_path, "run record"))
         except ValueError as exc:
             raise UserError(f"{self.record_path} is damaged ({exc}); move it away to start "
                             "a new fleet run") from None
@@ -112,7 +113,8 @@ class FleetServer:
         if not self.record["rounds"]:
             return initial_params(self.model.graph, self.model.plan)
         try:
-            return self.model.params(self.model_path.read_bytes(), str(self.model_path))
+            return self.model.params(checkpoint.read_bytes(self.model_path),
+                                     str(self.model_path))
         except (OSError, DataError) as exc:
             raise UserError(f"cannot resume from {self.model_path}: {exc}") from None
 

@@ -36,7 +36,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import cache_root, no_empty_folders_on_failure, process_alive, write_new
+from ..files import (MissingInput, cache_root, file_sha256, no_empty_folders_on_failure,
+                     process_alive, read_input, write_new)
 from ..files import exchange_folders as _exchange
 
 MANIFEST = "manifest.json"
@@ -70,16 +71,13 @@ def signing_key() -> bytes:
     manifest a later build trusts to say which files it may delete."""
     path = cache_root() / KEY_FILE
     try:
-        with open(path, "rb") as f:
-            key = f.read(KEY_BYTES + 1)
-    except FileNotFoundError:
+        key = read_input(path, "key")
+    except MissingInput:
         try:
             write_new(path, secrets.token_bytes(KEY_BYTES), permissions=0o600)
         except FileExistsError:  # another build made it first: use theirs
             pass
         return signing_key()
-    except OSError as exc:
-        raise UserError(f"cannot read the signing key {path}: {exc.strerror or exc}") from None
     if len(key) != KEY_BYTES:
         raise UserError(f"{path} is not a zocodegen signing key ({KEY_BYTES} bytes): delete "
                         "it (projects signed with it are then rebuilt only with --force)")
@@ -94,8 +92,8 @@ def _signed_files(out_dir: Path) -> dict[str, str] | None:
     """Relative path -> SHA-256 of the files the manifest in ``out_dir`` says a build wrote;
     None unless that manifest carries a valid signature. Only paths inside the project."""
     try:
-        record = json.loads((out_dir / MANIFEST).read_bytes())
-    except (OSError, ValueError):
+        record = json.loads(read_input(out_dir / MANIFEST, "manifest"))
+    except (MissingInput, ValueError):
         return None
     if not isinstance(record, dict) or record.get("signature") != _signature(record):
         return None
@@ -178,7 +176,7 @@ def _digest(path: Path) -> str | None:
     FIFO, which reading would block on): never a file build wrote."""
     if not stat.S_ISREG(path.lstat().st_mode):
         return None
-    return _sha256(path.read_bytes())
+    return file_sha256(path, "project file").hex()
 
 
 def _refuse_overwrites(shown: Path, data: dict[str, bytes], existing: dict[str, Path],

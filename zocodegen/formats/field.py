@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import DataError
-from ..files import Replaces
+from ..files import Replaces, open_input
 from .image import MAGIC as IMAGE_MAGIC
 from .image import SECTOR_BYTES, ImageLayout
 
@@ -199,7 +199,7 @@ def _not_a_blank_image(path) -> str | None:
     """Why the file ``path`` is not a data image `pack` or `card write` may replace (None
     when it is one): another kind of file, a damaged image, or a card copy holding a field
     run, which the device trained and only the card (copy) keeps."""
-    with open(path, "rb") as f:
+    with open_input(path, "existing output") as f:
         head = f.read(SECTOR_BYTES)
         if head[:len(IMAGE_MAGIC)] != IMAGE_MAGIC:
             return "is not a data image"

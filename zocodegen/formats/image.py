@@ -30,7 +30,7 @@ from typing import BinaryIO, Iterator, Mapping
 import numpy as np
 
 from ..errors import DataError, check_finite
-from ..files import atomic_writer
+from ..files import atomic_writer, open_input
 
 SECTOR_BYTES = 512
 MAGIC = b"ZOIMG01\0"
@@ -475,7 +475,7 @@ def read_header(path) -> ImageLayout:
     """The layout of image ``path`` (header only; the records are not checked)."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "data image") as f:
             sector = f.read(SECTOR_BYTES)
             f.seek(0, 2)
             size = f.tell()
@@ -537,7 +537,7 @@ def verify_image(path) -> ImageLayout:
     time: what the host runs before it serves an image to a device."""
     path = Path(path)
     layout = read_header(path)
-    with open(path, "rb") as f:
+    with open_input(path, "data image") as f:
         for name in SPLITS:
             for _ in _checked_records(f, layout, name, str(path)):
                 pass
@@ -558,7 +558,7 @@ def read_image(path) -> tuple[ImageLayout, dict[str, np.ndarray]]:
     ib = layout.input_bytes
     dtype = np.dtype(layout.dtype).newbyteorder("<")
     out: dict[str, np.ndarray] = {}
-    with open(path, "rb") as f:
+    with open_input(path, "data image") as f:
         for name in SPLITS:
             count = layout.count(name)
             if count == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelError
-from ..files import not_a_file
+from ..files import not_a_file, open_input
 from ..ir import Graph
 from .validate import validate
 
@@ -23,7 +23,8 @@ def check_model_file(path: Path) -> None:
 def load_model(path: str | Path) -> Graph:
     path = Path(path)
     check_model_file(path)
-    head = path.open("rb").read(8)
+    with open_input(path, "model") as f:
+        head = f.read(8)
     try:
         if head[4:8] == b"TFL3":
             from .tflite import load_tflite

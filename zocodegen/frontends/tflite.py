@@ -16,6 +16,7 @@ import numpy as np
 import tflite
 
 from ..errors import ModelError, UnsupportedOpError
+from ..files import read_input
 from ..ir import Graph, Op, Quantization, Tensor
 from ..ops.table import OP_TYPES
 from ..ops.window import conv_output_size
@@ -39,7 +40,7 @@ _OPTION_CLASSES = {
 
 
 def load_tflite(path: Path) -> Graph:
-    data = Path(path).read_bytes()
+    data = read_input(path, "model")
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise ModelError(f"{path}: not a TFLite model (no 'TFL3' file identifier)")
     try:  # the reader below trusts every offset: check them all first, as the runtime does

@@ -37,7 +37,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..files import starts_with, write_atomic
+from ..files import MissingInput, read_input, starts_with, write_atomic
 from ..errors import DataError
 
 MAGIC = b"ZOCKPT01"
@@ -202,10 +202,12 @@ def save_bytes(path: Path, blob: bytes) -> None:
 
 
 def read_bytes(path: Path) -> bytes:
+    """A checkpoint's bytes (the opener's rules); a missing one is a DataError, as a damaged
+    one is (a lost best.bin is rebuilt from the run's checkpoint)."""
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+        return read_input(path, "checkpoint")
+    except MissingInput as exc:
+        raise DataError(str(exc)) from None
 
 
 def load(path: Path) -> Checkpoint:

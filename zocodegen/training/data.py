@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, check_finite, check_labels
-from ..files import check_output, file_sha256, not_a_file
+from ..errors import DataError, UserError, check_finite, check_labels
+from ..files import check_output, file_sha256, not_a_file, open_input
 from ..frontends import load_model
 from ..formats import field
 from ..formats.image import MAGIC, SECTOR_BYTES, ImageLayout, pack_image, read_image
@@ -175,9 +175,9 @@ def is_image(path: Path) -> bool:
     if not_a_file(path) is not None:
         return False
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "data image") as f:
             return f.read(len(MAGIC)) == MAGIC
-    except OSError:
+    except (OSError, UserError):
         return False  # reading it as DATA.npz reports the problem
 
 
@@ -194,15 +194,22 @@ def load_numpy(path: Path, kind: str) -> np.ndarray | np.lib.npyio.NpzFile:
         raise DataError(f"data file {path} does not exist")
     if why is not None:
         raise DataError(f"{path} is {why}, not a {kind} file")
+    f = open_input(path, "data")
     try:
-        with open(path, "rb") as f:
-            head = f.read(6)
+        head = f.read(6)
         if not head.startswith(NUMPY_MAGICS):
             raise DataError(f"{path} is not a readable {kind} file: it does not start as a "
                             ".npy or .npz file does (a model, checkpoint or image?)")
-        return np.load(path, allow_pickle=False)
+        f.seek(0)
+        if head.startswith(NUMPY_MAGICS[0]):
+            return np.load(f, allow_pickle=False)
+        npz, f = np.lib.npyio.NpzFile(f, own_fid=True, allow_pickle=False), None
+        return npz  # read as its arrays are asked for; closing it closes the file
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{path} is not a readable {kind} file ({exc})") from None
+    finally:
+        if f is not None:
+            f.close()
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -297,7 +304,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         need = checkpoint.encoded_size((l.weight_count, l.bias_count, l.scale_count)
                                        for l in plan.layers)
         header = dict(num_classes=classes,
-                      model_sha256=file_sha256(Path(model_path)))
+                      model_sha256=file_sha256(Path(model_path), "model"))
         quant = graph.tensor(graph.inputs[0]).quant
         if quant is not None and not quant.per_channel:
             header.update(input_scale=quant.scalar_scale,

@@ -66,7 +66,7 @@ def export_checkpoint(model_path: Path, graph: Graph, ckpt_path: Path, out_path:
     tensors changed. Refuses a checkpoint of another model (sha256 of the model file), and
     (unless ``force``) an ``out_path`` that is not a model of the same format."""
     ckpt = checkpoint.load(ckpt_path)
-    if ckpt.model_sha256 != file_sha256(Path(model_path)):
+    if ckpt.model_sha256 != file_sha256(Path(model_path), "model"):
         raise DataError(f"{ckpt_path} was trained from a different model file than "
                         f"{model_path}")
     updated = checkpoint_tensors(graph, ckpt)

@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import DataError, check_labels
-from ..files import displayable
+from ..errors import DataError, UserError, check_labels
+from ..files import displayable, open_input, read_text
 from ..ir import Graph, Quantization
 from ..reference.quantize import quantize_float
 from .hooks import Hook, call_hook, load_hook
@@ -150,8 +150,10 @@ def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
     try:
         with warnings.catch_warnings():  # over the limit: refused below, not a stderr line
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
+            with open_input(path, "photo") as f, Image.open(f) as opened:
                 image = opened.convert("RGB" if channels == 3 else "L")
+    except UserError:
+        raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise DataError(f"{path}: not decoded: {exc} (Pillow's limit, PIL.Image.MAX_IMAGE_"
                         f"PIXELS = {Image.MAX_IMAGE_PIXELS:,}: shrink the image, or decode it "
@@ -305,7 +307,7 @@ def _labelled_from_file(root: Path, labels: Path) -> tuple[dict[str, list[tuple[
                                                            dict[Label, str]]:
     """{"train": [(file, label)]} from a CSV or JSON labels file, and where each label is."""
     try:
-        text = labels.read_text()
+        text = read_text(labels, "labels")
         if labels.suffix.lower() == ".json":
             rows = [(f'"{name}"', (name, label)) for name, label in json.loads(text).items()]
         else:

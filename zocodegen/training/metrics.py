@@ -13,7 +13,7 @@ from typing import TextIO
 import numpy as np
 
 from ..errors import DataError, UserError
-from ..files import atomic_writer, displayable, open_append, write_atomic
+from ..files import atomic_writer, displayable, open_append, open_input, write_atomic
 
 COLUMNS = ("step", "loss", "lr", "accuracy", "val_accuracy", "event")
 
@@ -105,7 +105,7 @@ def read_metrics(path: Path) -> list[MetricsRow]:
     DataError naming the line."""
     if not Path(path).is_file():
         return []
-    with open(path, newline="") as f:
+    with io.TextIOWrapper(open_input(path, "metrics"), encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         try:
             header = tuple(next(reader, COLUMNS))

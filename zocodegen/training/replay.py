@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import file_sha256, write_atomic
+from ..files import file_sha256, read_input, read_text, write_atomic
 from ..errors import DataError, UserError
 from ..ir import Graph
 from . import checkpoint
@@ -97,10 +97,7 @@ def read_owner(path: Path) -> ScalarOwner | None:
 
 
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    return read_input(path, "scalars")
 
 
 def encode(scalars: Scalars, owner: ScalarOwner) -> bytes:
@@ -166,7 +163,7 @@ def replay(plan: TrainingPlan, params: Params, scalars: Scalars, stop: int, firs
 def build_config(build: Path) -> tuple[TrainConfig, str]:
     """The training options and the model's SHA-256 (hex) a build recorded in its manifest."""
     try:
-        manifest = json.loads((build / "manifest.json").read_text())
+        manifest = json.loads(read_text(build / "manifest.json", "manifest"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{build} has no readable manifest.json ({exc}); pass the project "
                         "directory `zocodegen build` wrote") from None
@@ -187,7 +184,7 @@ def model_build(model_path: Path, build: Path) -> tuple[TrainConfig, bytes]:
     """The build's training options and the model file's SHA-256, refusing a model file that
     is not the one the build was made from."""
     config, sha_hex = build_config(build)
-    model_sha = file_sha256(Path(model_path))
+    model_sha = file_sha256(Path(model_path), "model")
     if model_sha.hex() != sha_hex:
         raise UserError(f"{model_path} is another model than the one {build} was built from "
                         f"(sha256 {model_sha.hex()[:12]}... against {sha_hex[:12]}...)")

@@ -16,13 +16,13 @@ from ..codegen.fit import check_sparse_options, fit, resolve_run
 from ..codegen.project import BuildOptions, plan_project
 from ..target import DEFAULT_TARGET
 from ..errors import UserError
-from ..files import file_sha256, write_atomic
+from ..files import MissingInput, file_sha256, read_text, write_atomic
 from ..frontends import load_model
 from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
                       write_confusion, write_curves)
 from . import checkpoint, simulator
 from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
-from .data import Dataset, load_dataset
+from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
                     trials_tied, unvalidated, validation_count)
 from .plan import check_blocks, loss_head, training_plans
@@ -176,7 +176,7 @@ def _trials_record(plan: TrainingPlan, data: Dataset, record: Path, new_run: boo
         ran = {"lr_trials": len(schedule.candidates) if trials else 0,
                "lr_trial_steps": schedule.trial_steps if trials else 0}
     else:
-        earlier = json.loads(record.read_text())
+        earlier = json.loads(read_text(record, "run record"))
         ran = {key: earlier.get(key, 0) for key in ("lr_trials", "lr_trial_steps")}
         ran["selection"] = earlier.get("selection")
     return {**ran, "validation_records": 0 if x_val is None else len(x_val)}
@@ -195,10 +195,8 @@ def delete_run(out_dir: Path, extra: tuple[str, ...] = ()) -> None:
 
 def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict:
     """What makes a run the same run: the model, the data and every option."""
-    try:
-        data_sha = file_sha256(Path(data_path)).hex()
-    except OSError as exc:
-        raise UserError(f"cannot read {data_path}: {exc.strerror or exc}") from None
+    kind = "data image" if is_image(Path(data_path)) else "data"
+    data_sha = file_sha256(Path(data_path), kind).hex()
     return {"model_sha256": model_sha.hex(), "data_sha256": data_sha,
             "config": config.as_dict()}
 
@@ -206,11 +204,11 @@ def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict
 def read_run_record(out_dir: Path) -> dict:
     path = out_dir / "run.json"
     try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+        record = json.loads(read_text(path, "run record"))
+    except MissingInput:
         raise UserError(f"{path} is missing, so nothing says which model, data and options "
                         f"the run used: start anew with --force (deletes the run)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise UserError(f"{path} is damaged ({exc}): start anew with --force (deletes the "
                         "run)") from None
     if not isinstance(record, dict):
@@ -305,7 +303,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say,
                        estimator_fit)
     plans = training_plans(graph, config)
-    sha = file_sha256(Path(model_path))
+    sha = file_sha256(Path(model_path), "model")
     identity = run_identity(sha, data_path, config)
     prepare_run_dir(out_dir, identity, resume, force)
     try:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ModelError, UserError
+from ...files import open_input
 from ...ir import Graph
 from .converter import _Converter
 from .values import _one_line
@@ -81,7 +82,10 @@ def _read_model(path: Path) -> Any:
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:
-        model = onnx.load(str(path))
+        with open_input(path, "model") as f:  # external data: beside f.name, the path
+            model = onnx.load(f)
+    except UserError:
+        raise
     except Exception as exc:  # DecodeError, RuntimeWarning-as-error, missing external data...
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise ModelError(f"{path} is not a valid ONNX model: {detail}") from None
