@@ -30,7 +30,7 @@ from typing import BinaryIO, Iterator, Mapping
 import numpy as np
 
 from ..errors import DataError, check_finite
-from ..files import atomic_writer, open_input
+from ..files import MissingInput, atomic_writer, open_input
 
 SECTOR_BYTES = 512
 MAGIC = b"ZOIMG01\0"
@@ -481,6 +481,8 @@ def read_header(path) -> ImageLayout:
             size = f.tell()
     except OSError as exc:
         raise DataError(f"cannot read image {path}: {exc.strerror or exc}") from None
+    except MissingInput:
+        raise DataError(f"cannot read image {path}: no such file") from None
     layout = ImageLayout.from_header(sector, source=str(path))
     if size < layout.image_bytes:
         raise DataError(f"{path}: truncated: {size} bytes, the header says "
