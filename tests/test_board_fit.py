@@ -254,3 +254,18 @@ def test_a_native_build_says_it_holds_no_boards_budget(one_block, tmp_path, caps
     assert "a native build holds no board's budget: it runs on this host, but the stm32f746 " \
            "would refuse it" in out
     assert "(full does not fit the stm32f746 budget, nor does this sparse build)" in out
+
+
+def test_the_h7b3_headline_counts_what_lies_outside_its_budget(tmp_path, capsys):
+    """Issue 64 item 6: the H7B3's budget is its AXI SRAM; the stack, link buffers and
+    statics sit in DTCM beside it. The headline and the report say so, with the sum."""
+    assert main(["build", str(DIGITS), "--target", "stm32h7b3", "--train", "full",
+                 "-o", str(tmp_path / "fw")]) == 0
+    headline = next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("SRAM "))
+    plan = api.build(DIGITS, target="stm32h7b3", train="full", output=tmp_path / "fw2").plan
+    dtcm = sum(-(-i.bytes // 8) * 8 for i in plan.placement.items if i.memory == "DTCM")
+    assert plan.placement.outside == (("DTCM", dtcm),) and dtcm > 8192
+    assert (f"of the stm32h7b3 budget 1024.0 KB, and {dtcm / 1024:.1f} KB in DTCM outside the "
+            f"budget ({(plan.placement.total + dtcm) / 1024:.1f} KB in all)") in headline
+    assert "outside the budget" in (tmp_path / "fw" / "memory_report.txt").read_text()

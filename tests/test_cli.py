@@ -167,3 +167,15 @@ def test_corrupted_flatbuffer(tmp_path):
     bad.write_bytes(data)
     assert_clean_error(zocodegen("inspect", bad), "bad_root.tflite: not a valid TFLite "
                        "flatbuffer", "points past the end of the file")
+
+
+def test_a_loss_at_the_cap_says_so():
+    """Issue 64 item 6: the int8 cross-entropy saturates at INT32_MAX in Q5.26, 32 nats; a
+    mean of 32.000 is that cap, and simulate's summary says so."""
+    from zocodegen.cli import _loss
+    from zocodegen.numerics import INT32_MAX
+    from zocodegen.reference.softmax import LOSS_CAP_NATS
+    assert LOSS_CAP_NATS == pytest.approx(32.0, abs=1e-6)
+    assert (INT32_MAX >> 10) / 65536 == pytest.approx(LOSS_CAP_NATS, abs=1e-3)  # as Q16
+    assert _loss(8.08) == "8.080"
+    assert _loss(32.0) == "32.000 (the cap: every record's loss saturates at 32 nats)"

@@ -39,6 +39,7 @@ from .host.monitor import monitor
 from .host.devices import open_device
 from .reference.executor import run
 from .summary import format_summary
+from .reference.softmax import LOSS_CAP_NATS
 from .target import TARGET_NAMES
 from .training import checkpoint
 from .training.config import DEFAULT_BLOCKS, DEFAULT_ESTIMATOR
@@ -253,8 +254,8 @@ def cmd_build(args: argparse.Namespace) -> None:
           f"({plan.arena.arena_bytes / plan.arena.lower_bound:.2f}x lower bound), "
           f"flash data {plan.code.flash_bytes:,} B")
     print(f"SRAM {placement.total / 1024:.1f} KB of the {plan.board.name} budget "
-          f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}; "
-          f"details in {out / 'memory_report.txt'}")
+          f"{placement.budget / 1024:.1f} KB{'' if placement.fits else ' (DOES NOT FIT)'}"
+          f"{placement.outside_text()}; details in {out / 'memory_report.txt'}")
     if not placement.fits:  # only a host build gets here: a board refuses what does not fit
         print(f"a {args.target} build holds no board's budget: it runs on this host, but the "
               f"{plan.board.name} would refuse it (`zocodegen inspect {args.model} --target "
@@ -301,6 +302,13 @@ def _say(text: str) -> None:
     print(text)
 
 
+def _loss(nats: float) -> str:
+    """A mean loss, and when it is the int8 cross-entropy's cap, that it is."""
+    capped = nats >= LOSS_CAP_NATS - 5e-4
+    return f"{nats:.3f}" + (f" (the cap: every record's loss saturates at "
+                            f"{LOSS_CAP_NATS:.0f} nats)" if capped else "")
+
+
 def cmd_simulate(args: argparse.Namespace) -> None:
     result = api.run_simulate(args, _say, None)
     config = train_config(args)
@@ -313,8 +321,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             else f"eta {result.lr:g}")
     window = ("the one step" if result.loss_window == result.steps == 1 else
               f"mean of the first / last {result.loss_window} step(s)")
-    print(f"{result.steps} steps at {step}{guard}, loss {result.first_loss:.3f} -> "
-          f"{result.last_loss:.3f} ({window}){acc}; "
+    print(f"{result.steps} steps at {step}{guard}, loss {_loss(result.first_loss)} -> "
+          f"{_loss(result.last_loss)} ({window}){acc}; "
           f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
     if result.accuracy_split == "validation":
         print("(no test split: accuracy is measured on the validation split, which the guard "

@@ -79,6 +79,17 @@ class Placement:
     budget: int
     fits: bool
     unplaced: tuple[RamItem, ...] = ()  # items no region could hold
+    # items pinned to a memory outside the budget (the H7B3's stack and statics in DTCM):
+    # (memory, bytes), which the linked image takes beside ``total``
+    outside: tuple[tuple[str, int], ...] = ()
+
+    def outside_text(self) -> str:
+        """", and 9.1 KB in DTCM outside the budget (604.6 KB in all)", or "" when none."""
+        if not self.outside:
+            return ""
+        where = " and ".join(f"{kb(size)} in {memory}" for memory, size in self.outside)
+        every = self.total + sum(size for _, size in self.outside)
+        return f", and {where} outside the budget ({kb(every)} in all)"
 
 
 def target_memories(target_name: str) -> tuple[Memory, ...]:
@@ -134,6 +145,9 @@ def place(items: Sequence[RamItem], target_name: str | None, budget_bytes: int,
     budgeted = [i for i in items
                 if not any(i.memory == m.name for r in extra for m in r.memories)]
     total = sum(align_up(i.bytes, ITEM_ALIGNMENT) for i in budgeted)
+    outside = tuple((m.name, sum(align_up(i.bytes, ITEM_ALIGNMENT) for i in items
+                                 if i.memory == m.name))
+                    for r in extra for m in r.memories)
     placed: list[list[PlacedItem]] = [[] for _ in regions]
     ends = [0] * len(regions)
     unplaced = []
@@ -158,7 +172,8 @@ def place(items: Sequence[RamItem], target_name: str | None, budget_bytes: int,
         regions=tuple(Region(rg.name, rg.origin, rg.capacity, rg.memories, tuple(p))
                       for rg, p in zip(regions, placed)),
         items=items, total=total, budget=budget_bytes,
-        fits=total <= budget_bytes and not unplaced, unplaced=tuple(unplaced))
+        fits=total <= budget_bytes and not unplaced, unplaced=tuple(unplaced),
+        outside=outside)
     if strict and not result.fits:
         raise BudgetError(budget_message(result, suggestions))
     return result

@@ -93,7 +93,8 @@ def report_text(graph: Graph, arena: ArenaPlan, placement: Placement,
     verdict = "fits" if placement.fits else "DOES NOT FIT"
     lines.append(f"  SRAM: {kb(placement.total)} of {kb(placement.budget)} budget "
                  f"({verdict}, {kb(abs(placement.budget - placement.total))} "
-                 f"{'free' if placement.budget >= placement.total else 'over'})")
+                 f"{'free' if placement.budget >= placement.total else 'over'})"
+                 + placement.outside_text())
     for item in placement.items:
         lines.append(f"    {item.name:<24} {kb(item.bytes):>10}  {item.description}")
     for region in placement.regions:

@@ -176,6 +176,11 @@ def log_softmax_int8(x: np.ndarray, params: LogSoftmaxParams) -> np.ndarray:
     return out.astype(np.int8).reshape(np.shape(x))
 
 
+#: The largest loss cross_entropy_q26 gives, in nats (INT32_MAX in Q5.26): a record whose
+#: label is ~32 nats below the maximum saturates there, so a mean of 32.000 is the cap.
+LOSS_CAP_NATS = INT32_MAX / 2 ** 26
+
+
 def cross_entropy_q26(logits: np.ndarray, labels: np.ndarray,
                       params: LogSoftmaxParams) -> np.ndarray:
     """Cross-entropy ``-log softmax(logits)[label]`` per row, as an int32 in Q5.26 (units of
