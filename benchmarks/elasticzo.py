@@ -50,9 +50,11 @@ DOC = REPO / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- elasticzo:start -->", "<!-- elasticzo:end -->"
 
 
-def measure(tmp: Path) -> list[dict]:
+def measure(tmp: Path, only: list[str]) -> list[dict]:
     rows = []
     for model, target, mode in MODELS:
+        if only and not any(n in model.name for n in only):
+            continue
         if not model.is_file():
             print(f"skipping {model.name}: not found (../shared is absent)", file=sys.stderr)
             continue
@@ -87,9 +89,13 @@ def write_doc(text: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--only", metavar="NAME", action="append", default=[],
+                        help="only the models whose file name contains NAME (repeatable)")
     args = parser.parse_args()
+    if args.write and args.only:
+        parser.error("--only measures part of the table: it never goes into the doc")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = measure(Path(tmp))
+        rows = measure(Path(tmp), args.only)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     text = "\n".join([

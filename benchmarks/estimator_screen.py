@@ -25,7 +25,7 @@ for _p in (str(HERE), str(HERE.parent)):
         sys.path.insert(0, _p)
 
 from experiment import execute, read_result, write_data  # noqa: E402
-from experiment_grid import CEILINGS, FULL, METHODS, RUNS, Grid, Result, Run  # noqa: E402
+from experiment_grid import CEILINGS, FULL, METHODS, QUICK, RUNS, Grid, Result, Run  # noqa: E402
 
 #: A run "ends below the start" when it loses more than this (issue 48, deliverable 3).
 BELOW_START = 0.005
@@ -78,21 +78,20 @@ def main() -> None:
     parser.add_argument("--methods", default="ours,adaptive",
                         help=f"comma-separated, of: {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="1", help="comma-separated training seeds")
-    parser.add_argument("--start-rule", choices=("margin", "none", "loss"),
-                        help="run the simulator with this keep-the-start rule "
-                             "(benchmarks/guard_start.py); its runs are cached apart")
+    parser.add_argument("--quick", action="store_true",
+                        help="the grid's --quick budget (one cell, 30 steps, Q = 4): a smoke test")
+    parser.add_argument("--runs", type=Path, default=RUNS,
+                        help=f"cache of run folders (default {RUNS})")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         parser.error(f"unknown method {unknown[0]}")
-    grid = Grid(FULL.models, FULL.cells, tuple(int(s) for s in args.seeds.split(",")),
-                FULL.ablation_family, FULL.budget, FULL.queries)
+    base = QUICK if args.quick else FULL
+    grid = Grid(base.models, base.cells, tuple(int(s) for s in args.seeds.split(",")),
+                base.ablation_family, base.budget, base.queries)
     cli = [sys.executable, "-m", "zocodegen"]
-    root = RUNS / grid.tag
-    if args.start_rule:
-        cli = [sys.executable, str(HERE / "guard_start.py"), "--rule", args.start_rule, "--"]
-        root = RUNS / f"{grid.tag}-start-{args.start_rule}"
+    root = args.runs / grid.tag
     results = screen(grid, methods, root, cli)
     print("\n".join(summary(grid, methods, results)))
 

@@ -22,7 +22,8 @@ folder to start over after changing the engine or the data).
 
     .venv/bin/python benchmarks/experiment.py            # run the grid, print the tables
     .venv/bin/python benchmarks/experiment.py --write    # also update docs/experiment.md + PNGs
-    .venv/bin/python benchmarks/experiment.py --quick    # a tiny smoke grid (about a minute)
+    .venv/bin/python benchmarks/experiment.py --quick    # a tiny grid, 38 runs of 30 steps
+    .venv/bin/python benchmarks/experiment.py --quick --methods ours   # its 2 runs of ours
     .venv/bin/python benchmarks/experiment.py --write --workers 1   # on a shared machine
 
 This file runs the grid; what it runs is experiment_grid.py, its tables experiment_report.py
@@ -170,15 +171,17 @@ def execute(cli: Sequence[str], run: Run, grid: Grid, root: Path) -> tuple[Resul
     return result, "" if result else "no test accuracy in run.json or metrics.csv"
 
 
-def run_grid(grid: Grid, root: Path, cli: Sequence[str], workers: int
-             ) -> tuple[dict[Run, Result], list[str], float]:
-    """Every run of ``grid`` that is not cached, ``workers`` at a time; returns all results,
-    the failures and this invocation's wall time."""
+def run_grid(grid: Grid, root: Path, cli: Sequence[str], workers: int,
+             methods: Sequence[str] = ()) -> tuple[dict[Run, Result], list[str], float]:
+    """Every run of ``grid`` (of ``methods`` only, if given) that is not cached, ``workers``
+    at a time; returns all results, the failures and this invocation's wall time."""
     start = time.perf_counter()
     write_data(grid, root)
     results: dict[Run, Result] = {}
     todo = []
     for run in grid_runs(grid):
+        if methods and run.method not in methods:
+            continue
         cached = read_result(run.directory(root))
         if cached is None:
             todo.append(run)
@@ -271,7 +274,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="tiny grid (one cell, one seed, 30 steps, Q = 4) to smoke-test "
-                             "the pipeline in about a minute")
+                             "the pipeline")
     parser.add_argument("--write", action="store_true",
                         help="update docs/experiment.md and its PNGs")
     parser.add_argument("--runs", type=Path, default=RUNS,
@@ -279,12 +282,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=WORKERS,
                         help=f"runs at a time (default {WORKERS}, one per core; 1 on a "
                              "machine shared with other work)")
+    parser.add_argument("--methods", metavar="KEYS",
+                        help="run only these comma-separated methods (of: "
+                             f"{', '.join(METHODS)}); a partial grid, never written")
     args = parser.parse_args()
     if args.quick and args.write:
         parser.error("--quick results are a smoke test: they never go into docs/experiment.md")
+    methods = tuple(args.methods.split(",")) if args.methods else ()
+    if methods and args.write:
+        parser.error("--methods runs part of the grid: it never goes into docs/experiment.md")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown method {unknown[0]}")
     grid = QUICK if args.quick else FULL
     root = args.runs / grid.tag
-    results, failures, wall = run_grid(grid, root, default_cli(), args.workers)
+    results, failures, wall = run_grid(grid, root, default_cli(), args.workers, methods)
     memory = memory_rows(default_cli(), grid, root)
     failures += [f"build {row.model} --bp-layers {row.bp_layers} failed "
                  f"({root}/builds/{row.model}-bp{row.bp_layers}.txt)"

@@ -80,7 +80,7 @@ ABLATION_METHODS = TUNED + (
     Method("sparse", "sparse (one of 4 blocks, --block auto)", ("--train", "sparse")),
 )
 #: Estimators judged against the default (issue 48, benchmarks/estimator_screen.py): not in the
-#: grid. adaptive was the default before docs/scale.md section 15.
+#: grid. adaptive was the default before docs/decisions/np-channel-default.md.
 CANDIDATES = (Method("adaptive", "adaptive (WP or NP per layer, the default before)",
                      ("--estimator", "adaptive")),
               Method("np-channel", "np-channel (NP layers as adaptive, CH where it uses WP)",

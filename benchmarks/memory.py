@@ -99,8 +99,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--vww", type=Path, help="an extra model (e.g. MLPerf Tiny VWW)")
+    parser.add_argument("--only", metavar="NAME", action="append",
+                        help="only the models whose file name contains NAME (repeatable)")
     args = parser.parse_args()
-    text = table([row(p) for p in models(args.vww)])
+    if args.write and args.only:
+        parser.error("--only measures part of the table: it never goes into the doc")
+    chosen = [p for p in models(args.vww) if not args.only or any(n in p.name for n in args.only)]
+    text = table([row(p) for p in chosen])
     print(text)
     if args.write:
         write(text)

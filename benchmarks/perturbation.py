@@ -65,11 +65,11 @@ def sizes(model: Path, options: dict, queries: int) -> tuple[int, int]:
     return firmware_sizes(elf)
 
 
-def measure(models: list[Path]) -> list[dict]:
+def measure(models: list[Path], count: int) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, redirect_stdout(sys.stderr):
         for model in models:
-            for label, options, queries in OPTIONS:
+            for label, options, queries in OPTIONS[:count]:
                 print(f"  {model.name} {label} ...", file=sys.stderr, flush=True)
                 r = profile_step(model, Path(tmp), options, queries)
                 ram, flash = sizes(model, options, queries)
@@ -98,8 +98,8 @@ def table(rows: list[dict]) -> list[str]:
 
 def main() -> None:
     args, models = parse_arguments(__doc__.splitlines()[0],
-                                   [m for m in MODELS if "Resnet" not in m.name])
-    rows = measure(models)
+                                   [m for m in MODELS if "Resnet" not in m.name], len(OPTIONS))
+    rows = measure(models, args.options)
     lines = [f"Measured {datetime.date.today()} at commit {commit()} with "
              f"`benchmarks/perturbation.py` (profiling build `-DZO_PROFILE_TRAIN`, full "
              f"training, N = 1, the second step, {TARGET} budget). Shares of the step's "

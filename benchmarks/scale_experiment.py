@@ -15,7 +15,7 @@ is never run again, an unfinished one starts anew, and several invocations may s
 cache (each takes the runs of its --methods). Device time: host/device_time.py.
 MeZO (``--methods mezo``) is not in the default grid: at equal forwards (900 full forwards a
 step) a run is about an hour of one core (2-4.5 s a step), and it ends on its start
-(docs/scale.md section 19).
+(docs/decisions/mezo-at-scale.md).
 """
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ class Method:
         return f"{self.key}-{self.variant}" if self.variant else self.key
 
 
-# The methods that take the default estimator name it (and the scales, on by default since
-# docs/scale.md section 20) in their run directories, so a run made under an older default
-# is never read back as today's (np-channel since section 15; adaptive before).
+# The methods that take the default estimator name it (and the scales, on by default:
+# docs/decisions/channel-scales.md) in their run directories, so a run made under an older
+# default is never read back as today's (np-channel-default.md; adaptive before).
 DEFAULTS = DEFAULT_ESTIMATOR + ("-scales" if SCALES_BY_DEFAULT else "")
 OURS = Method("ours", "ours, full training (defaults)", (), "stm32h7b3", variant=DEFAULTS)
 SPARSE = Method("sparse", "ours, sparse, block chosen on the device (defaults)",
@@ -105,7 +105,8 @@ SPARSE_ADAPTIVE = Method("sparse-adaptive", "adaptive WP / NP, sparse (the defau
                          ("--train", "sparse", "--estimator", "adaptive"), "stm32f746",
                          "sparse")
 #: the same forwards per record in a quarter of the steps: does averaging four records' loss
-#: differences keep what a step learns off the records it saw? (docs/scale.md section 14)
+#: differences keep what a step learns off the records it saw?
+#: (docs/decisions/one-record-a-step.md)
 BATCH_4 = Method("ours-b4", "ours, 4 records a step", ("--batch", "4"), "stm32h7b3", batch=4,
                  variant=DEFAULTS)
 #: + "bp-256", whose layers depend on the model; MEZO, ADAPTIVE, SPARSE_ADAPTIVE and BATCH_4
@@ -433,8 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update docs/experiment.md")
     parser.add_argument("--quick", action="store_true",
-                        help="two cells (or --cells), one seed, 100 steps: a smoke test, writes "
-                        "nothing")
+                        help="two cells (or --cells), one seed, 100 steps (or --steps): a smoke "
+                        "test, writes nothing")
+    parser.add_argument("--steps", type=int, default=100,
+                        help="with --quick: the steps of each run (default 100)")
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--cells", help="comma-separated corruptions (default: "
                         f"{','.join(CELLS)}; 'table7': all twelve)")
@@ -443,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: report (and with --write, write) the finished runs")
     parser.add_argument("--seeds", help="comma-separated seeds to run (default: "
                         f"{','.join(map(str, SEEDS))}; the report reads whatever ran)")
+    parser.add_argument("--runs", type=Path, default=RUNS,
+                        help=f"cache of run folders (default {RUNS.relative_to(ROOT)})")
     parser.add_argument("--epochs", type=int, default=EPOCHS,
                         help=f"the budget in epochs (default {EPOCHS}); other budgets keep "
                         "their runs in build/scale/epochs-E and write no docs")
@@ -451,11 +456,11 @@ def main(argv: list[str] | None = None) -> int:
              else tuple(args.cells.split(",")) if args.cells else CELLS)
     budget = ("--epochs", str(args.epochs), "--queries", str(QUERIES))
     seeds = SEEDS
-    root = RUNS if args.epochs == EPOCHS else RUNS / f"epochs-{args.epochs}"
+    root = args.runs if args.epochs == EPOCHS else args.runs / f"epochs-{args.epochs}"
     if args.quick:
         cells = cells if args.cells else cells[:2]
-        seeds, budget, root = SEEDS[:1], ("--steps", "100", "--queries", str(QUERIES)), \
-            RUNS / "quick"
+        seeds, budget, root = SEEDS[:1], ("--steps", str(args.steps), "--queries",
+                                          str(QUERIES)), args.runs / "quick"
     methods = METHODS + (bp_fits_method(MODEL),)
     if args.methods:
         wanted = args.methods.split(",")

@@ -102,14 +102,21 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
-def parse_arguments(description: str, models: list[Path]) -> tuple[argparse.Namespace,
-                                                                     list[Path]]:
-    """--write and --only NAME (repeatable): the options and the models to measure."""
+def parse_arguments(description: str, models: list[Path],
+                    options: int = 0) -> tuple[argparse.Namespace, list[Path]]:
+    """--write and --only NAME (repeatable): the options and the models to measure; with
+    ``options`` (a script measuring that many variants per model) also --options K, the first
+    K of them only."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--only", metavar="NAME", action="append",
                         help="only the models whose file name contains NAME (repeatable)")
+    if options:
+        parser.add_argument("--options", type=int, default=options, metavar="K",
+                            help=f"only the first K of the {options} options (a smoke test)")
     args = parser.parse_args()
+    if args.write and getattr(args, "options", options) < options:
+        parser.error("--options measures part of the table: it never goes into the doc")
     return args, [m for m in models if not args.only or any(n in m.name for n in args.only)]
 
 

@@ -119,7 +119,7 @@ ENGINES = [pytest.param("native", id="native"),
 
 
 #: the default (np-channel: CH where a layer has fewer weights than outputs, else NP) and the
-#: paper's adaptive WP / NP, the default before docs/scale.md section 15
+#: paper's adaptive WP / NP, the default before docs/decisions/np-channel-default.md
 ESTIMATOR_MODES = [pytest.param("np-channel", {"CH", "NP"}, id="np-channel"),
                    pytest.param("adaptive", {"WP", "NP"}, id="adaptive")]
 

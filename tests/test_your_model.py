@@ -64,7 +64,7 @@ def test_walkthrough_from_a_folder_of_pngs(tmp_path, capsys):
     summary = capsys.readouterr().err
     # a check beats the start by more than half the fall margin with a lower loss sum
     # (training/guard.new_best): the run keeps its gain (the whole margin, 10 of 53 records,
-    # kept the start here: docs/scale.md section 12)
+    # kept the start here: docs/decisions/start-rule.md)
     assert "test accuracy 66.4% -> 72.2%" in summary, summary
     assert "no validated improvement" not in summary
     confusion = np.loadtxt(tmp_path / "sim" / "confusion.csv", delimiter=",", dtype=np.int64)

@@ -25,7 +25,7 @@ DEFAULT_BLOCKS = 4
 # default never refuses where a documented choice fits); resolved by the build
 BLOCKS_FIT = -2
 #: --estimator not given: CH on the per-channel biases where adaptive uses WP, NP elsewhere
-#: (docs/scale.md sections 11, 13 and 15)
+#: (docs/decisions/np-channel-default.md)
 DEFAULT_ESTIMATOR = "np-channel"
 #: What a build takes when the default estimator's does not fit its board and --estimator was
 #: not given: adaptive keeps a copy of a WP layer's weights where np-channel's CH layers keep
@@ -87,8 +87,8 @@ class TrainConfig:
     blocks: int = DEFAULT_BLOCKS  # BLOCKS_AUTO / BLOCKS_FIT: resolved for the board
     block: int | None = None  # sparse: the block to train; None = select it on the device
     trial_samples: int = 64  # sparse --block auto: the records each block's trial trains on
-    # sparse --block auto: the last H training records score the trials (docs/scale.md
-    # section 16: 64 records could not see a 7-point gain)
+    # sparse --block auto: the last H training records score the trials
+    # (docs/decisions/block-trials.md: 64 records could not see a 7-point gain)
     trial_held_out: int = 256
     # The bare algorithm by default; the CLI turns both on (docs/training.md "Training guard")
     lr_auto: bool = False  # --lr auto: short trials on the device pick eta

@@ -9,8 +9,8 @@ At scale the validation split is small (101 records in docs/scale.md) and a run 
 wanders by several records between checks, so a fall must stand out of that noise, and a
 rollback needs a fall at two checks in a row (a run at a good eta comes back from a bad
 check by itself), and its halving is undone by the next new best (the "bold driver" rule):
-an excursion costs the steps since the best, not the rest of the run's eta (docs/scale.md,
-"The guard").
+an excursion costs the steps since the best, not the rest of the run's eta
+(docs/decisions/guard-fall-rule.md).
 
 Every decision is made on integers (correct predictions, a sum of Q16 losses), so the
 simulator and the firmware (``templates/train/zo_guard.c``) decide identically.
@@ -112,10 +112,10 @@ def new_best(score: Score, state: "GuardState", records: int) -> bool:
     before training (best_step 0), only with more than half the fall margin (one standard
     deviation of a difference of two counts) more correct records AND a lower loss sum: the
     best of many noisy counts is biased upward (a run with nothing to gain ended up to 3.1
-    test points below its start, docs/scale.md section 9), and parameters that drift without
-    learning raise the loss sum, a far finer measurement than the count. The whole margin
-    (the rule of 2026-11-28) kept the start on 10 of the 16 digits cells, where 53
-    validation records cannot show a real 6-9 point gain by two deviations (section 12)."""
+    test points below its start), and parameters that drift without learning raise the loss
+    sum, a far finer measurement than the count. The whole margin kept the start on 10 of
+    the 16 digits cells, where 53 validation records cannot show a real 6-9 point gain by
+    two deviations (docs/decisions/start-rule.md)."""
     if state.best_step == 0:
         return (score.correct > state.best.correct + fall_margin(state.best.correct, records) // 2
                 and score.loss < state.best.loss)
@@ -127,10 +127,11 @@ def last_is_result(score: Score, state: "GuardState", records: int) -> bool:
     the end's confirmation keeps the start: whenever they do not fall below the best, the
     start included. The best is the maximum of ~100 noisy checks on one small split, so it
     is often an early lucky one: at scale, a run whose test accuracy rose from 61 to 70 %
-    after its best check (step 99) ended on that check (docs/scale.md section 19), and runs
-    whose last parameters tested 1.2-3.6 points above the start ended on the start because
-    no check had beaten it by the start rule's margin (section 21). The last parameters are
-    where the decayed schedule has settled; the rollbacks keep them within noise of the best,
+    after its best check (step 99) ended on that check (docs/decisions/last-is-result.md),
+    and runs whose last parameters tested 1.2-3.6 points above the start ended on the start
+    because no check had beaten it by the start rule's margin
+    (docs/decisions/paired-confirmation.md). The last parameters are where the decayed
+    schedule has settled; the rollbacks keep them within noise of the best,
     and the end's confirmation weighs them against the start."""
     return not score.falls_below(state.best, records)
 
@@ -204,9 +205,10 @@ def confirmed(c: Comparison) -> bool:
     last parameters, on the validation records too (their last check is one measurement,
     not a maximum over checks). A best chosen among ~100 checks is biased upward by the
     choice itself (a run with nothing to gain kept a best that tested 3.1 points below its
-    start, docs/scale.md section 14), so a restored best is confirmed on the training
-    records alone. Counts of 128 records could not see gains of 1-4 points that the loss
-    showed, and an even count let through a result 0.7 below the start (section 21): the
+    start, docs/decisions/end-confirmation.md), so a restored best is confirmed on the
+    training records alone. Counts of 128 records could not see gains of 1-4 points that the
+    loss showed, and an even count let through a result 0.7 below the start
+    (docs/decisions/paired-confirmation.md): the
     net of the records on which the two disagree must stand out of their number."""
     net = c.gained - c.lost
     return (net > 0 and 100 * net * net >= CONFIRM_Z2 * (c.gained + c.lost)

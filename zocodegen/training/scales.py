@@ -1,5 +1,5 @@
 """Per-channel filter scales trained beside a CH layer's biases (``--scales``; rules and
-measurements: docs/training.md "Channel scales", docs/scale.md sections 19-20; C twin: the
+measurements: docs/training.md "Channel scales", docs/decisions/channel-scales.md; C twin: the
 scale parts of templates/train/zo_estimate_ch.c and zo_node_queries.c).
 
 A folded batch norm leaves each output channel two affine terms, the bias and the scale:
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 SCALED_OP_TYPES = ("CONV_2D", "DEPTHWISE_CONV_2D")
 #: A query moves a node by round(xi' (h(z) - zp) / 2^SHIFT).
 SHIFT = 5
-#: The scale's step as a multiple of the bias rule's, in output LSB (docs/scale.md sec. 19).
+#: The scale's step as a multiple of the bias rule's, in output LSB (the one screened:
+#: docs/decisions/channel-scales.md).
 STEP = 0.25
 #: A scale stays within these multiples of the model's.
 LOWEST, HIGHEST = 0.25, 4.0

@@ -142,7 +142,7 @@ class BlockSelection:
     """Sparse --block auto (docs/training.md "Block selection"): the held-out score before
     any training and after each block's one-epoch trial; the first block with the lowest
     held-out loss wins (a loss sum over H records sees a gain that a count of correct
-    predictions on them does not: docs/scale.md section 16)."""
+    predictions on them does not: docs/decisions/block-trials.md)."""
 
     samples: int  # S
     held_out: int  # H
