@@ -26,6 +26,7 @@ from zocodegen.training import checkpoint, replay
 from zocodegen.training.guard import (confirmation_where, trained_confirmation_records,
                                       trials_tied, unvalidated)
 from zocodegen.training.runner import check_step, delete_run, read_run_record
+from zocodegen.progress import in_lines, progress_bar
 from .blocks import ImageBlocks
 from .curve_drawer import CurveDrawer
 from .devices import Device, DeviceExited
@@ -120,9 +121,8 @@ class Trainer:
             every = self.checkpoint_every or max(1, total // 10)
             first_step = self._saved_step()
             self.metrics = MetricsLog(self.run_dir / "metrics.csv", resume_at=first_step)
-            self.bar = tqdm(total=total, initial=first_step, desc="train", unit="step",
-                            disable=None if self.progress is None else not self.progress,
-                            dynamic_ncols=True)
+            self.bar = progress_bar(self.progress, total=total, initial=first_step,
+                                    desc="train", unit="step")
             while True:
                 try:
                     self._train(session, total, every)
@@ -462,7 +462,7 @@ class Trainer:
         # held until the next step (or the chunk's accuracy): a guard line may amend it
         self._pending = MetricsRow(t.step, t.loss, t.lr)
         self._losses.append(t.loss)
-        self.bar.n = t.step
+        self.bar.update(t.step - self.bar.n)  # shown at most every mininterval
         self._postfix()
         self.on_step(t)
 
@@ -473,7 +473,7 @@ class Trainer:
             post["loss"] = f"{sum(recent) / len(recent):.3f}"
         if self._accuracy is not None:
             post["acc"] = f"{100 * self._accuracy:.1f}%"
-        self.bar.set_postfix(post, refresh=True)
+        self.bar.set_postfix(post, refresh=not in_lines(self.bar))  # lines: with the step
 
     def _device_log(self, text: str) -> None:
         self._say(f"device: {text}")
@@ -539,7 +539,7 @@ class Trainer:
                       "confirm)")
 
     def _say(self, text: str) -> None:
-        if self.bar is not None and not self.bar.disable:  # a disabled bar still prints
+        if self.bar is not None and not in_lines(self.bar):  # lines and no bar: print
             self.bar.write(text)
         else:
             self.log(text)

@@ -179,3 +179,29 @@ def test_a_loss_at_the_cap_says_so():
     assert (INT32_MAX >> 10) / 65536 == pytest.approx(LOSS_CAP_NATS, abs=1e-3)  # as Q16
     assert _loss(8.08) == "8.080"
     assert _loss(32.0) == "32.000 (the cap: every record's loss saturates at 32 nats)"
+
+
+def test_progress_is_lines_where_the_output_is_not_a_terminal(monkeypatch, capsys):
+    """Issue 64 item 4: under a log, CI or nohup the command line's bars become a line every
+    LINE_SECONDS on stdout (none for a shorter run), never silence and never a bar's
+    carriage returns; the API's progress=False stays silent."""
+    import time
+    from zocodegen import progress
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.2)
+    bar = progress.progress_bar(None, total=6, desc="simulate", unit="step")
+    assert progress.in_lines(bar)
+    for _ in range(6):
+        time.sleep(0.1)
+        bar.update(1)
+    bar.close()
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("simulate: ") for line in lines), lines
+    assert lines[-1].startswith("simulate: 100%") and "\r" not in out.out and not out.err
+    quiet = progress.progress_bar(None, total=3, desc="simulate", unit="step")
+    quiet.update(3)
+    quiet.close()  # shorter than LINE_SECONDS: nothing
+    silent = progress.progress_bar(False, total=3, desc="simulate")
+    silent.update(3)
+    silent.close()
+    assert capsys.readouterr().out == ""

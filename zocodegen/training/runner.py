@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
+from ..progress import in_lines, progress_bar
 from ..codegen.fit import check_sparse_options, fit, resolve_run
 from ..codegen.project import BuildOptions, plan_project
 from ..target import DEFAULT_TARGET
@@ -88,8 +88,7 @@ def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray
     """Sparse --block auto: the block trials, with a progress bar and one line per block."""
     size = simulator.trial_size(len(x), plans[0].config.trial_samples)
     steps = -(-size // plans[0].config.batch)
-    bar = tqdm(total=steps * len(plans), desc="block trials", unit="step",
-               disable=None if progress is None else not progress, dynamic_ncols=True)
+    bar = progress_bar(progress, total=steps * len(plans), desc="block trials", unit="step")
     try:
         selection = simulator.select_block(graph, plans, x, y, lambda: bar.update(1))
     finally:
@@ -366,8 +365,8 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
         log.add(MetricsRow(first, float("nan"), 0.0, before,
                            None if baseline is None else baseline.correct / len(y_val),
                            "" if baseline is None else "best"))
-    bar = tqdm(total=config.steps, initial=first, desc="simulate", unit="step",
-               disable=None if progress is None else not progress, dynamic_ncols=True)
+    bar = progress_bar(progress, total=config.steps, initial=first, desc="simulate",
+                       unit="step")
     losses = []
     try:
         for record, params in simulator.run(graph, plan, params, data.x, data.y, first,
@@ -382,7 +381,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                 checkpoint.save(best_path, simulator.to_checkpoint(
                     plan, params, guard.state.best_step, sha, guard.state))
             if record.event not in ("", "best") or (guard and guard.confirmation):
-                (say if bar.disable else bar.write)(_event_line(record, guard))
+                (say if in_lines(bar) else bar.write)(_event_line(record, guard))
             if record.accuracy is not None:
                 post["acc"] = f"{100 * record.accuracy:.1f}%"
                 checkpoint.save(ckpt_path, simulator.to_checkpoint(
