@@ -283,3 +283,20 @@ def test_the_h7b3_headline_counts_what_lies_outside_its_budget(tmp_path, capsys)
     assert (f"of the stm32h7b3 budget 1024.0 KB, and {dtcm / 1024:.1f} KB in DTCM outside the "
             f"budget ({(plan.placement.total + dtcm) / 1024:.1f} KB in all)") in headline
     assert "outside the budget" in (tmp_path / "fw" / "memory_report.txt").read_text()
+
+
+@pytest.mark.skipif(not HAVE_QEMU, reason="needs arm-none-eabi-gcc and qemu-system-arm")
+@pytest.mark.parametrize("model", [DIGITS, SCALE], ids=["digits", "scale"])
+def test_inference_estimate_against_qemu(model, capsys):
+    """Issue 64 item 7: inspect --target estimates an inference too (the op costs the step
+    estimate uses), within the 7 % it states of device-time's QEMU -icount measurement."""
+    import numpy as np
+    from zocodegen.host.device_time import forward_seconds
+    found = api.inspect(model, target="stm32f746").board_fit
+    estimate = found.modes[0].inference_seconds
+    x = load_model(model).tensor(load_model(model).inputs[0])
+    images = np.random.default_rng(1).integers(-128, 128, (3, *x.shape[1:])).astype(np.int8)
+    measured = forward_seconds(model, "stm32f746", images)
+    assert abs(estimate / measured - 1) < 0.07, (estimate, measured)
+    assert main(["inspect", str(model), "--target", "stm32f746"]) == 0
+    assert "            an inference about " in capsys.readouterr().out

@@ -121,6 +121,7 @@ class ModeFit:
     # other blocks that fit alone, as (options, SRAM bytes)
     one_block: bool = False
     also: tuple[tuple[str, int], ...] = ()
+    inference_seconds: float | None = None  # inference: one forward pass, estimated
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ class BoardFit:
                            "flash_data_bytes": m.flash_data_bytes, "fits": m.fits,
                            "option": m.option, "step_seconds": list(m.step_seconds),
                            "note": m.note, "one_block": m.one_block,
+                           "inference_seconds": m.inference_seconds,
                            "also": [{"option": o, "sram_bytes": b} for o, b in m.also]}
                           for m in self.modes]}
 
@@ -199,9 +201,16 @@ def _mode_fit(device: Graph, plan: ProjectPlan, train: TrainConfig | None) -> Mo
             option += f" --estimator {resolved.estimator}"
         seconds = tuple(step_instructions(device, plan.training, k) / clock_hz(board)
                         for k in range(len(plan.training.models)))
+    forward = (inference_instructions(device) / clock_hz(board) if train is None else None)
     return ModeFit(mode, plan.placement.total, plan.code.flash_bytes,
                    plan.placement.fits and plan.code.flash_bytes <= plan.board.flash_bytes,
-                   option, seconds)
+                   option, seconds, inference_seconds=forward)
+
+
+def inference_instructions(graph: Graph) -> float:
+    """Estimated instructions of one inference: every op's FAMILY_COST (within 7 % of QEMU
+    for the CNNs it was fitted to; tests/test_board_fit.py measures the digits CNN)."""
+    return sum(op_instructions(graph, op) for op in graph.ops)
 
 
 def board_fit(graph: Graph, board: Target, run: TrainConfig, link_seconds: float
@@ -238,6 +247,12 @@ def describe(found: BoardFit) -> list[str]:
                      f"{board.sram_budget_bytes / 1024:.1f} KB, flash data "
                      f"{m.flash_data_bytes / 1024:.1f} of {board.flash_bytes / 1024:.0f} KB: "
                      f"{verdict}" + (f" ({m.option})" if m.mode != "inference" else ""))
+        if m.inference_seconds is not None:
+            seconds = m.inference_seconds
+            lines.append(f"            an inference about "
+                         f"{f'{1000 * seconds:.1f} ms' if seconds < 1 else duration(seconds)} "
+                         f"at {clock_hz(board.name) / 1e6:g} MHz (estimated without QEMU, "
+                         "within 7 % where measured)")
         if m.also:
             lines.append("            other blocks that fit alone: " + ", ".join(
                 f"{option} ({size / 1024:.1f} KB)" for option, size in m.also))
