@@ -259,3 +259,25 @@ def test_pack_states_the_share_it_set_aside(classes, per_class, argv, words, tmp
     out = capsys.readouterr().out
     assert words in out, out
     assert "so simulate and train report validation accuracy" not in out or "val: " in out
+
+
+def test_classes_give_the_models_own_order(tmp_path, capsys):
+    """Issue 64 item 7: pack says the alphabetical order may not be a pre-trained model's and
+    --classes gives that order; a class folder it does not name is refused in one line."""
+    _image_folder(tmp_path / "photos", classes=("cat", "dog"), per_class=20)
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "a.img"), "--model",
+                 str(GREY_MODEL)]) == 0
+    out = capsys.readouterr().out
+    assert "classes: 0 cat, 1 dog" in out and "--classes cat,dog rearranged" in out
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "b.img"), "--model",
+                 str(GREY_MODEL), "--classes", "dog,cat"]) == 0
+    out = capsys.readouterr().out
+    assert "classes: 0 dog, 1 cat (the model's outputs 0..1, by --classes order" in out, out
+    (first, a), (second, b) = read_image(tmp_path / "a.img"), read_image(tmp_path / "b.img")
+    assert first.class_names == ("cat", "dog") and second.class_names == ("dog", "cat")
+    assert sorted(b["y"].tolist()) == sorted((1 - a["y"]).tolist())
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "c.img"), "--model",
+                 str(GREY_MODEL), "--classes", "dog,bird"]) == 2
+    err = capsys.readouterr().err
+    assert "is class 'cat', which --classes does not name (dog, bird)" in err
+    assert not (tmp_path / "c.img").exists()

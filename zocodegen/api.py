@@ -219,6 +219,7 @@ def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
                      checkpoint_bytes=None if args.checkpoint_kb is None
                      else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
                      labels=args.labels, normalize=args.normalize, resize=args.resize,
+                     classes=args.classes,
                      preprocess=args.preprocess, progress=progress, force=args.force)
 
 

@@ -414,6 +414,9 @@ def _class_lines(packed: api.Packed, args: argparse.Namespace) -> list[str]:
         how = f", by {packed.class_order}" if packed.class_order else ""
         lines.append(f"classes: {', '.join(f'{k} {n}' for k, n in enumerate(names))} (the "
                      f"model's outputs 0..{used - 1}{how}{spare})")
+        if "alphabetical" in packed.class_order and args.model is not None:
+            lines.append("  (a pre-trained model may order its classes otherwise: give its "
+                         f"order with --classes {','.join(names)} rearranged)")
     if packed.counts:
         shown = len(layout.class_names) or layout.num_classes
         lines.append("per class: " + "; ".join(

@@ -212,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--labels", type=Path, metavar="FILE",
                    help="a CSV (file,label rows) or JSON ({\"file\": label}) naming the files "
                         "under FOLDER; a label is a class index or name")
+    g.add_argument("--classes", metavar="NAME,NAME,...",
+                   help="the class names in the order of the model's outputs (default: "
+                        "alphabetical); a pre-trained model's own order, so that class "
+                        "folder k is output k")
     g.add_argument("--normalize", choices=("auto", *NORMALIZE), default="auto",
                    help="the float range the model was trained on, from 8-bit pixels: 0..1, "
                         "-1..1 (written --normalize=-1..1), 0..255, or imagenet mean/std; auto "

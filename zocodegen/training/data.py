@@ -245,7 +245,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
          shuffle: int | None = None, checkpoint_bytes: int | None = None,
          val_fraction: float = DEFAULT_VAL_FRACTION, labels: Path | None = None,
          normalize: str = "auto", resize: str = "crop", preprocess: str | Hook | None = None,
-         progress: bool = True, force: bool = False) -> Packed:
+         progress: bool = True, force: bool = False, classes: str | None = None) -> Packed:
     """DATA.npz, or a folder of files (``folders.read_folder``: images, or anything through
     the ``preprocess`` hook), -> the data image the device trains from (docs/image.md).
 
@@ -281,7 +281,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         logits, _ = loss_head(graph)
         read = read_folder(Path(data_path), InputSpec.of(graph),
                            graph.tensor(logits).shape[-1], labels, normalize, resize,
-                           preprocess, progress)
+                           preprocess, progress, classes)
         arrays = read.arrays
         described = dict(class_names=read.class_names, preprocess=read.preprocess)
         class_order = read.class_order

@@ -256,6 +256,21 @@ def _label(value: object) -> Label | None:
     return None if not text or _NUMBER.fullmatch(text) else text
 
 
+def _given_classes(classes: str | None, places: dict[Label, str]) -> list[str] | None:
+    """--classes a,b,...: the model's own class order; every class found must be in it,
+    once (a class in it without files keeps its output)."""
+    if classes is None:
+        return None
+    given = [name.strip() for name in classes.split(",")]
+    if not all(given) or len(set(given)) != len(given):
+        raise DataError(f"--classes {classes}: give each class name once, separated by commas")
+    for label, where in places.items():
+        if str(label) not in given:
+            raise DataError(f"{where} is class '{label}', which --classes does not name "
+                            f"({', '.join(given)})")
+    return given
+
+
 def _class_index(places: dict[Label, str], num_classes: int) -> dict[Label, int]:
     """Label -> class index (indices are themselves, names their sorted order), checked
     against the model's outputs; ``places`` says where each label was first given."""
@@ -338,12 +353,16 @@ def _labelled_from_file(root: Path, labels: Path) -> tuple[dict[str, list[tuple[
 
 def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | None = None,
                 normalize: str = "auto", resize: str = "crop", hook: str | Hook | None = None,
-                progress: bool = True) -> FolderData:
+                progress: bool = True, classes: str | None = None) -> FolderData:
     """Every file under ``root`` made into the model's input; DataError (one line) on the
     first file, class or label that cannot be used."""
     found, places = (_labelled_from_file(root, labels) if labels is not None
                      else _labelled_from_folders(root))
-    index = _class_index(places, num_classes)
+    given = _given_classes(classes, places)
+    index = (_class_index(places, num_classes) if given is None else
+             {label: given.index(str(label)) for label in places})
+    if given is not None:
+        check_labels(list(range(len(given))), num_classes, lambda k: f"--classes {classes}")
     make, preprocess = input_maker(spec, normalize, resize, hook)
     arrays: dict[str, np.ndarray] = {}
     total = sum(len(v) for v in found.values())
@@ -359,10 +378,11 @@ def read_folder(root: Path, spec: InputSpec, num_classes: int, labels: Path | No
             xk, yk = SPLIT_ARRAYS[split]
             arrays[xk] = x
             arrays[yk] = np.array([index[label] for _, label in pairs], np.int64)
-    ordered = [""] * (max(index.values()) + 1)
+    ordered = [""] * (max(index.values()) + 1) if given is None else list(given)
     for label, k in index.items():
         ordered[k] = displayable(str(label))  # a folder name need not be UTF-8
     where = "class folder" if labels is None else "--labels"
-    order = (f"{where} names in alphabetical order" if isinstance(next(iter(index)), str)
+    order = ("--classes order" if given is not None else
+             f"{where} names in alphabetical order" if isinstance(next(iter(index)), str)
              else f"{where} indices as given")
     return FolderData(arrays, tuple(ordered), preprocess, order)
