@@ -85,3 +85,15 @@ def test_the_example_infers_bit_exactly_on_the_emulated_f746(tmp_path):
         expected.append(interpreter.get_tensor(out["index"]).tobytes())
     assert done.stdout == b"".join(expected)
     assert len(np.frombuffer(done.stdout, np.int8)) == 4 * 10
+
+
+def test_the_header_states_the_inputs_quantization(tmp_path):
+    """Issue 64 item 7: zo_library.h gives input 0's scale and zero point (the model's), so a
+    caller quantizes its samples as the model expects."""
+    from zocodegen.frontends import load_model
+    quant = load_model(MODEL).tensor(load_model(MODEL).inputs[0]).quant
+    header = (_library(tmp_path, "stm32f746") / "include" / "zo_library.h").read_text()
+    scale = next(line.split()[2] for line in header.splitlines()
+                 if line.startswith("#define ZO_LIBRARY_INPUT_SCALE "))
+    assert float(scale.rstrip("f")) == pytest.approx(quant.scalar_scale, rel=1e-7)
+    assert f"#define ZO_LIBRARY_INPUT_ZERO_POINT ({quant.scalar_zero_point})" in header

@@ -11,6 +11,7 @@ from ..planner.lifetimes import align_up
 from ..planner.placement import ITEM_ALIGNMENT
 from ..target import TARGET_NAMES
 from ..training.checkpoint import encoded_size
+from .layers.common import c_float
 from .project import (BuildOptions, ProjectPlan, environment, finish, render_board_sources,
                       render_context, render_model)
 
@@ -55,13 +56,23 @@ def library_sizes(plan: ProjectPlan) -> dict[str, int]:
                 checkpoint_bytes=checkpoint)
 
 
+def input_quantization(graph: Graph) -> dict[str, str | int] | None:
+    """Input 0's scale and zero point for zo_library.h, so that a caller quantizes its
+    samples as the model expects; None for a float input (the library quantizes it) or a
+    per-channel one."""
+    quant = graph.tensor(graph.inputs[0]).quant
+    if quant is None or quant.per_channel:
+        return None
+    return dict(scale=c_float(quant.scalar_scale), zero_point=int(quant.scalar_zero_point))
+
+
 def render_library(graph: Graph, model_bytes: bytes, model_name: str, options: BuildOptions,
                    plan: ProjectPlan) -> dict[str, str]:
     """Relative path -> file content of the library and its example (pure)."""
     check_library(options)  # after the fit search: --train auto has its mode
     env = environment()
     context = dict(render_context(graph, model_bytes, model_name, options, plan),
-                   library=library_sizes(plan))
+                   library=library_sizes(plan), input_quant=input_quantization(graph))
     files: dict[str, str] = {}
 
     def render(template: str, dest: str) -> None:
