@@ -64,9 +64,16 @@ def test_walkthrough_small_folder(tmp_path, capsys):
     assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(tuned)]) == 0
     capsys.readouterr()
     assert main(["infer", str(tuned), "--input", str(photos / "person" / "1.png")]) == 0
-    assert capsys.readouterr().out.strip().endswith(": person")
+    assert re.search(r": person \((0\.\d\d|1\.00)\)$", capsys.readouterr().out.strip())
+    # a folder of class subfolders: each photo's class and probability, then the accuracy
+    # against the folder names (issue 64 item 7)
     assert main(["infer", str(tuned), "--input", str(photos)]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 60
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 61 and all(re.search(r": \S+ \((0\.\d\d|1\.00)\)$", line)
+                                    for line in lines[:60])
+    right = sum(Path(line.split(": ")[0]).parent.name == line.split(": ")[1].split(" (")[0]
+                for line in lines[:60])
+    assert lines[60] == f"accuracy against the class folders: {right}/60 ({100 * right / 60:.1f} %)"
 
 
 def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):

@@ -204,6 +204,38 @@ def _check_data_image(graph: Graph, model: Path, image: Path, classes: int) -> N
                       x.quant.scalar_zero_point if quantized else 0, f"the model {model}")
 
 
+def confidences(graph: Graph, scores: np.ndarray) -> np.ndarray:
+    """Output 0 of each sample as class probabilities: dequantized, and through a softmax
+    unless the model ends in one (its outputs already are)."""
+    out = graph.tensor(graph.outputs[0])
+    values = scores.reshape(len(scores), -1).astype(np.float64)
+    if out.quant is not None and not out.quant.per_channel:
+        values = out.quant.scalar_scale * (values - out.quant.scalar_zero_point)
+    producer = next((op for op in graph.ops if graph.outputs[0] in op.outputs), None)
+    if producer is not None and producer.type == "SOFTMAX":
+        return values
+    shifted = np.exp(values - values.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _print_photo_classes(graph: Graph, files: list[Path], names: list[str],
+                         scores: np.ndarray, root: Path) -> None:
+    """Each photo's class and its probability; for a folder of class subfolders, the
+    accuracy against the subfolder names (files in no named class are not counted)."""
+    probabilities = confidences(graph, scores)
+    right = counted = 0
+    for path, p in zip(files, probabilities):
+        k = int(np.argmax(p))
+        print(f"{path}: {names[k]} ({p[k]:.2f})")
+        truth = path.parent.name if root.is_dir() and path.parent != root else None
+        if truth in names:
+            counted += 1
+            right += names[k] == truth
+    if counted:
+        print(f"accuracy against the class folders: {right}/{counted} "
+              f"({100 * right / counted:.1f} %)")
+
+
 def cmd_infer(args: argparse.Namespace) -> None:
     graph = load_model(args.model)
     photos = args.input.is_dir() or args.input.suffix.lower() in PHOTO_SUFFIXES
@@ -231,8 +263,8 @@ def cmd_infer(args: argparse.Namespace) -> None:
         for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
     stacked = {n: np.stack(v) for n, v in results.items()}
-    for path, scores in zip(files, stacked[graph.outputs[0]]):
-        print(f"{path}: {names[int(np.argmax(scores))]}")
+    if files:
+        _print_photo_classes(graph, files, names, stacked[graph.outputs[0]], args.input)
     note = (f", {int(np.mean(cycles)):,} instructions per inference ({args.engine})"
             if args.engine in ("qemu", "emulated") else "")
     if args.output is not None:
