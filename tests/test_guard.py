@@ -320,3 +320,18 @@ def test_sparse_block_auto_with_the_defaults_through_the_cli(digits_image, tmp_p
     decisions = [[(r.step, r.val_accuracy, r.event) for r in read_metrics(d / "metrics.csv")
                   if r.val_accuracy is not None] for d in (sim, run)]
     assert decisions[0] == decisions[1] and len(decisions[0]) == 4  # steps 0, 2, 4, 6
+
+
+def test_block_trials_are_announced_with_their_cost(digits_image, tmp_path, capsys):
+    """Issue 64 item 4: before the block trials run, simulate says how many steps and
+    forward passes they take and which options bound or skip them."""
+    assert main(["simulate", str(MODEL), "--data", str(digits_image), "-o", str(tmp_path / "r"),
+                 "--train", "sparse", "--steps", "2", "--queries", "2",
+                 "--trial-samples", "8", "--trial-held-out", "16"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("block trials: "))
+    blocks = int(line.split()[2])
+    assert (f"each 8 step(s) on the first 8 training records, then scored on the last 16: "
+            f"{8 * blocks} trial steps and {16 * (blocks + 1)} forward passes before the run's "
+            "2 steps") in line
+    assert out.index(line) < out.index("block 0: 8 trial records")

@@ -86,8 +86,15 @@ def _plan_of(plans: tuple[TrainingPlan, ...], ckpt: checkpoint.Checkpoint) -> Tr
 def _select(graph, plans: tuple[TrainingPlan, ...], x: np.ndarray, y: np.ndarray,
             progress: bool | None, say: Say) -> simulator.BlockSelection:
     """Sparse --block auto: the block trials, with a progress bar and one line per block."""
-    size = simulator.trial_size(len(x), plans[0].config.trial_samples)
-    steps = -(-size // plans[0].config.batch)
+    cfg = plans[0].config
+    size = simulator.trial_size(len(x), cfg.trial_samples)
+    steps = -(-size // cfg.batch)
+    held = simulator.held_out_size(len(x), cfg.trial_samples, cfg.trial_held_out)
+    # announced before they run: on a large model they take minutes (issue 64 item 4)
+    say(f"block trials: {len(plans)} blocks, each {steps} step(s) on the first {size} training "
+        f"records, then scored on the last {held}: {steps * len(plans)} trial steps and "
+        f"{held * (len(plans) + 1)} forward passes before the run's {cfg.steps} steps "
+        "(--block K skips them; --trial-samples and --trial-held-out bound them)")
     bar = progress_bar(progress, total=steps * len(plans), desc="block trials", unit="step")
     try:
         selection = simulator.select_block(graph, plans, x, y, lambda: bar.update(1))
