@@ -6,6 +6,7 @@ each evaluation is put on the board's clock by host/device_time.py (what `zocode
 device-time RUN` adds up), so a curve is test accuracy against device hours.
 
     .venv/bin/python benchmarks/frontier.py run --settings q5-lr0.1 --cells contrast --seeds 1
+    .venv/bin/python benchmarks/frontier.py run --settings q5 --steps 3 --runs /tmp/f  # smoke
     .venv/bin/python benchmarks/frontier.py report [--write]  # every run: a table, the curves
 
 Runs live in build/frontier/runs/BOARD-SETTING-CELL-SEED (the command in its .meta/cmd, the
@@ -61,13 +62,25 @@ def run_name(board: str, setting: str, cell: str, seed: int) -> str:
     return f"{board}-{setting}-{cell}-{seed}"
 
 
-def command(board: str, setting: str, cell: str, seed: int) -> list[str]:
-    data = grid.data_path(RUNS, cell)
-    out = RUNS / "runs" / run_name(board, setting, cell, seed)
-    return ["zocodegen", "simulate", str(grid.MODEL.relative_to(ROOT)), "--data",
-            str(data.relative_to(ROOT)), "-o", str(out.relative_to(ROOT)), "--force",
-            "--seed", str(seed), "--target", BOARDS[board], "--eval-every", str(EVAL_EVERY),
-            *SETTINGS[setting]]
+def shown(path: Path) -> str:
+    """A path as a command line shows it: relative to the repository when it is inside."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def command(runs: Path, board: str, setting: str, cell: str, seed: int,
+            steps: int | None) -> list[str]:
+    """The run's `zocodegen simulate` command; ``steps`` replaces the setting's run length
+    (a smoke run)."""
+    options = list(SETTINGS[setting])
+    if steps is not None:
+        for flag in ("--epochs", "--steps"):
+            if flag in options:
+                del options[options.index(flag):options.index(flag) + 2]
+        options += ["--steps", str(steps)]
+    out = runs / "runs" / run_name(board, setting, cell, seed)
+    return ["zocodegen", "simulate", shown(grid.MODEL), "--data",
+            shown(grid.data_path(runs, cell)), "-o", shown(out), "--force", "--seed",
+            str(seed), "--target", BOARDS[board], "--eval-every", str(EVAL_EVERY), *options]
 
 
 def finished(run: Path) -> bool:
@@ -75,11 +88,12 @@ def finished(run: Path) -> bool:
     return facts.is_file() and "accuracy_after" in json.loads(facts.read_text())
 
 
-def execute(board: str, setting: str, cell: str, seed: int) -> None:
-    run = RUNS / "runs" / run_name(board, setting, cell, seed)
+def execute(runs: Path, board: str, setting: str, cell: str, seed: int,
+            steps: int | None) -> None:
+    run = runs / "runs" / run_name(board, setting, cell, seed)
     if finished(run):
         return
-    cmd = command(board, setting, cell, seed)
+    cmd = command(runs, board, setting, cell, seed, steps)
     meta = run.with_name(run.name + ".meta")
     meta.mkdir(parents=True, exist_ok=True)
     (meta / "cmd").write_text(" ".join(cmd) + "\n")
@@ -88,6 +102,8 @@ def execute(board: str, setting: str, cell: str, seed: int) -> None:
         code = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, stdout=log,
                               stderr=subprocess.STDOUT).returncode
         log.write(f"exit {code} wall {time.perf_counter() - start:.0f} s\n")
+    if code != 0:
+        raise SystemExit(f"{shown(run)}: exit {code}, see {shown(meta / 'log.txt')}")
 
 
 # ------------------------------------------------------------------------- device time
@@ -181,31 +197,35 @@ def report(outcomes: list[Outcome]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    run = sub.add_parser("run", help="run settings x cells x seeds, one after another")
+    run = sub.add_parser("run", help="run settings x cells x seeds one after another, then "
+                         "report every run")
     run.add_argument("--boards", default="h7", help=f"comma-separated: {', '.join(BOARDS)}")
     run.add_argument("--settings", required=True, help=f"comma-separated: {', '.join(SETTINGS)}")
     run.add_argument("--cells", default="contrast")
     run.add_argument("--seeds", default="1")
-    rep = sub.add_parser("report", help="a table of every finished run")
+    run.add_argument("--steps", type=int, help="every run this many steps (a smoke test)")
+    rep = sub.add_parser("report", help="a table of every run and its curve")
     rep.add_argument("--write", action="store_true",
-                     help=f"put the table and the curves into {DOC.relative_to(ROOT)}")
+                     help=f"put the table and the curves into {shown(DOC)}")
+    for command_parser in (run, rep):
+        command_parser.add_argument("--runs", type=Path, default=RUNS,
+                                    help=f"where the runs are kept (default {shown(RUNS)})")
     args = parser.parse_args(argv)
     if args.what == "run":
         for board in args.boards.split(","):
             for cell in args.cells.split(","):
                 for seed in map(int, args.seeds.split(",")):
                     for setting in args.settings.split(","):
-                        execute(board, setting, cell, seed)
-        return 0
-    cache_path = RUNS / "device_time.json"
+                        execute(args.runs, board, setting, cell, seed, args.steps)
+    cache_path = args.runs / "device_time.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     ceilings = json.loads(grid.CEILINGS.read_text())
-    runs = sorted(p for p in (RUNS / "runs").iterdir() if (p / "run.json").is_file())
+    runs = sorted(p for p in (args.runs / "runs").iterdir() if (p / "run.json").is_file())
     outcomes = [outcome(p, cache, ceilings) for p in runs]
     cache_path.write_text(json.dumps(cache, indent=1) + "\n")
     lines = report(outcomes)
     print("\n".join(lines))
-    if args.write:
+    if getattr(args, "write", False):
         replace_section(DOC, BEGIN, END, "\n".join(["", *lines, ""]))
     return 0
 

@@ -21,13 +21,14 @@ INDEX = BENCHMARKS / "README.md"
 #: steps of the larger models, or simulated runs)
 SLOW = {"training.py", "training_overheads.py", "perturbation.py", "elasticzo.py",
         "simulator_speed.py", "link_throughput.py", "fleet.py", "experiment.py",
-        "estimator_screen.py", "scale_experiment.py"}
+        "estimator_screen.py", "scale_experiment.py", "frontier.py"}
 #: what a script's smoke run needs beyond the project's venv
 NEEDS_QEMU = {"inference.py", "training.py", "training_overheads.py", "perturbation.py",
-              "elasticzo.py", "kernel_profile.py", "link_throughput.py", "scale_experiment.py"}
+              "elasticzo.py", "kernel_profile.py", "link_throughput.py", "scale_experiment.py",
+              "frontier.py"}
 NEEDS_SHARED = {"training.py", "training_overheads.py", "perturbation.py"}
 NEEDS_SKLEARN = {"experiment.py", "estimator_screen.py", "fleet.py", "scale.py",
-                 "scale_experiment.py", "simulator_speed.py"}
+                 "scale_experiment.py", "simulator_speed.py", "frontier.py"}
 
 
 def index_table() -> dict[str, list[str]]:
