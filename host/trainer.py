@@ -493,7 +493,8 @@ class Trainer:
             trained = trained_confirmation_records(self.blocks.layout.count("train"),
                                                    training, e.step, self.identity.batch)
             net = e.correct - start.correct  # e.steps: the records where the two disagree
-            why = unvalidated(trained, training, validation)
+            why = unvalidated(trained, training, validation,
+                              self.blocks.layout.count("test"))
             self._say(f"guard: {confirmation_where(training, trained, validation)}, {what} "
                       f"(step {e.step}) gets {(e.steps + net) // 2} record(s) right that the "
                       f"start gets wrong and {(e.steps - net) // 2} the other way, loss "

@@ -223,6 +223,7 @@ def test_the_confirmation_counts_the_records_the_run_trained_on():
     assert trained_confirmation_records(44, 44, 44, 1) == 44  # one epoch of a small split
     assert trained_confirmation_records(44, 44, 10, 2) == 20
     assert unvalidated(20, 44, 16) == ""
+    assert unvalidated(44, 44, 16, test_records=30) == ""  # the test split measures it
     assert unvalidated(44, 44, 16).startswith("no validated improvement: all 44 training "
                                               "records of the end's confirmation were trained on")
 

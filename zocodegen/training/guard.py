@@ -163,11 +163,13 @@ def confirmation_where(training_records: int, trained: int, validation_records: 
                if validation_records else ""))
 
 
-def unvalidated(trained: int, training_records: int, validation_records: int) -> str:
+def unvalidated(trained: int, training_records: int, validation_records: int,
+                test_records: int = 0) -> str:
     """Why the end's confirmation of a result cannot validate it ("" when it can): every
     record it compared was trained on by the run's steps, or chose the result (the
-    validation records of the last check, which the guard selects on)."""
-    if training_records == 0 or trained < training_records:
+    validation records of the last check, which the guard selects on). With a test split
+    ("" too) the run's test accuracy is the measure that no step and no check touched."""
+    if training_records == 0 or trained < training_records or test_records:
         return ""
     chose = (f" and the {validation_records} validation records are the ones the guard's "
              "checks selected it on" if validation_records else "")

@@ -162,7 +162,8 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
         return plan, state, None
     held = confirmation_records(len(data.x), schedule)
     guard = simulator.Guard(x_val, y_val, schedule, state, data.x[held], data.y[held],
-                            params if start is None else start, len(data.x))
+                            params if start is None else start, len(data.x),
+                            0 if data.x_test is None else len(data.x_test))
     if ckpt is None:
         score = guard.baseline(graph, plan, params)
         say(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
@@ -455,12 +456,14 @@ def _kept_unvalidated(guard: simulator.Guard | None) -> str:
     conf = guard.confirmation if guard else None
     if conf is None or guard.state.best_step == 0:
         return ""
-    return unvalidated(conf.trained, conf.training_records, conf.validation_records)
+    return unvalidated(conf.trained, conf.training_records, conf.validation_records,
+                       guard.test_records)
 
 
-def _unvalidated(conf: simulator.Confirmation) -> str:
+def _unvalidated(conf: simulator.Confirmation, test_records: int) -> str:
     """A kept result whose confirmation compared only records the run fitted: said plainly."""
-    why = unvalidated(conf.trained, conf.training_records, conf.validation_records)
+    why = unvalidated(conf.trained, conf.training_records, conf.validation_records,
+                      test_records)
     return f", but {why}" if why else ""
 
 
@@ -482,7 +485,7 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
             f"{c.gained} record(s) right that the start gets wrong and {c.lost} the other way, "
             f"loss {c.loss / 65536 / records:.4f} against {c.start_loss / 65536 / records:.4f}: "
             "the result is "
-            + (what + _unvalidated(conf) if record.event != "start" else
+            + (what + _unvalidated(conf, guard.test_records) if record.event != "start" else
                f"the start ({what} did not confirm: a net gain of at least "
                f"{math.sqrt(CONFIRM_Z2 / 100):.2f} sqrt({c.gained + c.lost}) and a lower loss "
                "needed)"))

@@ -277,6 +277,7 @@ class Guard:
     y_confirm: np.ndarray
     start_params: Params  # the parameters before training, the end's alternative
     train_count: int = 0  # the training split's records (which of them the steps trained)
+    test_records: int = 0  # the test split's: with one, it measures the result independently
     best_params: Params | None = None
     confirmation: Confirmation | None = None  # the end's, once made
 
