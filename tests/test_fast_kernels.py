@@ -206,7 +206,7 @@ def test_im2col_rows_are_planned_and_checked():
     kws = load_model(shared_model("kws_ref_model.tflite"))
     widened = {kws.ops[i].type: n for i, n in kernel_scratch(kws).items()
                if conv_kernel(kws, kws.ops[i]) == "zo_conv2d_1x1_s8"}
-    assert widened == {"CONV_2D": 4 * 64 + 8}  # 1x1 at stride 1: the widened rows only
+    assert widened == {"CONV_2D": 8 * 64 + 8}  # 1x1 at stride 1: 4 widened rows only
     plan = plan_arena(graph)
     assert set(plan.scratch_offsets) == set(scratch)
     assert plan_problems(graph, plan) == []

@@ -20,11 +20,15 @@
  *                        scratch (padding filled with the zero point), then the same
  *                        matrix product. Also the path for 1-3 input channels, whose rows
  *                        are k_h * k_w * in_c contiguous bytes.
- * The matrix product computes 2 output pixels x 2 output channels per inner loop. The two
- * pixels' rows are first widened once into p->scratch as the halfword pairs SXTB16 makes
- * (expand_rows), so that per four bytes and pair of channels the loop is two LDRD of input
- * lanes, one word of each filter split by SXTB16, and eight SMLAD (16 MACs), eight bytes per
- * iteration. With -DZO_PORTABLE_KERNELS every kernel is the reference.
+ * The pixels' rows are first widened once into p->scratch as the halfword pairs SXTB16
+ * makes, so that every output channel reuses them. The 1x1 kernel computes 4 output pixels x
+ * 1 output channel per inner loop (expand_quad, dot_4x1_x16): per four bytes one word of the
+ * filter split by two SXTB16, two LDM of four input lanes and eight SMLAD (16 MACs in 13
+ * instructions), the channel's requantization parameters read once for the four pixels.
+ * im2col (and the last one to three pixels of a 1x1 layer) computes 2 output pixels x 2
+ * output channels (expand_rows, dot_2x2_x16): per four bytes two LDRD of input lanes, one
+ * word of each filter split by SXTB16 and eight SMLAD (16 MACs in 16 instructions). Eight
+ * bytes per iteration in both. With -DZO_PORTABLE_KERNELS every kernel is the reference.
  */
 #include "zo_kernels.h"
 #include "zo_requant.h"
@@ -335,15 +339,162 @@ void zo_conv2d_im2col_s8(const zo_conv_params *p, const int8_t *input, const int
     }
 }
 
+/* Four rows of n bytes (r, r + n, r + 2n, r + 3n), four bytes at a time, in the order
+ * dot_4x1_x16 loads them: per four bytes the even (SXTB16) lanes of the four rows, then their
+ * odd (SXTB16 ROR #8) lanes, eight words. Done once per four pixels for every channel. */
+static void expand_quad(const int8_t *r, int32_t n, uint32_t *x16)
+{
+    for (int32_t k = n >> 2; k > 0; --k, r += 4, x16 += 8) {
+        const uint32_t a = zo_read4(r), b = zo_read4(r + n);
+        const uint32_t c = zo_read4(r + 2 * n), d = zo_read4(r + 3 * n);
+        x16[0] = zo_sxtb16(a);
+        x16[1] = zo_sxtb16(b);
+        x16[2] = zo_sxtb16(c);
+        x16[3] = zo_sxtb16(d);
+        x16[4] = zo_sxtb16_ror8(a);
+        x16[5] = zo_sxtb16_ror8(b);
+        x16[6] = zo_sxtb16_ror8(c);
+        x16[7] = zo_sxtb16_ror8(d);
+    }
+}
+
+/* acc[j] += row j . w over the first n & ~3 bytes, the four rows widened by expand_quad: four
+ * output pixels times one filter. Per four bytes one LDR of the filter split by two SXTB16,
+ * two LDM of four input lanes each and eight SMLAD (16 MACs in 13 instructions; the 2 x 2
+ * product above needs 16). The LDM's registers must ascend, so the lanes are pinned to
+ * r0-r3; 13 registers in all. */
+static inline void dot_4x1_x16(const uint32_t *x16, const int8_t *w, int32_t n, int32_t acc[4])
+{
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define ZO_STEP_QUAD                                                                         \
+    "ldr    %[wv], [%[w]], #4\n\t"                                                         \
+    "ldmia  %[x]!, { %[t0], %[t1], %[t2], %[t3] }\n\t" /* even lanes of the four rows */       \
+    "sxtb16 %[we], %[wv]\n\t"                                                               \
+    "smlad  %[a0], %[t0], %[we], %[a0]\n\t"                                                 \
+    "smlad  %[a1], %[t1], %[we], %[a1]\n\t"                                                 \
+    "smlad  %[a2], %[t2], %[we], %[a2]\n\t"                                                 \
+    "smlad  %[a3], %[t3], %[we], %[a3]\n\t"                                                 \
+    "ldmia  %[x]!, { %[t0], %[t1], %[t2], %[t3] }\n\t" /* odd lanes */                       \
+    "sxtb16 %[wv], %[wv], ror #8\n\t"                                                       \
+    "smlad  %[a0], %[t0], %[wv], %[a0]\n\t"                                                 \
+    "smlad  %[a1], %[t1], %[wv], %[a1]\n\t"                                                 \
+    "smlad  %[a2], %[t2], %[wv], %[a2]\n\t"                                                 \
+    "smlad  %[a3], %[t3], %[wv], %[a3]\n\t"
+    register uint32_t t0 __asm__("r0"), t1 __asm__("r1"), t2 __asm__("r2"), t3 __asm__("r3");
+    uint32_t wv, we;
+    const uint32_t *end = x16 + 2 * (n & ~7);
+    if (x16 != end) {
+        __asm__ volatile("1:\n\t" ZO_STEP_QUAD ZO_STEP_QUAD
+                         "cmp    %[x], %[end]\n\t"
+                         "bne    1b"
+                         : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),
+                           [x] "+r"(x16), [w] "+r"(w), [t0] "=&r"(t0), [t1] "=&r"(t1),
+                           [t2] "=&r"(t2), [t3] "=&r"(t3), [wv] "=&r"(wv), [we] "=&r"(we)
+                         : [end] "r"(end)
+                         : "cc", "memory");
+    }
+    if (n & 4) {
+        __asm__ volatile(ZO_STEP_QUAD
+                         : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),
+                           [x] "+r"(x16), [w] "+r"(w), [t0] "=&r"(t0), [t1] "=&r"(t1),
+                           [t2] "=&r"(t2), [t3] "=&r"(t3), [wv] "=&r"(wv), [we] "=&r"(we)
+                         :
+                         : "memory");
+    }
+#undef ZO_STEP_QUAD
+#else
+    for (const uint32_t *end = x16 + 2 * (n & ~3); x16 != end; x16 += 8, w += 4) {
+        const uint32_t wv = zo_read4(w), we = zo_sxtb16(wv), wo = zo_sxtb16_ror8(wv);
+        a0 = zo_smlad(x16[4], wo, zo_smlad(x16[0], we, a0));
+        a1 = zo_smlad(x16[5], wo, zo_smlad(x16[1], we, a1));
+        a2 = zo_smlad(x16[6], wo, zo_smlad(x16[2], we, a2));
+        a3 = zo_smlad(x16[7], wo, zo_smlad(x16[3], we, a3));
+    }
+#endif
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* Channel c of four output pixels, stored `stride` bytes apart from y: the channel's
+ * parameters are read once, and all four results are computed before any is stored. */
+static inline __attribute__((always_inline)) void
+requant_quad(const requant_ctx *r, int32_t c, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+             const int form, int8_t *y, int32_t stride)
+{
+    const int32_t multiplier = r->multiplier[c], shift = r->shift[c];
+    const int8_t v0 = zo_requantize_channel(a0, multiplier, shift, form, r->offset, r->lo,
+                                            r->hi);
+    const int8_t v1 = zo_requantize_channel(a1, multiplier, shift, form, r->offset, r->lo,
+                                            r->hi);
+    const int8_t v2 = zo_requantize_channel(a2, multiplier, shift, form, r->offset, r->lo,
+                                            r->hi);
+    const int8_t v3 = zo_requantize_channel(a3, multiplier, shift, form, r->offset, r->lo,
+                                            r->hi);
+    y[0] = v0;
+    y += stride;
+    y[0] = v1;
+    y += stride;
+    y[0] = v2;
+    y[stride] = v3;
+}
+
+/* Four output pixels (rows r + j n, j = 0..3, widened into x16) for every output channel,
+ * into out + j out_c: each channel's filter and requantization parameters are read once for
+ * the four. */
+static inline __attribute__((always_inline)) void
+matmul_quad_as(const zo_conv_params *p, const int8_t *r, int32_t n, uint32_t *x16,
+               const int8_t *weights, const int32_t *folded, int8_t *out, const int form)
+{
+    const requant_ctx q = requant_of(p);
+    const int32_t out_c = p->out_c;
+    expand_quad(r, n, x16);
+    const int8_t *w = weights;
+    for (int32_t oc = 0; oc < out_c; ++oc, w += n) {
+        int32_t acc[4] = {folded[oc], folded[oc], folded[oc], folded[oc]};
+        dot_4x1_x16(x16, w, n, acc);
+        for (int32_t k = n & ~3; k < n; ++k) { /* the last n % 4 bytes */
+            acc[0] += r[k] * w[k];
+            acc[1] += r[n + k] * w[k];
+            acc[2] += r[2 * n + k] * w[k];
+            acc[3] += r[3 * n + k] * w[k];
+        }
+        requant_quad(&q, oc, acc[0], acc[1], acc[2], acc[3], form, out + oc, out_c);
+    }
+}
+
+/* matmul_quad_as specialised for the layer's requantization form (zo_requant_form). */
+static void matmul_quad(const zo_conv_params *p, const int8_t *r, int32_t n, uint32_t *x16,
+                        const int8_t *weights, const int32_t *folded, int8_t *out)
+{
+    switch (zo_requant_form(p->right_shift_only, p->act_min, p->act_max)) {
+    case ZO_REQUANT_INT8:
+        matmul_quad_as(p, r, n, x16, weights, folded, out, ZO_REQUANT_INT8);
+        break;
+    case ZO_REQUANT_CLAMPED:
+        matmul_quad_as(p, r, n, x16, weights, folded, out, ZO_REQUANT_CLAMPED);
+        break;
+    default:
+        matmul_quad_as(p, r, n, x16, weights, folded, out, ZO_REQUANT_GENERAL);
+    }
+}
+
 /* 1x1, stride 1, no padding: consecutive output pixels are consecutive input pixels, in_c
- * bytes apart, which is the layout matmul_rows takes, so the input is multiplied in place. */
+ * bytes apart, which is the layout matmul_quad and matmul_rows take, so the input is
+ * multiplied in place: four pixels at a time, the last one to three two at a time. */
 void zo_conv2d_1x1_s8(const zo_conv_params *p, const int8_t *input, const int8_t *weights,
                       const int32_t *folded, int8_t *output)
 {
     const int32_t n = p->in_c;
     const int32_t pixels = p->batches * p->out_h * p->out_w;
     uint32_t *x16 = widened_rows(p);
-    for (int32_t i = 0; i < pixels; i += 2) {
+    int32_t i = 0;
+    for (; i + 4 <= pixels; i += 4) {
+        matmul_quad(p, input + i * n, n, x16, weights, folded, output + i * p->out_c);
+    }
+    for (; i < pixels; i += 2) {
         matmul_rows(p, input + i * n, n, i + 1 < pixels, x16, weights, folded,
                     output + i * p->out_c, output + (i + 1) * p->out_c);
     }

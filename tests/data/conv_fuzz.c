@@ -7,8 +7,8 @@
  * takes the border path), strides 1-3, dilations 1-2, any padding, 1-13 channels (the
  * interior path does blocks of four, the reference the rest). CONV_2D: the same geometries
  * with 1-13 input and 1-9 output channels through im2col, and 1x1 stride-1 unpadded layers
- * with 1-40 input channels through the 1x1 kernel (every n % 8 of the matrix product's
- * loop), the scratch sized as the planner sizes it and placed at an odd address. Both: one
+ * with 1-40 input channels through the 1x1 kernel (every n % 8 of the matrix products'
+ * loops; 1 to 400 pixels, so blocks of four pixels and the one to three left), the scratch sized as the planner sizes it and placed at an odd address. Both: one
  * or two images, with and without bias, every shift negative or not (the two
  * requantizations), normalised multipliers and smaller ones, the activation range clipped.
  * Built natively (DSP instructions emulated in C, under ASan/UBSan) it prints one line and
@@ -41,7 +41,8 @@ static int8_t input[2 * MAX_SIDE * MAX_SIDE * MAX_1X1_CHANNELS];
 static int8_t weights[MAX_K * MAX_K * MAX_CHANNELS * MAX_CHANNELS];
 static int32_t bias[MAX_CHANNELS], folded[MAX_CHANNELS];
 static int32_t multiplier[MAX_CHANNELS], shift[MAX_CHANNELS];
-/* the widened rows (2 x 4 x n bytes + 4 of slack) and im2col's rows (2n), n <= 8 * 8 * 13 */
+/* the widened rows (im2col: 2 x 4 x n bytes, 1x1: 4 x 4 x n, + 4 of slack) and im2col's rows
+ * (2n), n <= 8 * 8 * 13 */
 static uint8_t scratch[1 + 4 * MAX_K * MAX_K * MAX_CHANNELS * 2 + 4 + 2 * MAX_K * MAX_K * MAX_CHANNELS];
 static int8_t fast[2 * MAX_OUT_SIDE * MAX_OUT_SIDE * MAX_CHANNELS];
 static int8_t reference[2 * MAX_OUT_SIDE * MAX_OUT_SIDE * MAX_CHANNELS];

@@ -2,14 +2,14 @@
 facts, asked by the validator, the planner and the generator (ops/table.py).
 
 Scratch, beside the kernels the way CMSIS-NN keeps ``*_get_buffer_size`` next to each: only
-CONV_2D needs any. Its matrix product (`zo_conv.c`) multiplies two output pixels' rows of n
-bytes at a time, and first widens them to the halfword lanes SXTB16 would make (4n bytes;
-the widened rows start 4-aligned, so they are planned with 8 bytes of slack, see
-``widened_bytes``): once per pair of pixels instead of once per pair of output channels. A
-k x k convolution (or 1 x 1 with a stride or padding), `zo_conv2d_im2col_s8`, also copies
-the receptive fields of the two pixels into rows of k_h * k_w * in_c bytes (padding filled
-with the input zero point) after the widened rows; a 1 x 1 convolution at stride 1 reads its
-rows where they are. A convolution computed in place keeps the output rows it cannot write
+CONV_2D needs any. Its matrix product (`zo_conv.c`) multiplies several output pixels' rows of
+n bytes at a time, and first widens them to the halfword lanes SXTB16 would make (2n bytes a
+row; the widened rows start 4-aligned, so they are planned with 8 bytes of slack, see
+``widened_bytes``): once per group of pixels instead of once per output channel. A 1 x 1
+convolution at stride 1 reads its rows where they are, four pixels at a time. A k x k
+convolution (or 1 x 1 with a stride or padding), `zo_conv2d_im2col_s8`, works on two pixels
+and also copies their receptive fields into rows of k_h * k_w * in_c bytes (padding filled
+with the input zero point) after the widened rows. A convolution computed in place keeps the output rows it cannot write
 back yet in a ring of rows (``in_place_rows``), which the planner puts before its scratch.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..ir import Graph, Op
 from .window import window_output
 
 IM2COL_PIXELS = 2  # output pixels per im2col block (the 2 x 2 matrix-product microkernel)
+QUAD_PIXELS = 4  # output pixels per 1 x 1 block (the 4 x 1 microkernel, zo_conv2d_1x1_s8)
 
 
 def conv_shape(graph: Graph, op: Op, ins: list, out: tuple, at: str) -> tuple[int, ...]:
@@ -82,13 +83,13 @@ def im2col_row_bytes(graph: Graph, op: Op) -> int:
     return int(kh * kw * in_c)
 
 
-def widened_bytes(row_bytes: int) -> int:
-    """The matrix product's widened rows (zo_conv.c ``expand_rows``): IM2COL_PIXELS rows of
-    ``row_bytes`` int8 as int16, four bytes at a time, plus 8 bytes: up to 3 align their
-    start (``widened_rows``), the rest kept arenas multiples of 8 before the memory report
-    rounded the arena item itself (MODEL_ARENA_STORAGE_BYTES); kept so that planned arena
-    sizes stay as measured."""
-    return IM2COL_PIXELS * 2 * (row_bytes // 4 * 4) + 8
+def widened_bytes(row_bytes: int, pixels: int) -> int:
+    """The matrix product's widened rows (zo_conv.c ``expand_rows``, ``expand_quad``):
+    ``pixels`` rows of ``row_bytes`` int8 as int16, four bytes at a time, plus 8 bytes: up to
+    3 align their start (``widened_rows``), the rest kept arenas multiples of 8 before the
+    memory report rounded the arena item itself (MODEL_ARENA_STORAGE_BYTES); kept so that
+    planned arena sizes stay as measured."""
+    return pixels * 2 * (row_bytes // 4 * 4) + 8
 
 
 def conv_scratch_bytes(graph: Graph, op: Op) -> int:
@@ -96,7 +97,9 @@ def conv_scratch_bytes(graph: Graph, op: Op) -> int:
     if len(op.inputs) < 2:  # (planner tests use weightless stand-ins)
         return 0
     n = im2col_row_bytes(graph, op)
-    return widened_bytes(n) + (IM2COL_PIXELS * n if uses_im2col(graph, op) else 0)
+    if uses_im2col(graph, op):
+        return widened_bytes(n, IM2COL_PIXELS) + IM2COL_PIXELS * n
+    return widened_bytes(n, QUAD_PIXELS)
 
 
 def in_place_rows(graph: Graph, op: Op) -> int | None:
