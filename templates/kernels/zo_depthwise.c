@@ -160,7 +160,8 @@ typedef struct {
 static void load_block(const zo_conv_params *p, const int8_t *weights, const int32_t *bias,
                        int32_t c, int folded, dw_taps used, dw_block *blk)
 {
-    int32_t sums[4] = {0, 0, 0, 0};
+    /* the taps' sums per lane (at most 49 int8 taps: int16 holds them), for `folded` */
+    uint32_t sum_even = 0, sum_odd = 0;
     if (folded) {
         used.first = 0;
         used.last = p->k_h * p->k_w;
@@ -169,15 +170,16 @@ static void load_block(const zo_conv_params *p, const int8_t *weights, const int
     const int8_t *w = weights + used.first * stride + c;
     uint32_t *split = blk->taps + 2 * used.first;
     for (int32_t t = used.last - used.first; t > 0; --t, w += stride, split += 2) {
-        const uint32_t wv = zo_read4(w);
-        split[0] = zo_sxtb16(wv);
-        split[1] = zo_sxtb16_ror8(wv);
-        if (folded) {
-            for (int j = 0; j < 4; ++j) {
-                sums[j] += w[j];
-            }
-        }
+        const uint32_t wv = zo_read4(w), even = zo_sxtb16(wv), odd = zo_sxtb16_ror8(wv);
+        split[0] = even;
+        split[1] = odd;
+        sum_even = zo_sadd16(sum_even, even);
+        sum_odd = zo_sadd16(sum_odd, odd);
     }
+    /* channels c, c+1, c+2, c+3 are lanes (even lo, odd lo, even hi, odd hi) */
+    const int32_t sums[4] = {(int16_t)(uint16_t)sum_even, (int16_t)(uint16_t)sum_odd,
+                             (int16_t)(uint16_t)(sum_even >> 16),
+                             (int16_t)(uint16_t)(sum_odd >> 16)};
     for (int j = 0; j < 4; ++j) {
         blk->bias[j] = bias ? bias[c + j] : 0;
         /* wraps like the int32 sums it stands for */
