@@ -134,11 +134,18 @@ void zo_run_layer_kernel(const zo_train_layer *L, const zo_conv_params *conv,
                          const zo_fc_params *fc, const int8_t *input, int8_t *output)
 {
     ZO_PROFILE_BEGIN(ZO_PROFILE_FORWARD);
+#if defined(ZO_PROFILE_TRAIN) && defined(ZO_PROFILE_LAYERS)
+    const uint32_t then = platform_cycles();
+#endif
     if (L->kind == ZO_TRAIN_FC) {
         zo_fully_connected_s8(fc, input, L->weights, L->bias, output);
     } else {
         L->conv_kernel(conv, input, L->weights, L->folded ? L->folded : L->bias, output);
     }
+#if defined(ZO_PROFILE_TRAIN) && defined(ZO_PROFILE_LAYERS)
+    model_layer_cycles[L->op] += platform_cycles() - then;
+    ++model_layer_runs[L->op];
+#endif
     ZO_PROFILE_END();
 }
 

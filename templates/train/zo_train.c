@@ -139,6 +139,10 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
     const uint32_t step_start = platform_cycles();
 #ifdef ZO_PROFILE_TRAIN
     zo_train_profile_restart(step_start);
+#ifdef ZO_PROFILE_LAYERS
+    memset(model_layer_cycles, 0, sizeof model_layer_cycles);
+    memset(model_layer_runs, 0, sizeof model_layer_runs);
+#endif
 #endif
     uint32_t io_cycles = 0u; /* reading samples, sending telemetry: not the step's work */
     int64_t loss_sum = 0;
@@ -204,6 +208,12 @@ int zo_train_step(const zo_train_model *m, zo_train_state *s)
     for (int k = 0; k < ZO_PROFILE_COUNT; ++k) {
         (void)report(s, t + 1, ZO_PROFILE_LAYER + k, mean_loss, eta, zo_train_profile_cycles[k]);
     }
+#ifdef ZO_PROFILE_LAYERS
+    for (int i = 0; i < MODEL_LAYER_COUNT; ++i) {
+        (void)report(s, t + 1, ZO_PROFILE_OP + i, mean_loss, eta, model_layer_cycles[i]);
+        (void)report(s, t + 1, ZO_PROFILE_OP_RUNS + i, mean_loss, eta, model_layer_runs[i]);
+    }
+#endif
 #endif
     return ZO_TRAIN_OK;
 }

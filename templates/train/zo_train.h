@@ -166,6 +166,14 @@ enum {
 };
 #define ZO_PROFILE_LAYER 1000
 extern uint32_t zo_train_profile_cycles[ZO_PROFILE_COUNT];
+#ifdef ZO_PROFILE_LAYERS
+/* With -DZO_PROFILE_LAYERS too (benchmarks/training_layers.py): then one record per model
+ * layer i, layer ZO_PROFILE_OP + i, cycles the layer's kernels took in the step (every
+ * forward through it and its own kernel run by the estimators), and one at
+ * ZO_PROFILE_OP_RUNS + i, cycles how many times it ran. */
+#define ZO_PROFILE_OP 2000
+#define ZO_PROFILE_OP_RUNS 3000
+#endif
 #endif
 
 /* The training guard and --lr auto (docs/training.md "Training guard"), fixed at build. */

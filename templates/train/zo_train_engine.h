@@ -73,6 +73,9 @@ void zo_train_profile_restart(uint32_t now); /* every category at 0, OTHER runni
 /* the step leaves these cycles out (sample reads, telemetry): so does the running category */
 #define ZO_PROFILE_EXCLUDE(cycles) \
     (zo_train_profile_cycles[zo_train_profile_running] -= (cycles))
+#ifdef ZO_PROFILE_LAYERS
+extern uint32_t model_layer_cycles[MODEL_LAYER_COUNT], model_layer_runs[MODEL_LAYER_COUNT];
+#endif
 #else
 #define ZO_PROFILE_BEGIN(category) ((void)0)
 #define ZO_PROFILE_END() ((void)0)
