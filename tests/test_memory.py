@@ -53,7 +53,7 @@ def test_in_place_ring_depths():
 def test_convolutions_in_place_lower_real_arenas():
     """kws and ResNet-8 run convolutions in place (so the bit-exact chains exercise them);
     the plan checker accepts it; the lower bound stays below the arena."""
-    for name, before, after in (("kws_ref_model.tflite", 16264, 8740),
+    for name, before, after in (("kws_ref_model.tflite", 16520, 8840),
                                 ("pretrainedResnet_quant.tflite", 50024, 34664)):
         graph = load_model(shared_model(name))
         plan = plan_arena(graph, in_place_convolutions=True)
@@ -95,15 +95,16 @@ def test_gradient_regions_sit_in_bytes_no_later_op_uses(model, target, train):
 
 def test_paper_size_stand_in():
     """MCUNet-in1 class at 128x128: the paper's 0.46 M parameters and 22.5 M MACs (within
-    5 %), and a whole-op arena (training builds) of 128 KB of activations, plus the 40 B of
-    a 1x1 convolution's widened rows (zo_conv.c) that do not fit beside them at the peak."""
+    5 %), and a whole-op arena (training builds) of 128 KB of activations, plus the 72 B of
+    a 1x1 convolution's widened rows (zo_conv.c: 4 rows of 8 input channels as int16, and 8
+    of slack) that do not fit beside them at the peak."""
     graph = load_model(PAPER)
     assert graph.tensor(graph.inputs[0]).shape == (1, 128, 128, 3)
     params = sum(graph.tensor(n).size for op in graph.ops for n in op.inputs[1:3]
                  if n and graph.tensor(n).data is not None)
     assert params == 452_970
     assert abs(sum(macs(graph, op) for op in graph.ops) / 22.5e6 - 1) < 0.05
-    assert plan_arena(graph).arena_bytes == 128 * 1024 + 40
+    assert plan_arena(graph).arena_bytes == 128 * 1024 + 72
 
 
 @needs_qemu
