@@ -133,12 +133,20 @@ def test_fast_requantization_equals_tflite_form_on_qemu(tmp_path):
     assert status == 0, runner.describe_exit(status)
 
 
+#: zo_depthwise.h's ZO_DEPTHWISE_DIRECT: its own choice, every geometry pixel by pixel, none
+DEPTHWISE_PATHS = pytest.mark.parametrize("direct", ["0", "100", "-1"],
+                                          ids=["depthwise-chosen", "depthwise-direct",
+                                               "depthwise-runs"])
+
+
 @pytest.mark.skipif(GCC is None, reason="host gcc not installed: cannot build the C driver")
-def test_fast_conv_kernels_equal_reference_natively(tmp_path):
+@DEPTHWISE_PATHS
+def test_fast_conv_kernels_equal_reference_natively(tmp_path, direct):
     exe = tmp_path / "conv_fuzz"
     subprocess.run([GCC, "-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{KERNELS}",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-DGEOMETRIES=10000", str(CONV_FUZZ), "-o", str(exe)], check=True)
+                    "-DGEOMETRIES=10000", f"-DZO_DEPTHWISE_DIRECT={direct}", str(CONV_FUZZ),
+                    "-o", str(exe)], check=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = re.search(r"layers (\d+) depthwise \(with an interior block: (\d+)\), (\d+) "
@@ -151,11 +159,13 @@ def test_fast_conv_kernels_equal_reference_natively(tmp_path):
 
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or runner.find_qemu() is None,
                     reason="arm-none-eabi-gcc or qemu-system-arm is missing")
-def test_fast_conv_kernels_equal_reference_on_qemu(tmp_path):
+@DEPTHWISE_PATHS
+def test_fast_conv_kernels_equal_reference_on_qemu(tmp_path, direct):
     from test_qemu_board import build, make_project
     project = make_project(tmp_path / "fuzz")
     shutil.copy(CONV_FUZZ, project / "src" / "main.c")
-    done = build(project, "fuzz", "-DZO_FUZZ_QEMU", f"-I{KERNELS}")
+    done = build(project, "fuzz", "-DZO_FUZZ_QEMU", f"-DZO_DEPTHWISE_DIRECT={direct}",
+                 f"-I{KERNELS}")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     status, _ = runner.run_elf(project / "build" / "fuzz.elf", timeout=120)
     assert status == 0, runner.describe_exit(status)

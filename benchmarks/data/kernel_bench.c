@@ -8,6 +8,7 @@
 #include "platform.h"
 #include "zo_conv.c"
 #include "zo_depthwise.c"
+#include "zo_depthwise_direct.c"
 #include "zo_prng.h"
 
 #ifndef KB_H

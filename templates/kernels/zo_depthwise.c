@@ -16,10 +16,12 @@
  *       folded in (bias + input_offset * sum of the channel's taps: every tap is in the
  *       input), so a tap costs one input word, two SXTB16 and four multiply-accumulates;
  *       3x3 windows are written in ARM assembly (GCC runs out of registers and reloads the
- *       taps), 5x5 unrolls from literals, other sizes loop.
- * With -DZO_PORTABLE_KERNELS both are the reference. tests/data/depthwise_fuzz.c checks the
- * fast kernel against the reference on random geometries, natively and under QEMU.
+ *       taps), 5x5 unrolls from literals, other sizes loop;
+ *     images without interior pixels pixel by pixel instead (zo_depthwise_direct.c).
+ * With -DZO_PORTABLE_KERNELS both are the reference. tests/data/conv_fuzz.c checks the fast
+ * kernel against the reference on random geometries, natively and under QEMU.
  */
+#include "zo_depthwise.h"
 #include "zo_kernels.h"
 #include "zo_requant.h"
 #include "zo_simd.h"
@@ -84,21 +86,6 @@ void zo_depthwise_conv2d_s8(const zo_conv_params *p, const int8_t *input, const 
 }
 
 #if ZO_FAST_KERNELS
-
-/* [first, last) of the taps k with 0 <= origin + k * dilation < size */
-static inline void tap_window(int32_t origin, int32_t dilation, int32_t taps, int32_t size,
-                              int32_t *first, int32_t *last)
-{
-    int32_t lo = 0, hi = taps;
-    while (lo < hi && origin + lo * dilation < 0) {
-        ++lo;
-    }
-    while (hi > lo && origin + (hi - 1) * dilation >= size) {
-        --hi;
-    }
-    *first = lo;
-    *last = hi;
-}
 
 /* Output positions [lo, hi) along one axis whose whole window lies inside the input. */
 typedef struct {
@@ -524,9 +511,42 @@ interior_specialised(const zo_conv_params *p, const dw_layer *d, const dw_block 
     }
 }
 
-/* zo_depthwise_conv2d_c4_s8: depth multiplier 1. Per block of four channels, its border
- * pixels and then its interior rectangle; the last channels % 4 by the reference, as are
- * filters with more than ZO_DEPTHWISE_MAX_TAPS taps. */
+/* The border runs and the interior rectangle, per block of four channels. */
+static __attribute__((noinline)) void
+depthwise_runs(const zo_conv_params *p, const dw_layer *d, const int8_t *input,
+               const int8_t *weights, const int32_t *bias, int8_t *output)
+{
+    const int32_t channels = d->channels;
+    const int interior = d->rows.lo < d->rows.hi && d->cols.lo < d->cols.hi;
+    const int32_t image_in = p->in_h * p->in_w * channels;
+    const int32_t image_out = p->out_h * p->out_w * channels;
+    dw_block blk;
+    dw_run runs[ZO_DEPTHWISE_RUNS];
+    dw_cursor at = {0, 0, 0};
+    dw_taps used;
+    int32_t count = dw_runs(p, d, &at, runs, &used);
+    for (int pass = 0;; ++pass) { /* one pass unless the border has more runs than fit */
+        for (int32_t c = 0; c + 4 <= channels; c += 4) {
+            load_block(p, weights, bias, c, interior && pass == 0, used, &blk);
+            for (int32_t b = 0; b < p->batches; ++b) {
+                const int8_t *image = input + b * image_in + c;
+                int8_t *out = output + b * image_out + c;
+                border_block(d, &blk, runs, count, 2 * p->k_w, image, out);
+                if (interior && pass == 0) {
+                    interior_specialised(p, d, &blk, image, out);
+                }
+            }
+        }
+        if (count < ZO_DEPTHWISE_RUNS || (count = dw_runs(p, d, &at, runs, &used)) == 0) {
+            break;
+        }
+    }
+}
+
+/* zo_depthwise_conv2d_c4_s8: depth multiplier 1. Pixel by pixel when no output pixel (or
+ * few: ZO_DEPTHWISE_DIRECT) is an interior one (zo_depthwise_direct.c), else per block of
+ * four channels its border pixels and then its interior rectangle (depthwise_runs); the last
+ * channels % 4 by the reference, as are filters with more than ZO_DEPTHWISE_MAX_TAPS taps. */
 void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
                                const int8_t *weights, const int32_t *bias, int8_t *output)
 {
@@ -542,30 +562,14 @@ void zo_depthwise_conv2d_c4_s8(const zo_conv_params *p, const int8_t *input,
         1 + 2 * p->output_offset,
         interior_span(p->out_h, p->stride_h, p->pad_top, p->k_h, p->dilation_h, p->in_h),
         interior_span(p->out_w, p->stride_w, p->pad_left, p->k_w, p->dilation_w, p->in_w)};
-    const int interior = d.rows.lo < d.rows.hi && d.cols.lo < d.cols.hi;
+    const int32_t interior = (d.rows.hi - d.rows.lo) * (d.cols.hi - d.cols.lo);
+    if (100 * interior <= ZO_DEPTHWISE_DIRECT * p->out_h * p->out_w) {
+        zo_depthwise_direct_c4_s8(p, input, weights, bias, output);
+    } else {
+        depthwise_runs(p, &d, input, weights, bias, output);
+    }
     const int32_t image_in = p->in_h * p->in_w * channels;
     const int32_t image_out = p->out_h * p->out_w * channels;
-    dw_block blk;
-    dw_run runs[ZO_DEPTHWISE_RUNS];
-    dw_cursor at = {0, 0, 0};
-    dw_taps used;
-    int32_t count = dw_runs(p, &d, &at, runs, &used);
-    for (int pass = 0;; ++pass) { /* one pass unless the border has more runs than fit */
-        for (int32_t c = 0; c + 4 <= channels; c += 4) {
-            load_block(p, weights, bias, c, interior && pass == 0, used, &blk);
-            for (int32_t b = 0; b < p->batches; ++b) {
-                const int8_t *image = input + b * image_in + c;
-                int8_t *out = output + b * image_out + c;
-                border_block(&d, &blk, runs, count, 2 * p->k_w, image, out);
-                if (interior && pass == 0) {
-                    interior_specialised(p, &d, &blk, image, out);
-                }
-            }
-        }
-        if (count < ZO_DEPTHWISE_RUNS || (count = dw_runs(p, &d, &at, runs, &used)) == 0) {
-            break;
-        }
-    }
     const int32_t c = channels & ~3;
     if (c < channels) { /* the last channels % 4, every pixel */
         for (int32_t b = 0; b < p->batches; ++b) {

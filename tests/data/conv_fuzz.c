@@ -20,6 +20,7 @@
 
 #include "zo_conv.c"
 #include "zo_depthwise.c"
+#include "zo_depthwise_direct.c"
 #include "zo_shape.c" /* zo_copy_bytes, for zo_conv_in_place_s8 */
 
 #ifdef ZO_FUZZ_QEMU
