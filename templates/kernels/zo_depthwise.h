@@ -13,7 +13,7 @@
 /* zo_depthwise_conv2d_c4_s8 runs zo_depthwise_direct_c4_s8 when at most ZO_DEPTHWISE_DIRECT %
  * of the output pixels are interior pixels (whole window inside the input): 0, when there are
  * none. Measured with benchmarks/kernel_profile.py: a 2x2 output under a 3x3 filter 71.1 k ->
- * 46.7 k instructions, 2x2 under 5x5 123.2 k -> 77.6 k, 4x4 under 5x5 247.3 k -> 229.7 k;
+ * 47.1 k instructions, 2x2 under 5x5 123.2 k -> 78.1 k, 4x4 under 5x5 247.3 k -> 229.5 k;
  * with a quarter of the pixels interior the runs are cheaper (4x4 under 3x3: 123.3 k against
  * 131.0 k). tests/test_fast_kernels.py also builds with 100 (every geometry pixel by pixel)
  * and -1 (none). */
