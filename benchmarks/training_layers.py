@@ -34,12 +34,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from doc_sections import replace_section  # noqa: E402
 from inference import family, shape  # noqa: E402
-from training_overheads import commit  # noqa: E402
+from training_overheads import TARGET, commit, second_step  # noqa: E402
 
 MODEL = REPO / "tests" / "fixtures" / "scale_model.tflite"
 PROFILE = "-DZO_PROFILE_TRAIN -DZO_PROFILE_LAYERS"
 OP, OP_RUNS = 2000, 3000  # zo_train.h: ZO_PROFILE_OP, ZO_PROFILE_OP_RUNS
-TARGET = "stm32h7b3"
 QUERIES = (1, 2)
 EXTRAPOLATED = (20, 50)
 DOC = REPO / "docs" / "benchmarks.md"
@@ -50,29 +49,12 @@ BEGIN, END = "<!-- training-layers:begin -->", "<!-- training-layers:end -->"
 def profile_layers(model: Path, tmp: Path, queries: int) -> tuple[list[int], list[int], int]:
     """Per model layer: instructions and runs in the second step at Q = ``queries``; and the
     step's own count."""
-    import numpy as np
     from zocodegen.frontends import load_model
-    from zocodegen.formats.image import pack_image
-    from zocodegen.host.engines import FirmwareSession
-    from zocodegen.projects import cached_build
     from zocodegen.training.config import TrainConfig
-    from zocodegen.training.plan import training_plan
-    graph = load_model(model)
     config = TrainConfig(steps=2, queries=queries, batch=1, mode="full")
-    plan = training_plan(graph, config)
-    x = graph.tensor(graph.inputs[0])
-    data = np.random.default_rng(0).integers(-128, 128, size=(2,) + tuple(x.shape[1:]))
-    image = tmp / f"{model.stem}_q{queries}.img"
-    pack_image(image, data.astype(x.dtype), np.arange(2) % plan.num_classes,
-               num_classes=plan.num_classes, checkpoint_bytes=1 << 20)
-    elf = cached_build(model, "qemu", emulate=TARGET, graph=graph, train=config,
-                       extra_cflags=PROFILE)
-    with FirmwareSession(graph, "qemu", elf) as session:
-        session.attach_image(image)
-        session.train(1)  # warm-up
-        step = session.train(1)[-1]
-        records = {t.layer: t.cycles for t in session.telemetry if t.layer >= OP}
-    count = len(graph.ops)
+    step, telemetry = second_step(model, tmp, config, PROFILE)
+    records = {t.layer: t.cycles for t in telemetry if t.layer >= OP}
+    count = len(load_model(model).ops)
     if sorted(records) != [OP + i for i in range(count)] + [OP_RUNS + i for i in range(count)]:
         raise RuntimeError(f"{model.name}: no per-layer records (built with {PROFILE}?)")
     return ([records[OP + i] for i in range(count)],

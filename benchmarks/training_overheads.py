@@ -42,19 +42,16 @@ HEADING = "## Training step: where the instructions go"
 BEGIN, END = "<!-- training-overheads:begin -->", "<!-- training-overheads:end -->"
 
 
-def profile_step(model: Path, tmp: Path, options: dict | None = None,
-                 queries: int = QUERIES) -> dict:
-    """The step's instructions, per category, and how many WP / NP layers it trained;
-    ``options``: more TrainConfig fields (e.g. perturbation="pool:4095")."""
+def second_step(model: Path, tmp: Path, config, cflags: str):
+    """The QEMU firmware of ``model`` built with ``cflags`` trains two steps of ``config``
+    on two random records: the second step's end-of-step record and every TELEMETRY."""
     import numpy as np
     from zocodegen.projects import cached_build
     from zocodegen.host.engines import FirmwareSession
     from zocodegen.frontends import load_model
     from zocodegen.formats.image import pack_image
-    from zocodegen.training.config import TrainConfig
     from zocodegen.training.plan import training_plan
     graph = load_model(model)
-    config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **(options or {}))
     plan = training_plan(graph, config)
     x = graph.tensor(graph.inputs[0])
     rng = np.random.default_rng(0)
@@ -63,15 +60,27 @@ def profile_step(model: Path, tmp: Path, options: dict | None = None,
     pack_image(image, data, np.arange(2) % plan.num_classes, num_classes=plan.num_classes,
                checkpoint_bytes=1 << 20)
     elf = cached_build(model, "qemu", emulate=TARGET, graph=graph, train=config,
-                       extra_cflags=PROFILE)
+                       extra_cflags=cflags)
     with FirmwareSession(graph, "qemu", elf) as session:
         session.attach_image(image)
         session.train(1)  # warm-up
         step = session.train(1)[-1]
-        counts = {t.layer - LAYER: t.cycles for t in session.telemetry if t.layer >= LAYER}
+        return step, list(session.telemetry)
+
+
+def profile_step(model: Path, tmp: Path, options: dict | None = None,
+                 queries: int = QUERIES) -> dict:
+    """The step's instructions, per category, and how many WP / NP layers it trained;
+    ``options``: more TrainConfig fields (e.g. perturbation="pool:4095")."""
+    from zocodegen.frontends import load_model
+    from zocodegen.training.config import TrainConfig
+    from zocodegen.training.plan import training_plan
+    config = TrainConfig(steps=2, queries=queries, batch=1, mode="full", **(options or {}))
+    step, telemetry = second_step(model, tmp, config, PROFILE)
+    counts = {t.layer - LAYER: t.cycles for t in telemetry if t.layer >= LAYER}
     if sorted(counts) != list(range(len(CATEGORIES))):
         raise RuntimeError(f"{model.name}: no profile records (is -DZO_PROFILE_TRAIN built?)")
-    modes = [layer.mode for layer in plan.layers]
+    modes = [layer.mode for layer in training_plan(load_model(model), config).layers]
     return dict(model=model.name, step=step.cycles,
                 counts=[counts[k] for k in range(len(CATEGORIES))],
                 wp=modes.count("WP"), np=modes.count("NP"))
