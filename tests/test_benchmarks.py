@@ -19,13 +19,13 @@ BENCHMARKS = REPO / "benchmarks"
 INDEX = BENCHMARKS / "README.md"
 #: smoke runs of more than about 20 s on a shared 2-core machine (firmware builds and QEMU
 #: steps of the larger models, or simulated runs)
-SLOW = {"training.py", "training_overheads.py", "perturbation.py", "elasticzo.py",
-        "simulator_speed.py", "link_throughput.py", "fleet.py", "experiment.py",
-        "estimator_screen.py", "scale_experiment.py", "frontier.py"}
+SLOW = {"training.py", "training_overheads.py", "training_layers.py", "perturbation.py",
+        "elasticzo.py", "simulator_speed.py", "link_throughput.py", "fleet.py",
+        "experiment.py", "estimator_screen.py", "scale_experiment.py", "frontier.py"}
 #: what a script's smoke run needs beyond the project's venv
-NEEDS_QEMU = {"inference.py", "training.py", "training_overheads.py", "perturbation.py",
-              "elasticzo.py", "kernel_profile.py", "link_throughput.py", "scale_experiment.py",
-              "frontier.py"}
+NEEDS_QEMU = {"inference.py", "training.py", "training_overheads.py", "training_layers.py",
+              "perturbation.py", "elasticzo.py", "kernel_profile.py", "link_throughput.py",
+              "scale_experiment.py", "frontier.py"}
 NEEDS_SHARED = {"training.py", "training_overheads.py", "perturbation.py"}
 NEEDS_SKLEARN = {"experiment.py", "estimator_screen.py", "fleet.py", "scale.py",
                  "scale_experiment.py", "simulator_speed.py", "frontier.py"}
