@@ -135,6 +135,44 @@ def channels_first(shape: tuple[int, ...]) -> bool:
     return len(shape) == 3 and shape[0] in (1, 3) and shape[-1] not in (1, 3)
 
 
+#: Pillow's modes of more than 8 bits per pixel (one channel): 16-bit unsigned ones, and
+#: 32-bit integers, in which Pillow reads 16-bit PGM files (their maxval scaled to 65535).
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+#: The 8-bit modes whose convert("RGB") / convert("L") is a colour conversion.
+EIGHT_BIT_MODES = ("1", "L", "P", "RGB", "RGBA", "RGBX", "RGBa", "CMYK", "YCbCr", "LA", "La",
+                   "PA")
+
+
+def _eight_bits(image, path: Path):
+    """An image of more than 8 bits per pixel -> its 8-bit greyscale ("L"), as scikit-image's
+    img_as_ubyte and TensorFlow's convert_image_dtype make it: 16-bit values shifted right by 8
+    (p * 257 and p * 256 give p), floats taken as 0..1 and rounded from v * 255. Pillow's own
+    convert("L") clips instead (any 16-bit value above 255 -> 255, a float in 0..1 -> 0),
+    which made such images blank. Values outside those ranges are refused: no guess."""
+    from PIL import Image
+
+    if image.mode not in (*SIXTEEN_BIT_MODES, "F"):
+        if image.mode not in EIGHT_BIT_MODES:  # LAB, HSV: Pillow would copy their channels
+            raise DataError(f"{path}: an image of Pillow mode {image.mode}, which is not "
+                            "converted to RGB here: save it as RGB, or decode it in a "
+                            "--preprocess hook")
+        return image
+    values = np.asarray(image)
+    if image.mode == "F":
+        if not (np.isfinite(values).all() and values.min() >= 0 and values.max() <= 1):
+            raise DataError(f"{path}: a float image (Pillow mode F) of values "
+                            f"{values.min():g}..{values.max():g}: float images are read as "
+                            "0..1; scale it into 0..1, or decode it in a --preprocess hook")
+        pixels = np.floor(values.astype(np.float64) * 255 + 0.5)
+    else:
+        if values.min() < 0 or values.max() > 65535:
+            raise DataError(f"{path}: a 32-bit integer image (Pillow mode I) of values "
+                            f"{values.min()}..{values.max()}: integer images are read as "
+                            "16-bit, 0..65535; decode it in a --preprocess hook")
+        pixels = values.astype(np.int64) >> 8
+    return Image.fromarray(pixels.astype(np.uint8), "L")
+
+
 def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
     """An image file -> float32 pixels (H, W, C) of 0..255 at the model's size and colour
     (for a channels-first model too: :func:`image_input` lays them out)."""
@@ -151,8 +189,8 @@ def decode_image(path: Path, spec: InputSpec, resize: str) -> np.ndarray:
         with warnings.catch_warnings():  # over the limit: refused below, not a stderr line
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with open_input(path, "photo") as f, Image.open(f) as opened:
-                image = opened.convert("RGB" if channels == 3 else "L")
-    except UserError:
+                image = _eight_bits(opened, path).convert("RGB" if channels == 3 else "L")
+    except UserError:  # the opener's refusals, _eight_bits' (DataError is one)
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise DataError(f"{path}: not decoded: {exc} (Pillow's limit, PIL.Image.MAX_IMAGE_"
