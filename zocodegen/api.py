@@ -35,7 +35,8 @@ from .host.devices import open_device
 from .host.trainer import Trainer, TrainSummary
 from .projects import generate
 from .summary import ModelSummary, summarize
-from .target import Target, load_target
+from .formats.link import DEFAULT_BAUD
+from .target import DEFAULT_TARGET, TARGET_NAMES, Target, load_target
 from .training import checkpoint, labels
 from .training.data import Packed
 from .training.data import pack as pack_data
@@ -194,11 +195,17 @@ def run_build(args: argparse.Namespace) -> BuildResult:
         if args.epochs is not None:
             raise UserError("build needs --steps T: the firmware is generated before it sees "
                             "the data, so it cannot count epochs")
-        if args.estimator is not None and not REGISTRY[args.estimator].firmware:
-            raise UserError(f"--estimator {args.estimator} is a simulator baseline; the device "
-                            f"runs {', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
+        check_firmware_estimator(args.estimator, "the device")
         train = train_config(args)
-    plan = generate(args.model, BuildOptions(target=args.target, emulate=args.emulate,
+    board = args.target in TARGET_NAMES
+    if board and args.emulate is not None:
+        raise UserError(f"--emulate {args.emulate} names the board a native or qemu build "
+                        f"stands for; --target {args.target} is a board: drop --emulate")
+    if not board and args.baud != DEFAULT_BAUD:
+        raise UserError(f"--baud {args.baud} sets a board's serial link; --target "
+                        f"{args.target} has none: drop --baud")
+    plan = generate(args.model, BuildOptions(target=args.target,
+                                             emulate=args.emulate or DEFAULT_TARGET,
                                              train=train, patches=args.patches,
                                              input_quantize=args.input_quantize,
                                              recompute=args.recompute, baud=args.baud,
@@ -206,6 +213,14 @@ def run_build(args: argparse.Namespace) -> BuildResult:
                                              estimator_fit=args.estimator is None), out,
                     force=args.force)
     return BuildResult(Path(out), plan)
+
+
+def check_firmware_estimator(estimator: str | None, where: str) -> None:
+    """A board runs only the estimators that have firmware; the others are simulator
+    baselines (build and `simulate --target` refuse them alike)."""
+    if estimator is not None and not REGISTRY[estimator].firmware:
+        raise UserError(f"--estimator {estimator} is a simulator baseline; {where} runs "
+                        f"{', '.join(n for n, e in REGISTRY.items() if e.firmware)}")
 
 
 def pack(data: PathLike, output: PathLike, **given: Any) -> Packed:
@@ -235,6 +250,15 @@ def run_simulate(args: argparse.Namespace, say: Say = silent, bars: bool | None 
     config = train_config(args)
     if args.resume and args.force:
         raise UserError("--resume continues the run in RUN, --force deletes it: choose one")
+    if args.epochs is not None and args.steps is not None:
+        raise UserError(f"--steps {args.steps} and --epochs {args.epochs} both set the run's "
+                        "length: give one")
+    if args.record_scalars:
+        raise UserError("--record-scalars makes a device send its query sums for `zocodegen "
+                        "replay` (build); the simulator computes the parameters itself: drop "
+                        "--record-scalars")
+    if args.target is not None:
+        check_firmware_estimator(args.estimator, f"--target {args.target}")
     with writing_run(args.output):
         return simulate_run(args.model, args.data, args.output, config, epochs=args.epochs,
                             eval_every=args.eval_every, resume=args.resume, force=args.force,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .cli_options import MIN_DEVICES
 from .errors import UserError
 from .files import read_input
 from .host.devices import open_device
@@ -26,8 +27,9 @@ def _fleet_run_config(args: argparse.Namespace, images: list[Path] = ()) -> dict
             raise UserError(f"image not found: {image}")
         model.check_image(image)
     FleetServer(model, args.output, args.steps_per_round, args.rounds)
+    devices = args.min_devices or (len(images) if images else MIN_DEVICES)
     return run_config(args.model, args.build, args.output, args.rounds, args.steps_per_round,
-                      args.min_devices, args.wait, args.deadline, args.test)
+                      devices, args.wait, args.deadline, args.test)
 
 
 def _fleet_result(args: argparse.Namespace, flower_home: Path) -> None:
@@ -116,6 +118,11 @@ def cmd_fleet_join(args: argparse.Namespace) -> None:
 def cmd_fleet_local(args: argparse.Namespace) -> None:
     from .host.fleet import security
     from .host.fleet.launch import Flower, free_port, node_config
+    if args.min_devices is not None and args.min_devices > len(args.images):
+        raise UserError(f"--min-devices {args.min_devices}: fleet local starts one device per "
+                        f"--images file ({len(args.images)}), so no round would have "
+                        f"{args.min_devices}: give as many images, or --min-devices "
+                        f"{len(args.images)}")
     config = _fleet_run_config(args, args.images)
     home = args.output / "flower"
     keys = (security.server_keys(args.output / "keys", security.LOOPBACK)

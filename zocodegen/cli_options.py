@@ -25,6 +25,8 @@ from .training.estimators import REGISTRY
 from .training.perturbation import DISTRIBUTIONS
 
 ENGINES = ("reference", "native", "qemu", "emulated")
+#: `fleet serve`'s devices per round by default (`fleet local` starts one per image)
+MIN_DEVICES = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="build into a DIR that is not a project zocodegen built, or replace "
                         "generated files changed since (files of other names are kept)")
-    p.add_argument("--emulate", choices=TARGET_NAMES, default=DEFAULT_TARGET,
+    p.add_argument("--emulate", choices=TARGET_NAMES,
                    help="for native/qemu: the board whose SRAM budget applies (default "
-                        f"{DEFAULT_TARGET})")
+                        f"{DEFAULT_TARGET}); a board --target is its own")
     p.add_argument("--as-library", action="store_true",
                    help="a board: the model (and training engine) as sources and one header, "
                         "include/zo_library.h, for your own firmware (no main, startup or "
@@ -382,8 +384,10 @@ def _add_fleet_parser(sub) -> None:
         p.add_argument("--rounds", type=_integer(1), default=5, metavar="R")
         p.add_argument("--steps-per-round", type=_integer(1), default=20, metavar="K",
                        help="local steps of each device per round (default 20)")
-        p.add_argument("--min-devices", type=_integer(1), default=3, metavar="N",
-                       help="start a round once N devices are connected (default 3)")
+        p.add_argument("--min-devices", type=_integer(1), metavar="N",
+                       help=f"start a round once N devices are connected (default "
+                            f"{MIN_DEVICES}; fleet local: one per --images file, and at most "
+                            "that many)")
         p.add_argument("--wait", type=_real(0.0), default=120.0, metavar="S",
                        help="...or after S seconds with the devices there are (default 120)")
         p.add_argument("--deadline", type=_SECONDS, default=600.0, metavar="S",
@@ -451,10 +455,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     """The TRAIN options, the same names and defaults (TrainConfig's) on every command."""
     g = p.add_argument_group("training options (DESIGN.md section 4)")
     first = len(p._actions)
-    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), default=_RUN.steps,
-                   metavar="T",
-                   help="optimisation steps; the cosine schedule decays over them")
-    g.add_argument("--epochs", type=_integer(1), metavar="E", help="simulate: T = E passes over x")
+    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), metavar="T",
+                   help=f"optimisation steps; the cosine schedule decays over them (default "
+                        f"{_RUN.steps})")
+    g.add_argument("--epochs", type=_integer(1), metavar="E",
+                   help="simulate, instead of --steps: T = E passes over x")
     g.add_argument("--queries", type=_integer(*TRAIN_INTEGERS["queries"]),
                    default=_RUN.queries, metavar="Q",
                    help=f"perturbations per layer and step (default {_RUN.queries}, the "
@@ -588,20 +593,28 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
             raise UserError(f"{option} chooses among sparse mode's blocks; add --train sparse "
                             f"or drop {option}")
     estimator = args.estimator or _RUN.estimator
+    if args.lr != "auto" and not REGISTRY[estimator].has_learning_rate:
+        raise UserError(f"--lr {args.lr}: --estimator {estimator} has no learning rate (its "
+                        "update is --b-zo bits): drop --lr")
+    layers = parse_layer_list(args.layers)
+    if args.layers is not None and not layers:
+        raise UserError(f"--layers '{args.layers}' names no layer: give indices like "
+                        "0,2,5-7, or drop --layers to train every layer")
     lr_auto = args.lr == "auto" and REGISTRY[estimator].has_learning_rate
     scales = (scales_apply(estimator, args.distribution, args.query_batch) and SCALES_BY_DEFAULT
               if args.scales is None else args.scales)
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
     lr = _RUN.lr if lr is None else lr
-    return TrainConfig(steps=args.steps, queries=args.queries, batch=args.batch, lr=lr,
+    steps = _RUN.steps if args.steps is None else args.steps
+    return TrainConfig(steps=steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,
                        guard_samples=args.guard_samples,
                        schedule=args.schedule, seed=args.seed, estimator=estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
-                       layers=parse_layer_list(args.layers),
+                       layers=layers,
                        bp_layers=parse_bp_layers(args.bp_layers),
                        r_max=args.r_max, p_zero=p_zero, b_zo=args.b_zo, b_bp=args.b_bp,
                        perturbation=args.perturbation, distribution=args.distribution,

@@ -200,11 +200,12 @@ def delete_run(out_dir: Path, extra: tuple[str, ...] = ()) -> None:
     shutil.rmtree(out_dir / TENSORBOARD_DIR, ignore_errors=True)
 
 
-def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig) -> dict:
-    """What makes a run the same run: the model, the data and every option."""
+def run_identity(model_sha: bytes, data_path: Path, config: TrainConfig,
+                 target: str | None) -> dict:
+    """What makes a run the same run: the model, the data, the board and every option."""
     kind = "data image" if is_image(Path(data_path)) else "data"
     data_sha = file_sha256(Path(data_path), kind).hex()
-    return {"model_sha256": model_sha.hex(), "data_sha256": data_sha,
+    return {"model_sha256": model_sha.hex(), "data_sha256": data_sha, "target": target,
             "config": config.as_dict()}
 
 
@@ -244,6 +245,9 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
         record = read_run_record(out_dir)
         differs = [key for key in ("model_sha256", "data_sha256") if record.get(key)
                    != identity[key]]
+        if record.get("target") != identity["target"]:
+            differs.append(f"--target {record.get('target') or '(none)'} -> "
+                           f"{identity['target'] or '(none)'}")
         old = record.get("config") if isinstance(record.get("config"), dict) else {}
         new = json.loads(json.dumps(identity["config"]))  # as run.json stores it
         differs += [f"--{k.replace('_', '-')} {old.get(k)!r} -> {v!r}"
@@ -311,7 +315,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                        estimator_fit)
     plans = training_plans(graph, config)
     sha = file_sha256(Path(model_path), "model")
-    identity = run_identity(sha, data_path, config)
+    identity = run_identity(sha, data_path, config, target)
     prepare_run_dir(out_dir, identity, resume, force)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -357,7 +361,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
               if has_test else None)
     log = MetricsLog(out_dir / "metrics.csv", resume_at=first if ckpt is not None else None)
     write_atomic(out_dir / "run.json", (json.dumps({
-        "model": str(model_path), "data": str(data_path), "target": target, **identity,
+        "model": str(model_path), "data": str(data_path), **identity,
         "modes": [l.mode for l in plan.layers],
         "trainable_ops": [l.op_index for l in plan.layers], "block": plan.config.block,
         "selection": None if selection is None else {
