@@ -37,7 +37,20 @@ def workspace(tmp_path_factory) -> dict[str, Path]:
                  "stm32f746"]) == 0
     assert main(["build", str(root / "m.tflite"), "--target", "native", "--train", "full",
                  *FIXED, "--steps", "100", "-o", str(root / "fleet_fw")]) == 0
+    (root / "file").write_text("a file, not a folder")
+    (root / "card_dir").mkdir()
+    linked = root / "linked_fw"  # a project whose src/ the user replaced by a link to a file
+    assert main(["build", str(root / "m.tflite"), "--target", "native", "-o", str(linked)]) == 0
+    shutil.rmtree(linked / "src")
+    (linked / "src").symlink_to(root / "file")
+    killed = root / "killed_run"  # kill -9 before the first checkpoint: run.json, metrics.csv
+    assert main(["simulate", str(root / "m.tflite"), "--data", str(root / "d.npz"), "-o",
+                 str(killed), "--steps", "2", "--queries", "2", *FIXED]) == 0
+    for name in ("checkpoint.bin", "curves.png", "confusion.csv"):
+        (killed / name).unlink()
     return {"M": root / "m.tflite", "D": root / "d.npz", "IMG": root / "d.img",
+            "FILE": root / "file", "CARD_DIR": root / "card_dir", "LINKED": linked,
+            "KILLED": killed, "KILLED_JSON": killed / "run.json",
             "ROOT": root, "BOARD_RUN": board_run, "BOARD_JSON": board_run / "run.json",
             "BOARD_CK": board_run / "checkpoint.bin", "FLEET_FW": root / "fleet_fw"}
 
@@ -79,6 +92,31 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
     ("fleet local --min-devices beyond its images", ["fleet", "local", "M", "--build",
      "FLEET_FW", "--native", "FLEET_FW", "--images", "IMG", "-o", "ROOT/fleet",
      "--min-devices", "5"], ("--min-devices 5", "--images", "(1)"), ("IMG",)),
+    # unclear or misleading messages
+    ("'' as a file name (not '.')", ["pack", "D", "-o", ""], ("--output", "got ''"), ()),
+    ("'' as --data", ["simulate", "M", "--data", "", "-o", "ROOT/new_run"], ("--data",
+     "got ''"), ()),
+    ("card read of a directory (not 'Is a directory: 3')", ["card", "read", "CARD_DIR", "-o",
+     "ROOT/card_run"], ("card_dir is a directory",), ()),
+    ("build -o under a file names the file", BUILD + ["--target", "native", "-o",
+     "FILE/sub"], ("/file: File exists", "where the project needs a folder"), ("FILE",)),
+    ("build over a src that links to a file names it", BUILD + ["--target", "native", "-o",
+     "LINKED", "--force"], ("linked_fw/src: File exists",), ("LINKED", "FILE")),
+    ("simulate -o under a file names the file", SIM + ["--steps", "2", "-o", "FILE/sub"],
+     ("/file is a file, not a directory",), ("FILE",)),
+    ("--resume after a kill -9 before the first checkpoint", SIM[:4] + ["-o", "KILLED",
+     "--resume", "--steps", "2", "--queries", "2", *FIXED], ("no checkpoint.bin",
+     "stopped before its first", "--force"), ("KILLED", "KILLED_JSON")),
+    ("no --resume after a kill -9 before the first checkpoint", SIM[:4] + ["-o", "KILLED",
+     "--steps", "2", "--queries", "2", *FIXED], ("stopped before its first checkpoint",
+     "--force"), ("KILLED", "KILLED_JSON")),
+    ("fleet local --steps-per-round 2^32 advises no --steps beyond the maximum", ["fleet",
+     "local", "M", "--build", "FLEET_FW", "--native", "FLEET_FW", "--images", "IMG", "-o",
+     "ROOT/fleet", "--steps-per-round", "4294967296"], ("21474836480 steps",
+     "fewer --rounds or --steps-per-round"), ()),
+    ("--as-library with --record-scalars says drop it", BUILD + ["--target", "stm32f746",
+     "--as-library", "--train", "full", *FIXED, "--record-scalars", "--estimator", "wp"],
+     ("drop --record-scalars",), ()),
 ]
 
 
@@ -104,3 +142,45 @@ def test_issue_62_rows(workspace, capsys, name, args, words, unchanged):
     assert_refused(code, capsys.readouterr().err, words)
     assert {key: _digest(workspace[key]) for key in unchanged} == before
     assert sorted(p.name for p in workspace["ROOT"].iterdir()) == listing
+
+
+@pytest.mark.parametrize("words", [("add no",), ("--steps 2147", "or more")])
+def test_old_wordings_are_gone(workspace, capsys, words):
+    """The as-library refusal said "add no --record-scalars"; the fleet advised a --steps
+    beyond its maximum."""
+    for args in (ROWS_BY_NAME["--as-library with --record-scalars says drop it"],
+                 ROWS_BY_NAME["fleet local --steps-per-round 2^32 advises no --steps beyond "
+                              "the maximum"]):
+        main(_argv(args, workspace))
+        err = capsys.readouterr().err
+        assert not all(word in err for word in words), err
+
+
+ROWS_BY_NAME = {name: args for name, args, _, _ in ROWS}
+
+
+def test_resuming_a_finished_run_says_so(workspace, tmp_path, capsys):
+    """Resuming a run at its last step printed "loss nan -> nan"."""
+    args = ["simulate", str(workspace["M"]), "--data", str(workspace["D"]), "-o",
+            str(tmp_path / "run"), "--steps", "2", "--queries", "2", *FIXED]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "nan" not in err and "had finished (step 2 of 2): no steps left" in err, err
+
+
+def test_an_onnx_model_trained_with_the_defaults_exports_to_onnx(tmp_path, capsys):
+    """--scales is on by default where it applies, but export cannot write trained scales into
+    an ONNX model: an ONNX run with the defaults could not be exported, and nothing said so
+    before training. ONNX models train no scales by default."""
+    model = FIXTURES / "onnx_qdq_int8.onnx"
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "d.npz", x=rng.normal(0, 1, (8, 3, 16, 16)).astype(np.float32),
+             y=rng.integers(0, 10, 8))
+    assert main(["simulate", str(model), "--data", str(tmp_path / "d.npz"), "-o",
+                 str(tmp_path / "run"), "--steps", "2", "--queries", "2", *FIXED,
+                 "--layers", "0"]) == 0  # (the FC layer's bias is computed: not exportable)
+    assert main(["export", str(model), str(tmp_path / "run" / "checkpoint.bin"), "-o",
+                 str(tmp_path / "tuned.onnx")]) == 0, capsys.readouterr().err
+    capsys.readouterr()

@@ -24,7 +24,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from .cli_options import build_parser, set_train_options, train_config
+from .cli_options import build_parser, path as path_option, set_train_options, train_config
 from .board_fit import BoardFit, board_fit
 from .codegen.project import BuildOptions, ProjectPlan
 from .errors import UserError
@@ -114,10 +114,13 @@ def _typed(command: str, name: str, action: argparse.Action, value: Any) -> Any:
         return value
     if name in CALLABLE_OPTIONS and callable(value):
         return value
-    if action.type is Path:
+    if action.type is path_option:
         if not isinstance(value, (str, os.PathLike)):
             raise wrong("a path (str or os.PathLike)")
-        return Path(value)
+        try:
+            return path_option(os.fspath(value))
+        except argparse.ArgumentTypeError as exc:
+            raise UserError(f"{name}: {exc}") from None
     if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
         also = ", or a function" if name in CALLABLE_OPTIONS else ""
         raise wrong(f"text or a number, as on the command line{also}")

@@ -353,9 +353,13 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             else f"eta {result.lr:g}")
     window = ("the one step" if result.loss_window == result.steps == 1 else
               f"mean of the first / last {result.loss_window} step(s)")
-    print(f"{result.steps} steps at {step}{guard}, loss {_loss(result.first_loss)} -> "
-          f"{_loss(result.last_loss)} ({window}){acc}; "
-          f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
+    if result.first_step == result.steps:  # no step ran: no loss to show
+        print(f"--resume: the run had finished (step {result.steps} of {result.steps}): no "
+              f"steps left to train{acc}", file=sys.stderr)
+    else:
+        print(f"{result.steps} steps at {step}{guard}, loss {_loss(result.first_loss)} -> "
+              f"{_loss(result.last_loss)} ({window}){acc}; "
+              f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
     if result.accuracy_split == "validation":
         print("(no test split: accuracy is measured on the validation split, which the guard "
               "also selects on)", file=sys.stderr)
@@ -612,7 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk, a vanished file or port: foreseeable, one line
         if os.environ.get("ZOCODEGEN_DEBUG"):
             traceback.print_exc()
-        where = f": {exc.filename}" if exc.filename else ""
+        # a name, never a file descriptor's number ("Is a directory: 3")
+        where = (f": {exc.filename}" if isinstance(exc.filename, (str, bytes, os.PathLike))
+                 and exc.filename else "")
         print(f"zocodegen: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

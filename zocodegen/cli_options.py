@@ -10,6 +10,7 @@ import numpy as np
 
 from .version import __version__
 from .errors import UserError
+from .frontends import model_format
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import DATA_MODES, INPUT_QUANTIZE_MODES, PATCH_MODES
 from .formats.link import DEFAULT_BAUD
@@ -67,6 +68,14 @@ def _real(minimum: float, maximum: float | None = None, open_minimum: bool = Fal
     return convert
 
 
+def path(text: str) -> Path:
+    """An argparse type: a file or folder name; '' is refused (Path('') is '.', the working
+    folder, which no one means by an empty name)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expects a file or folder name, got ''")
+    return Path(text)
+
+
 _SECONDS = _real(0.0, open_minimum=True)
 _SEED = _integer(*TRAIN_INTEGERS["seed"])
 #: Every training option's default, from the one definition of a run (training/config.py)
@@ -83,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="per-layer shapes, quantization, parameters, MACs")
-    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("model", type=path, metavar="MODEL")
     p.add_argument("--target", choices=TARGET_NAMES,
                    help="first answer whether it trains on this board: inference, full and "
                         "sparse training against its SRAM and flash, the mode --train auto "
@@ -92,17 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler="inspect")
 
     p = sub.add_parser("infer", help="run the model on a batch of inputs, or classify photos")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--input", type=Path, required=True, metavar="X.npy|PHOTO|FOLDER",
+    p.add_argument("model", type=path, metavar="MODEL")
+    p.add_argument("--input", type=path, required=True, metavar="X.npy|PHOTO|FOLDER",
                    help="inputs with a leading batch axis (.npz keyed by input name when "
                         "the model has several inputs); or an image file, or a folder of "
                         "them, made into inputs exactly as `pack` makes them and printed "
                         "with their class names")
-    p.add_argument("--output", type=Path, metavar="Y.npy",
+    p.add_argument("--output", type=path, metavar="Y.npy",
                    help="where to write outputs: .npy for one output, .npz keyed by output "
                         "name (required for X.npy/.npz inputs, and .npz when the model has "
                         "several outputs)")
-    p.add_argument("--data", type=Path, metavar="IMAGE",
+    p.add_argument("--data", type=path, metavar="IMAGE",
                    help="photos: take the class names and preprocessing from this image "
                         "`pack` made (default: MODEL.labels.json, which `export` writes; "
                         "else pack's defaults and output numbers)")
@@ -121,10 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="generate the firmware project (C sources, Makefile, "
                                      "PlatformIO project, memory report)")
-    p.add_argument("model", type=Path, metavar="MODEL")
+    p.add_argument("model", type=path, metavar="MODEL")
     p.add_argument("--target", choices=BUILD_TARGETS, required=True,
                    help="native (host gcc), qemu (mps2-an500), or a board")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+    p.add_argument("-o", "--output", type=path, metavar="DIR",
                    help="project directory (default: <model name>_<target>)")
     p.add_argument("--force", action="store_true",
                    help="build into a DIR that is not a project zocodegen built, or replace "
@@ -160,13 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="zeroth-order training in the bit-exact numpy "
                                         "simulator (what the device computes)")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--data", type=Path, required=True, metavar="DATA.npz|IMAGE",
+    p.add_argument("model", type=path, metavar="MODEL")
+    p.add_argument("--data", type=path, required=True, metavar="DATA.npz|IMAGE",
                    help="x (N, *input shape) in the input dtype, y (N,) labels; optional "
                         "x_test/y_test for accuracy; without x_val/y_val, the val split "
                         "`pack` sets aside by default is taken out of x; or the image `pack` "
                         "made of them (the device's samples in the device's order)")
-    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
+    p.add_argument("-o", "--output", type=path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png (default run)")
     p.add_argument("--target", choices=TARGET_NAMES,
                    help="the board: train exactly the run `build --target T --train MODE` "
@@ -189,12 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pack", help="write DATA.npz or a folder of files as the data image "
                                     "the device trains from (SD-card-style, docs/image.md)")
-    p.add_argument("data", type=Path, metavar="DATA.npz|FOLDER",
+    p.add_argument("data", type=path, metavar="DATA.npz|FOLDER",
                    help="arrays already in the model's input quantization, or a folder: "
                         "FOLDER/<class>/<file>, FOLDER/{train,val,test}/<class>/<file>, or "
                         "any files named by --labels (docs/your-model.md)")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="IMAGE")
-    p.add_argument("--model", type=Path, metavar="MODEL",
+    p.add_argument("-o", "--output", type=path, required=True, metavar="IMAGE")
+    p.add_argument("--model", type=path, metavar="MODEL",
                    help="required for a FOLDER (the model says the input's shape, colour "
                         "and quantization); optional for DATA.npz: check the data against "
                         "MODEL, record its sha256 and input quantization, and size the "
@@ -211,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "train records as the val split, chosen with a fixed seed as "
                         f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
     g = p.add_argument_group("a folder of files (with --model)")
-    g.add_argument("--labels", type=Path, metavar="FILE",
+    g.add_argument("--labels", type=path, metavar="FILE",
                    help="a CSV (file,label rows) or JSON ({\"file\": label}) naming the files "
                         "under FOLDER; a label is a class index or name")
     g.add_argument("--classes", metavar="NAME,NAME,...",
@@ -236,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train on a device (a board, or firmware the host "
                                      "starts) from a packed image, with a live monitor")
     _add_device_options(p)
-    p.add_argument("-o", "--output", type=Path, default=Path("run"), metavar="RUN",
+    p.add_argument("-o", "--output", type=path, default=Path("run"), metavar="RUN",
                    help="run directory: checkpoint.bin, metrics.csv, curves.png; an existing "
                         "run is resumed from its checkpoint (default run)")
     p.add_argument("--steps", type=_integer(1), metavar="T",
@@ -248,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "one step of a board can take that long; default 60)")
     p.add_argument("--force", action="store_true",
                    help="start anew: delete the run already in RUN (it is resumed otherwise)")
-    p.add_argument("--model", type=Path, metavar="MODEL",
+    p.add_argument("--model", type=path, metavar="MODEL",
                    help="the firmware's model file: at each test evaluation the host predicts "
                         "the test split from the pulled checkpoint (checked against the "
                         "device's count) and shows the confusion matrix with class names")
@@ -257,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("monitor", help="watch a device's identity, telemetry and logs")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--port", metavar="URL", help="the board's serial port (any pyserial URL)")
-    where.add_argument("--emulated", type=Path, metavar="DIR",
+    where.add_argument("--emulated", type=path, metavar="DIR",
                        help="start board project DIR's firmware on its emulated board and "
                             "watch it (docs/emulated.md)")
     p.add_argument("--duration", type=_SECONDS, metavar="S", help="stop after S seconds")
@@ -265,21 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler="monitor")
 
     p = sub.add_parser("export", help="write trained parameters into a copy of the model")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.tflite|OUT.onnx")
+    p.add_argument("model", type=path, metavar="MODEL")
+    p.add_argument("checkpoint", type=path, metavar="CHECKPOINT")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="OUT.tflite|OUT.onnx")
     _add_force(p, "replace an OUT that is not a model of MODEL's format, or an "
                   "OUT.labels.json that is not one export wrote")
     p.set_defaults(handler="export")
 
     p = sub.add_parser("replay", help="rebuild a --record-scalars run's parameters from the "
                        "model, the build's options and the device's query sums")
-    p.add_argument("model", type=Path, metavar="MODEL")
-    p.add_argument("--build", type=Path, required=True, metavar="DIR",
+    p.add_argument("model", type=path, metavar="MODEL")
+    p.add_argument("--build", type=path, required=True, metavar="DIR",
                    help="the project `zocodegen build --record-scalars` wrote")
-    p.add_argument("--scalars", type=Path, required=True, metavar="RUN/scalars.bin")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="CHECKPOINT")
-    p.add_argument("--check", type=Path, metavar="CHECKPOINT",
+    p.add_argument("--scalars", type=path, required=True, metavar="RUN/scalars.bin")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="CHECKPOINT")
+    p.add_argument("--check", type=path, metavar="CHECKPOINT",
                    help="the device's checkpoint: replay as many steps and compare bytes")
     _add_force(p, "replace an -o CHECKPOINT that is not a checkpoint")
     p.set_defaults(handler="replay")
@@ -287,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("device-time", help="how long a simulated run takes on a board: its "
                        "steps, trials and checks at the instructions measured under QEMU "
                        "-icount, plus the link's time for its records")
-    p.add_argument("run", type=Path, metavar="RUN",
+    p.add_argument("run", type=path, metavar="RUN",
                    help="the folder `zocodegen simulate -o RUN` wrote")
     p.add_argument("--target", choices=TARGET_NAMES,
                    help="the board, at its clock (default: the one `simulate --target` "
@@ -297,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("flash", help=f"upload a {'/'.join(TARGET_NAMES)} project to its board "
                                      "through the ST-LINK (PlatformIO's pio run -t upload)")
-    p.add_argument("project", type=Path, metavar="DIR",
+    p.add_argument("project", type=path, metavar="DIR",
                    help=f"the project directory `build --target {'|'.join(TARGET_NAMES)}` wrote")
     p.add_argument("--port", "--upload-port", dest="port", metavar="PORT",
                    help="PlatformIO's --upload-port (default: PlatformIO finds the probe)")
@@ -323,8 +332,8 @@ def _add_card_parser(sub) -> None:
         dest="card_command", required=True, metavar="ACTION", parser_class=_Parser)
     p = card.add_parser("write", help="write IMAGE to a card (a whole removable disk nothing "
                                       "has mounted, after showing what it holds) or a file")
-    p.add_argument("image", type=Path, metavar="IMAGE")
-    p.add_argument("target", type=Path, metavar="DEVICE|FILE",
+    p.add_argument("image", type=path, metavar="IMAGE")
+    p.add_argument("target", type=path, metavar="DEVICE|FILE",
                    help="the card's disk (/dev/sdX, /dev/mmcblkN) or a file")
     p.add_argument("--yes", action="store_true",
                    help="write without asking (what the card holds is still shown)")
@@ -333,8 +342,8 @@ def _add_card_parser(sub) -> None:
     p.set_defaults(handler="card_write")
     p = card.add_parser("read", help="read a card's field run into RUN as `train` writes it: "
                                      "checkpoint.bin, best.bin, metrics.csv, run.json")
-    p.add_argument("source", type=Path, metavar="DEVICE|FILE")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="RUN")
+    p.add_argument("source", type=path, metavar="DEVICE|FILE")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="RUN")
     p.add_argument("--force", action="store_true",
                    help="read into a RUN that holds files, replacing the whole folder")
     p.set_defaults(handler="card_read")
@@ -346,15 +355,15 @@ def _add_device_options(p: argparse.ArgumentParser, emulated: bool = True) -> No
     where.add_argument("--port", metavar="URL",
                        help="the board's serial port (/dev/ttyACM0, socket://HOST:PORT, any "
                             "pyserial URL)")
-    where.add_argument("--native", type=Path, metavar="DIR",
+    where.add_argument("--native", type=path, metavar="DIR",
                        help="start the native firmware of project DIR (built if needed)")
-    where.add_argument("--qemu", type=Path, metavar="DIR",
+    where.add_argument("--qemu", type=path, metavar="DIR",
                        help="start the QEMU firmware of project DIR (built if needed)")
     if emulated:  # (a fleet's SuperNode starts native or QEMU firmware only)
-        where.add_argument("--emulated", type=Path, metavar="DIR",
+        where.add_argument("--emulated", type=path, metavar="DIR",
                            help="start board project DIR's firmware (make firmware) on its "
                                 "emulated board (docs/emulated.md)")
-    p.add_argument("--image", type=Path, required=True, metavar="IMAGE",
+    p.add_argument("--image", type=path, required=True, metavar="IMAGE",
                    help="the data image made by `zocodegen pack` (never modified)")
     _add_baud(p)
 
@@ -373,12 +382,12 @@ def _add_fleet_parser(sub) -> None:
                                                              required=True)
 
     def server_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("model", type=Path, metavar="MODEL")
-        p.add_argument("--build", type=Path, required=True, metavar="DIR",
+        p.add_argument("model", type=path, metavar="MODEL")
+        p.add_argument("--build", type=path, required=True, metavar="DIR",
                        help="the training project every device runs (`zocodegen build "
                             "--train ... --no-guard --lr ETA`, --record-scalars to upload "
                             "scalars)")
-        p.add_argument("-o", "--output", type=Path, default=Path("fleet"), metavar="OUT",
+        p.add_argument("-o", "--output", type=path, default=Path("fleet"), metavar="OUT",
                        help="fleet.json, model.bin (the averaged model), flower/ (logs); an "
                             "existing run is resumed from its last round (default fleet)")
         p.add_argument("--rounds", type=_integer(1), default=5, metavar="R")
@@ -393,7 +402,7 @@ def _add_fleet_parser(sub) -> None:
         p.add_argument("--deadline", type=_SECONDS, default=600.0, metavar="S",
                        help="a device that has not answered S seconds into a round is left "
                             "out of it (default 600)")
-        p.add_argument("--test", type=Path, metavar="DATA.npz",
+        p.add_argument("--test", type=path, metavar="DATA.npz",
                        help="score the averaged model on this test split after every round")
 
     p = fleet.add_parser("serve", help="start a SuperLink and run the server; devices join "
@@ -404,7 +413,7 @@ def _add_fleet_parser(sub) -> None:
                    help="the SuperLink's port (default 8000)")
     _add_fleet_trust(p, "TLS and enrolled devices only (default when --host is not "
                         "loopback)", "no TLS and anyone who reaches the port may join")
-    p.add_argument("--devices", type=Path, metavar="DIR",
+    p.add_argument("--devices", type=path, metavar="DIR",
                    help="the enrolled devices: a folder of their public keys (*.pub, each a "
                         "device's STATE/keys/device.pub); keys added while the fleet runs "
                         "are enrolled too")
@@ -418,12 +427,12 @@ def _add_fleet_parser(sub) -> None:
     p.add_argument("--superlink", required=True, metavar="HOST:PORT",
                    help="the address `fleet serve` printed")
     _add_device_options(p, emulated=False)
-    p.add_argument("--build", type=Path, required=True, metavar="DIR",
+    p.add_argument("--build", type=path, required=True, metavar="DIR",
                    help="the project the device runs (its manifest names the model)")
-    p.add_argument("--state", type=Path, default=Path("fleet-device"), metavar="DIR",
+    p.add_argument("--state", type=path, default=Path("fleet-device"), metavar="DIR",
                    help="per-round runs, the last model received and this device's key pair "
                         "keys/device[.pub] (default fleet-device)")
-    p.add_argument("--ca", type=Path, metavar="FILE",
+    p.add_argument("--ca", type=path, metavar="FILE",
                    help="the fleet server's CA certificate (its OUT/keys/ca.crt): TLS")
     _add_fleet_trust(p, "TLS with --ca and this device's key (default when the server is "
                         "not on this machine)", "for a server started with --insecure")
@@ -433,11 +442,11 @@ def _add_fleet_parser(sub) -> None:
                                        "emulated device per image")
     server_options(p)
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--native", type=Path, metavar="DIR",
+    where.add_argument("--native", type=path, metavar="DIR",
                        help="every device runs the native firmware of project DIR")
-    where.add_argument("--qemu", type=Path, metavar="DIR",
+    where.add_argument("--qemu", type=path, metavar="DIR",
                        help="every device runs the QEMU firmware of project DIR")
-    p.add_argument("--images", type=Path, nargs="+", required=True, metavar="IMAGE",
+    p.add_argument("--images", type=path, nargs="+", required=True, metavar="IMAGE",
                    help="one data image per device")
     p.add_argument("--secure", action="store_true",
                    help="TLS and enrolled devices, as a fleet beyond this machine runs "
@@ -515,7 +524,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    help="the layers trained channel-wise (np-channel, channel) also train "
                         "their per-channel filter scales, in the same queries (docs/training"
                         ".md \"Channel scales\"; default: "
-                        + ("on where the estimator has such layers)" if SCALES_BY_DEFAULT
+                        + ("on where the estimator has such layers, except in an ONNX model, "
+                           "which export cannot write them into)" if SCALES_BY_DEFAULT
                            else "off)"))
     g.add_argument("--two-sided", action="store_true",
                    help="WP / NP queries evaluate theta + z and theta - z (P-RGE's inner "
@@ -601,7 +611,9 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         raise UserError(f"--layers '{args.layers}' names no layer: give indices like "
                         "0,2,5-7, or drop --layers to train every layer")
     lr_auto = args.lr == "auto" and REGISTRY[estimator].has_learning_rate
+    # on by default where it applies and `export` can write the scales back: not into ONNX
     scales = (scales_apply(estimator, args.distribution, args.query_batch) and SCALES_BY_DEFAULT
+              and model_format(Path(args.model)) != "onnx"
               if args.scales is None else args.scales)
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")

@@ -97,6 +97,13 @@ def no_empty_folders_on_failure(folder: Path, resumable: str | None = None) -> I
 RUN_LOCK = ".lock"
 
 
+def blocking_file(folder: Path) -> Path:
+    """What stands where ``folder`` must be made: itself, or the first folder above it that
+    exists (and so is a file, when making ``folder`` failed), named as the user gave it."""
+    return next((path for path in (folder, *folder.parents)
+                 if path.exists() or path.is_symlink()), folder)
+
+
 @contextmanager
 def writing_run(folder: Path) -> Iterator[None]:
     """Run a command that writes the run in ``folder`` (`simulate`, `train`): nothing left
@@ -116,8 +123,8 @@ def _locked(folder: Path) -> Iterator[None]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UserError(f"{folder} exists and is not a directory; choose another -o RUN") \
-            from None
+        raise UserError(f"{blocking_file(folder)} is a file, not a directory: choose another "
+                        "-o RUN") from None
     except OSError as exc:
         raise UserError(f"cannot make {folder}: {exc.strerror or exc}") from None
     path = folder / RUN_LOCK

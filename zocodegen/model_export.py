@@ -39,7 +39,7 @@ import numpy as np
 
 from .errors import UserError
 from .files import Replaces, atomic_writer, check_output, open_input, read_input, starts_with
-from .frontends import check_model_file
+from .frontends import model_format
 from .ir import Graph, Op
 from .ops.table import OPS, TRAINABLE_OP_TYPES
 
@@ -99,14 +99,10 @@ def replaces(model_path: Path) -> Replaces:
 
 
 def _model_kind(path: Path) -> str:
-    check_model_file(path)
-    with open_input(path, "model") as f:
-        head = f.read(8)
-    if head[4:8] == b"TFL3":
-        return "tflite"
-    if path.suffix.lower() == ".onnx" or head[:1] == b"\x08":
-        return "onnx"
-    raise UserError(f"{path}: not a TFLite (.tflite) or ONNX (.onnx) model")
+    kind = model_format(path)
+    if kind is None:
+        raise UserError(f"{path}: not a TFLite (.tflite) or ONNX (.onnx) model")
+    return kind
 
 
 def _trainable_roles(graph: Graph) -> dict[str, tuple[Op, str]]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import read_text
+from zocodegen.limits import TRAIN_INTEGERS
 from zocodegen.training import checkpoint
 from zocodegen.training.simulator import Params, initial_params, predict
 from .updates import (LEVEL, FleetModel, Update, fedavg, fedavg_weights, parameter_delta,
@@ -76,6 +77,11 @@ class FleetServer:
         if steps < 1 or rounds < 1:
             raise UserError("--steps-per-round and --rounds must be at least 1")
         cfg = model.plan.config
+        most = TRAIN_INTEGERS["steps"][1]
+        if rounds * steps > most:  # a device counts its steps in 32 bits
+            raise UserError(f"{rounds} rounds of {steps} steps are {rounds * steps} steps, "
+                            f"beyond the {most} a device counts (--steps at most {most}): "
+                            "fewer --rounds or --steps-per-round")
         if cfg.schedule == "cosine" and rounds * steps > cfg.steps:
             raise UserError(f"{rounds} rounds of {steps} steps run past the build's cosine "
                             f"schedule (--steps {cfg.steps}): rebuild with --steps "

@@ -34,12 +34,14 @@ def check_library(options: BuildOptions) -> None:
         return
     needs = [fix for fix, needed in (
         ("--no-guard", train.guard), ("--lr ETA", train.lr_auto),
-        ("--block K", train.selects_block),
-        ("no --record-scalars (the host link reports them)", train.record_scalars)) if needed]
+        ("--block K", train.selects_block)) if needed]
     if needs:
         raise UserError("--as-library trains from your firmware's own samples, without the data "
                         "image whose validation records the training guard, --lr auto and "
                         f"--block auto read: add {', '.join(needs)}")
+    if train.record_scalars:
+        raise UserError("--record-scalars sends each step's query sums over the host link, "
+                        "which --as-library leaves to your firmware: drop --record-scalars")
 
 
 def library_sizes(plan: ProjectPlan) -> dict[str, int]:

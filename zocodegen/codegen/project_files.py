@@ -110,6 +110,7 @@ def write_project(files: dict[str, str], out_dir: Path, force: bool = False) -> 
     else of theirs is kept, always)."""
     shown = Path(out_dir)
     data = {rel: text.encode() for rel, text in files.items()}
+    out = staging = None
     try:
         with no_empty_folders_on_failure(shown):
             if shown.exists() and not shown.is_dir():
@@ -131,11 +132,32 @@ def write_project(files: dict[str, str], out_dir: Path, force: bool = False) -> 
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
     except OSError as exc:
-        raise UserError(f"cannot write the project into {shown}: {exc.strerror or exc} "
+        raise UserError(f"cannot write the project into {shown}: "
+                        f"{_refused(exc, shown, (staging, out))}"
                         f"(nothing changed){_hint(exc, shown)}") from None
     if retired is not None:
         _retire(retired, out, old or {}, {rel: _inode(existing[rel]) for rel in data
                                           if rel in existing})
+
+
+def _refused(exc: OSError, shown: Path, roots: tuple[Path | None, ...]) -> str:
+    """What the system refused, named as the user knows it ("DIR/src: File exists ..."):
+    a path in the staging folder or the resolved DIR is shown under DIR."""
+    why = f"{exc.strerror or exc} "
+    if not isinstance(exc.filename, (str, os.PathLike)):
+        return why
+    path = Path(exc.filename)
+    for root in roots:
+        if root is not None and path.is_relative_to(root):
+            path = shown / path.relative_to(root)
+            break
+        if root is not None and root.is_relative_to(path):  # a folder above DIR
+            path = (shown / "_").parents[len(root.parts) - len(path.parts)]
+            break
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return (f"{path}: {exc.strerror}: a file (or a link to one) is where the project "
+                "needs a folder; move it away ")
+    return f"{path}: {why}"
 
 
 def _hint(exc: OSError, shown: Path) -> str:

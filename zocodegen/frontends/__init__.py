@@ -20,16 +20,25 @@ def check_model_file(path: Path) -> None:
                          "file")
 
 
-def load_model(path: str | Path) -> Graph:
-    path = Path(path)
+def model_format(path: Path) -> str | None:
+    """"tflite" or "onnx", as the file's first bytes (or an ONNX file's name) say; None for
+    neither."""
     check_model_file(path)
     with open_input(path, "model") as f:
         head = f.read(8)
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    return "onnx" if path.suffix.lower() == ".onnx" or head[:1] == b"\x08" else None
+
+
+def load_model(path: str | Path) -> Graph:
+    path = Path(path)
+    kind = model_format(path)
     try:
-        if head[4:8] == b"TFL3":
+        if kind == "tflite":
             from .tflite import load_tflite
             graph = load_tflite(path)
-        elif path.suffix.lower() == ".onnx" or head[:1] == b"\x08":
+        elif kind == "onnx":
             from .onnx import load_onnx
             graph = load_onnx(path)
         else:

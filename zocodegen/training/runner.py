@@ -62,6 +62,7 @@ class RunSummary:
     # why a result the guard kept is not a validated improvement (its confirmation compared
     # only records the run trained on or selected on); "" when it is, or the start was kept
     unvalidated: str = ""
+    first_step: int = 0  # the step it started (a resumed run's checkpoint step)
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -236,9 +237,13 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
     """Never over an existing run unless asked: --resume continues it only when model, data
     and options are the run's; --force deletes it first."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory; choose another -o RUN")
+        raise UserError(f"{out_dir} is a file, not a directory: choose another -o RUN")
     present = [n for n in RUN_FILES if (out_dir / n).exists()]
     if resume:
+        if not (out_dir / "checkpoint.bin").is_file() and present:
+            raise UserError(f"--resume: {out_dir} holds no checkpoint.bin to continue from "
+                            f"(the run stopped before its first), only {', '.join(present)}: "
+                            "start it anew with --force (deletes them)")
         if not (out_dir / "checkpoint.bin").is_file():
             raise UserError(f"--resume: {out_dir} holds no checkpoint.bin to continue from; "
                             "drop --resume to start a new run")
@@ -257,6 +262,9 @@ def prepare_run_dir(out_dir: Path, identity: dict, resume: bool, force: bool) ->
                             f"({'; '.join(differs)}); resume with the run's own, or start "
                             "anew with --force")
         return
+    if present and not force and "checkpoint.bin" not in present:
+        raise UserError(f"{out_dir} holds a run that stopped before its first checkpoint "
+                        f"({', '.join(present)}): start it anew with --force (deletes it)")
     if present and not force:
         raise UserError(f"{out_dir} holds a run ({', '.join(present)}): continue it with "
                         "--resume, or start anew with --force (deletes it)")
@@ -429,7 +437,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                       guard.state.rollbacks if guard else 0, confusion, data.class_names,
                       split if has_test else None, window,
                       _unchanged(start, params, guard, ckpt is not None),
-                      _kept_unvalidated(guard))
+                      _kept_unvalidated(guard), first)
 
 
 def _accuracy_split(data: Dataset) -> tuple[str, np.ndarray | None, np.ndarray | None]:
