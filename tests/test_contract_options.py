@@ -92,6 +92,10 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
     ("fleet local --min-devices beyond its images", ["fleet", "local", "M", "--build",
      "FLEET_FW", "--native", "FLEET_FW", "--images", "IMG", "-o", "ROOT/fleet",
      "--min-devices", "5"], ("--min-devices 5", "--images", "(1)"), ("IMG",)),
+    ("build --recompute with --train none", BUILD + ["--target", "native", "--recompute",
+     "on"], ("--recompute", "--train none"), ()),
+    ("build --epochs names the option", BUILD + ["--target", "native", "--train", "full",
+     "--epochs", "2"], ("--epochs 2", "--steps"), ()),
     # unclear or misleading messages
     ("'' as a file name (not '.')", ["pack", "D", "-o", ""], ("--output", "got ''"), ()),
     ("'' as --data", ["simulate", "M", "--data", "", "-o", "ROOT/new_run"], ("--data",

@@ -191,12 +191,14 @@ def run_build(args: argparse.Namespace) -> BuildResult:
     out = args.output or Path(f"{Path(args.model).stem}_{args.target}")
     train = None
     ignored = set_train_options(args)
+    if args.recompute != "auto":  # it places a training build's saved activations
+        ignored.append("--recompute")
     if args.train == "none" and ignored:
         raise UserError(f"{', '.join(ignored)} set training options, but --train none builds "
                         "inference only: add --train full or --train sparse")
     if args.train != "none":
         if args.epochs is not None:
-            raise UserError("build needs --steps T: the firmware is generated before it sees "
+            raise UserError(f"--epochs {args.epochs}: build needs --steps T: the firmware is generated before it sees "
                             "the data, so it cannot count epochs")
         check_firmware_estimator(args.estimator, "the device")
         train = train_config(args)
