@@ -240,6 +240,7 @@ class CardRun:
     best_step: int | None
     rows: int
     torn: int  # log entries that did not verify
+    measured: bool = True  # an accuracy was measured (the status's last one is a measurement)
 
 
 def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
@@ -268,6 +269,11 @@ def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
         raise UserError(f"{source}: the field run's status record verifies, but its identity "
                         f"(the firmware's HELLO) does not: {exc}: was the card written by a "
                         "zocodegen field trainer?") from None
+    if area.run is None and _written_slots(raw, area.status, (field.RUN, field.RUN_COPY)):
+        raise UserError(f"{source}: the field run (step {area.status.step} of "
+                        f"{area.status.steps}) saved a checkpoint, but both copies of it are "
+                        "damaged (neither verifies): nothing to read back; the card is left "
+                        "as it is")
     entries = field.this_run(area.entries)
     rows = metrics_rows(entries)
     with writing_run(run_dir), replacing_folder(run_dir) as new:
@@ -282,7 +288,16 @@ def read_card(source: Path, run_dir: Path, force: bool = False) -> CardRun:
         write_atomic(new / "run.json", (json.dumps(
             run_record(source, area.status, identity, entries), indent=2) + "\n").encode())
     return CardRun(area.status, identity, _step(area.run), _step(area.best), len(rows),
-                   area.torn)
+                   area.torn, any(r.accuracy is not None for r in rows))
+
+
+def _written_slots(raw: bytes, status: field.FieldStatus, slots: tuple[int, ...]) -> bool:
+    """Whether any of these checkpoint slots holds bytes (a packed image's are zeros): a
+    checkpoint was saved there, whether it still verifies or not."""
+    size = status.slot * SECTOR_BYTES
+    if field.area_sectors(status.slot) * SECTOR_BYTES > len(raw):  # no run's slots fit
+        return False
+    return any(any(raw[k * size:(k + 1) * size]) for k in slots)
 
 
 def _check_run_output(source: Path, run_dir: Path, force: bool) -> None:
@@ -357,9 +372,12 @@ def describe(source: Path, run_dir: Path, found: CardRun) -> list[str]:
         s.state, f"stopped at {where}: {status.describe(s.status)}{record}")
     lines = [f"{source}: a field run of {found.identity.target}, {state}"]
     split = {0: "train", 1: "validation", 2: "test"}.get(s.split)
-    if split and s.of:
+    if split and s.of and found.measured:
         lines.append(f"last {split} accuracy {s.correct} of {s.of} "
                      f"({100 * s.correct / s.of:.1f}%)")
+    elif split:
+        lines.append(f"no {split} accuracy measured (the run stopped before its first "
+                     "measurement)")
     files = [f"checkpoint.bin (step {found.step})" if found.step is not None
              else "no checkpoint yet"]
     if found.best_step is not None:

@@ -188,3 +188,35 @@ def test_an_onnx_model_trained_with_the_defaults_exports_to_onnx(tmp_path, capsy
     assert main(["export", str(model), str(tmp_path / "run" / "checkpoint.bin"), "-o",
                  str(tmp_path / "tuned.onnx")]) == 0, capsys.readouterr().err
     capsys.readouterr()
+
+
+@pytest.mark.usefixtures("module_build_cache")
+def test_card_read_says_what_a_field_run_did_not_measure_or_lost(tmp_path, capsys):
+    """A field run stopped before its first measurement printed "last test accuracy 0 of 40
+    (0.0%)"; one whose two checkpoint copies are damaged read as "no checkpoint yet", exit 0."""
+    from test_field import LR_AUTO, _boot, _native, _pack
+    from zocodegen.formats import field
+    from zocodegen.formats.image import SECTOR_BYTES, read_header
+    image = _pack(tmp_path, "digits", False)
+    exe = _native(LR_AUTO)
+    stopped = tmp_path / "stopped.img"  # a damaged test record: stopped at the first evaluation
+    raw = bytearray(image.read_bytes())
+    raw[read_header(image).record_lba("test", 0) * SECTOR_BYTES] ^= 0xFF
+    stopped.write_bytes(bytes(raw))
+    assert _boot(exe, stopped).returncode == 1
+    assert main(["card", "read", str(stopped), "-o", str(tmp_path / "r1")]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy 0 of 40" not in out and "no test accuracy measured" in out, out
+    done = tmp_path / "done.img"  # a completed run, both copies of its checkpoint damaged
+    shutil.copy(image, done)
+    assert _boot(exe, done).returncode == 0
+    start = read_header(done).checkpoint_lba * SECTOR_BYTES
+    raw = bytearray(done.read_bytes())
+    area = raw[start:start + read_header(done).checkpoint_sectors * SECTOR_BYTES]
+    slot = field.read_area(bytes(area)).status.slot * SECTOR_BYTES
+    for k in (field.RUN, field.RUN_COPY):
+        raw[start + k * slot + 64] ^= 0xFF
+    done.write_bytes(bytes(raw))
+    code = main(["card", "read", str(done), "-o", str(tmp_path / "r2")])
+    assert_refused(code, capsys.readouterr().err, ("done.img", "both copies", "damaged"))
+    assert not (tmp_path / "r2").exists() and done.read_bytes() == bytes(raw)
