@@ -8,7 +8,6 @@ refusal, workspace files that must stay unchanged); arguments name workspace fil
 """
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, assert_refused
+from test_contract import _argv, _digest
 from zocodegen.cli import main
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
@@ -122,20 +122,6 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
      "--as-library", "--train", "full", *FIXED, "--record-scalars", "--estimator", "wp"],
      ("drop --record-scalars",), ()),
 ]
-
-
-def _argv(args: list[str], ws: dict[str, Path]) -> list[str]:
-    out = []
-    for a in args:
-        key, _, rest = a.partition("/")
-        out.append(str(ws[key] / rest) if rest and key in ws else str(ws.get(a, a)))
-    return out
-
-
-def _digest(path: Path) -> str:
-    if path.is_dir():
-        return "dir:" + ",".join(sorted(p.name for p in path.iterdir()))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("name, args, words, unchanged", ROWS, ids=[r[0] for r in ROWS])
