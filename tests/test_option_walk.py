@@ -133,6 +133,9 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("simulate", "--record-scalars"): "refused: the simulator has no device to send sums "
                                       "(test_contract_options)",
     ("build", "--epochs"): "refused: a build cannot count epochs (test_contract's row)",
+    **{(c, "--force"): "acts on an existing output: replaces a file that is not the "
+                       "command's own (tests/test_contract_outputs.py)"
+       for c in ("infer", "pack", "export")},
     ("build", "--force"): "acts on an existing DIR: replaces what a build wrote",
     ("infer", "--engine"): "the engines are bit-exact by design: the same outputs, other "
                            "speed (tests/test_codegen_bitexact.py, test_emulated.py)",
