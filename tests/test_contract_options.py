@@ -103,7 +103,7 @@ ROWS: list[tuple[str, list[str], tuple[str, ...], tuple[str, ...]]] = [
     ("card read of a directory (not 'Is a directory: 3')", ["card", "read", "CARD_DIR", "-o",
      "ROOT/card_run"], ("card_dir is a directory",), ()),
     ("build -o under a file names the file", BUILD + ["--target", "native", "-o",
-     "FILE/sub"], ("/file: File exists", "where the project needs a folder"), ("FILE",)),
+     "FILE/sub"], ("/file is a file, not a directory",), ("FILE",)),
     ("build over a src that links to a file names it", BUILD + ["--target", "native", "-o",
      "LINKED", "--force"], ("linked_fw/src: File exists",), ("LINKED", "FILE")),
     ("simulate -o under a file names the file", SIM + ["--steps", "2", "-o", "FILE/sub"],

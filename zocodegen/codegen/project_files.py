@@ -36,8 +36,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import UserError
-from ..files import (MissingInput, cache_root, file_sha256, no_empty_folders_on_failure,
-                     process_alive, read_input, write_new)
+from ..files import (MissingInput, blocking_file, cache_root, file_sha256,
+                     no_empty_folders_on_failure, process_alive, read_input, write_new)
 from ..files import exchange_folders as _exchange
 
 MANIFEST = "manifest.json"
@@ -115,6 +115,10 @@ def write_project(files: dict[str, str], out_dir: Path, force: bool = False) -> 
         with no_empty_folders_on_failure(shown):
             if shown.exists() and not shown.is_dir():
                 raise UserError(f"{shown} exists and is not a directory; choose another -o DIR")
+            if not blocking_file(shown).is_dir():  # a file where a folder above DIR goes
+                raise UserError(f"cannot write the project into {shown}: "
+                                f"{blocking_file(shown)} is a file, not a directory; choose "
+                                "another -o DIR")
             out = shown.resolve()  # a symlink's folder is the one replaced
             if out.parent.is_dir():
                 _remove_stale(out)
