@@ -95,6 +95,7 @@ FLIPS: dict[tuple[str, str], tuple[list[str], list[tuple[str, ...]], tuple[str, 
     ("pack", "--normalize"): (["--normalize=-1..1"], [], ()),
     ("pack", "--resize"): (["--resize", "stretch"], [], ()),
     ("pack", "--preprocess"): (["--preprocess", "HOOK"], [], ()),
+    ("pack", "--classes"): (["--classes", "2,1,0"], [], ()),
     ("infer", "--data"): (["--data", "IMG_0255"], [], ()),
 }
 #: The training options a build takes with --train full, flipped as simulate's
