@@ -107,8 +107,9 @@ def test_inspect_target_answers_first(capsys):
     assert main(["inspect", str(SCALE), "--target", "stm32f746"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("trains on the stm32f746: sparse training fits"), lines[0]
-    assert "full" in lines[2] and "DOES NOT FIT" in lines[2]
-    assert any("a step at Q = 50" in line for line in lines[:7])
+    assert lines[2].startswith("            an inference about ")  # under the inference line
+    assert lines[3].startswith("  full") and "DOES NOT FIT" in lines[3]
+    assert any("a step at Q = 50" in line for line in lines[:8])
     assert main(["inspect", str(SCALE), "--target", "stm32f746", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["board_fit"]
     assert data["train_auto"] == "sparse"
