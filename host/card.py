@@ -30,6 +30,7 @@ from zocodegen.formats import link as p
 from zocodegen.formats.image import SECTOR_BYTES, ImageLayout, verify_image
 from zocodegen.training import checkpoint
 from zocodegen.training.metrics import MetricsRow, write_curves, write_metrics
+from zocodegen.training.runner import end_record
 from .trainer import identity_record
 
 CHUNK = 1 << 20
@@ -357,6 +358,8 @@ def run_record(source: Path, found: field.FieldStatus, identity: p.Identity,
             record["lr"] = e.eta_ppm / 1e6
         elif e.kind == field.BLOCK:
             record["block"] = e.value
+        elif e.kind == field.STOP:
+            record["end"] = end_record(e.step, e.value, e.correct, e.of)
     return record
 
 

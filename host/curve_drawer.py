@@ -7,7 +7,7 @@ under QEMU"); a multiprocessing "spawn" pool avoided that but re-ran the caller'
 its worker, so a plain script calling ``zocodegen.train()`` without an
 ``if __name__ == "__main__":`` guard died with BrokenProcessPool. This child is started as
 ``python -m zocodegen.host.curve_drawer`` instead: it reads pickled (rows, run directory,
-title) jobs on its stdin and answers each with the drawing's exception or None.
+title, accuracy split) jobs on its stdin and answers each with the drawing's exception or None.
 """
 from __future__ import annotations
 
@@ -39,10 +39,12 @@ class CurveDrawer:
         self._busy = False  # a job was sent and its answer not read
         self._failure: BaseException | None = None
 
-    def submit(self, rows: Sequence[MetricsRow], run_dir: Path, title: str) -> None:
+    def submit(self, rows: Sequence[MetricsRow], run_dir: Path, title: str,
+               split: str = "test") -> None:
+        """Draw ``rows`` (their accuracy column measured on ``split``) into ``run_dir``."""
         self.wait()
         try:
-            pickle.dump((list(rows), Path(run_dir), title), self._child.stdin)
+            pickle.dump((list(rows), Path(run_dir), title, split), self._child.stdin)
             self._child.stdin.flush()
         except BrokenPipeError:
             raise self._died() from None
@@ -84,11 +86,11 @@ def serve(jobs, answers) -> None:
     """The child: draw each job, answer with None or the exception it raised."""
     while True:
         try:
-            rows, run_dir, title = pickle.load(jobs)
+            rows, run_dir, title, split = pickle.load(jobs)
         except EOFError:
             return
         try:
-            write_curves(rows, run_dir, title)
+            write_curves(rows, run_dir, title, split)
             failure = None
         except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
             failure = exc

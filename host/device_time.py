@@ -40,8 +40,9 @@ from zocodegen.projects import cached_build
 from zocodegen.qemu.runner import require_qemu
 from zocodegen.target import TARGET_NAMES, check_baud, target_data
 from zocodegen.training.config import TrainConfig
-from zocodegen.training.metrics import read_metrics
+from zocodegen.training.metrics import DeviceHours, MetricsRow, plot_curves, read_metrics
 from zocodegen.training.plan import training_plans
+from zocodegen.training.runner import curves_title
 
 from .devices import Firmware
 from .engines import run_samples
@@ -98,7 +99,8 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
 def recorded_shape(record: dict) -> RunShape:
     """What a `zocodegen simulate` run did, from its run.json."""
     config, selection = record["config"], record.get("selection") or {}
-    return RunShape(config["steps"], config["batch"], record.get("lr_trials", 0),
+    end = record.get("end") or {}  # the step the run ended at (the guard's stop: earlier)
+    return RunShape(end.get("step", config["steps"]), config["batch"], record.get("lr_trials", 0),
                     record.get("lr_trial_steps", 0), record.get("guard_every") or 0,
                     record.get("validation_records", 0), len(selection.get("correct", ())),
                     selection.get("samples", 0),
@@ -130,6 +132,13 @@ def seconds_at(step: int, shape: RunShape, costs: Costs) -> tuple[float, float]:
         records += 2 * shape.confirm_records
     return (compute + step * costs.step + records * costs.forward,
             link_s + step * shape.batch * costs.link + records * costs.link)
+
+
+def timed_evaluations(rows: list[MetricsRow], shape: RunShape, costs: Costs
+                      ) -> tuple[tuple[int, float, float], ...]:
+    """(step, accuracy, device hours from power-on) of each row that measured accuracy."""
+    return tuple((r.step, r.accuracy, sum(seconds_at(r.step, shape, costs)) / 3600)
+                 for r in rows if r.accuracy is not None)
 
 
 def record_link_seconds(input_bytes: int, baud: int = link.DEFAULT_BAUD,
@@ -208,6 +217,25 @@ def step_seconds(model: Path, board: str, config: TrainConfig) -> float:
     return (two + (three - two) * (config.queries - 2)) / clock_hz(board)
 
 
+#: The shares of a gain whose first crossing `device-time` reports (issue 63): half, most
+#: and nearly all of it.
+GAIN_SHARES = (0.5, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class Crossing:
+    share: float  # of the gain
+    accuracy: float  # start + share x gain
+    hours: float | None  # device hours when an evaluation first reached it; None: never
+
+
+def first_reached(evaluations: tuple[tuple[int, float, float], ...], accuracy: float
+                  ) -> float | None:
+    """The device hours of the first evaluation at or above ``accuracy`` (metrics.csv keeps
+    six decimals, so a level a record count meets exactly is met within 1e-9)."""
+    return next((h for _, a, h in evaluations if a >= accuracy - 1e-9), None)
+
+
 @dataclass(frozen=True)
 class DeviceTime:
     """A finished run as ``board`` would spend it."""
@@ -224,6 +252,16 @@ class DeviceTime:
     #: the split those accuracies are on: "test", or "validation" on an image without one
     #: (run.json's; None from a run recorded before it said)
     accuracy_split: str | None = "test"
+    ceiling: float | None = None  # the FP32 ceiling or a target accuracy, when given
+    shares: tuple[float, ...] = GAIN_SHARES
+
+    def crossings(self, goal: float) -> tuple[Crossing, ...]:
+        """When the accuracy first reached each share of the way from the start to ``goal``."""
+        before = self.evaluations[0][1]
+        return tuple(Crossing(share, before + share * (goal - before),
+                              first_reached(self.evaluations, before + share * (goal - before))
+                              if goal > before else None)
+                     for share in self.shares)
 
 
 def _measurable(config: TrainConfig) -> TrainConfig:
@@ -232,6 +270,13 @@ def _measurable(config: TrainConfig) -> TrainConfig:
     (each block's step is measured for the trials)."""
     block = (config.block or 0) if config.mode == "sparse" else None
     return dataclasses.replace(config, lr_auto=False, guard=False, block=block)
+
+
+def recorded_config(record: dict) -> TrainConfig:
+    """The run's options as run.json records them (fields of an older zocodegen dropped)."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in record["config"].items() if k in fields})
 
 
 def recorded_target(run: Path) -> str:
@@ -248,9 +293,11 @@ def recorded_target(run: Path) -> str:
 
 
 def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
-             say: Callable[[str], None] = lambda text: None) -> DeviceTime:
+             say: Callable[[str], None] = lambda text: None, ceiling: float | None = None,
+             shares: tuple[float, ...] = GAIN_SHARES) -> DeviceTime:
     """Measures ``run``'s costs on ``board`` (several QEMU runs) and adds up what the run
-    recorded it did; ``say`` hears when the measuring starts."""
+    recorded it did; ``say`` hears when the measuring starts. ``ceiling``: an accuracy
+    (0..1) whose gain the crossings are also reported for (the FP32 ceiling, a target)."""
     if board not in TARGET_NAMES:
         raise UserError(f"--target {board}: device time is measured for the boards "
                         f"{', '.join(TARGET_NAMES)}")
@@ -263,9 +310,7 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     try:
         record = json.loads(read_text(facts, "run record"))
         model = Path(record["model"])
-        fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        config = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                for k, v in record["config"].items() if k in fields})
+        config = recorded_config(record)
         shape = recorded_shape(record)
         counts = dataclasses.astuple(shape)
         if not all(isinstance(n, int) and n >= 0 for n in counts):
@@ -296,11 +341,9 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     costs = Costs(step, forward_seconds(model, board, images.astype(np.int8)),
                   link_seconds_per_record(graph, baud), blocks)
     compute, link_s = seconds_at(shape.steps, shape, costs)
-    rows = read_metrics(run / "metrics.csv") if (run / "metrics.csv").is_file() else []
-    evaluations = tuple((r.step, r.accuracy, sum(seconds_at(r.step, shape, costs)) / 3600)
-                        for r in rows if r.accuracy is not None)
+    evaluations = timed_evaluations(read_metrics(run / "metrics.csv"), shape, costs)
     return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations,
-                      record.get("accuracy_split"))
+                      record.get("accuracy_split"), ceiling, shares)
 
 
 def describe(run: Path, t: DeviceTime) -> list[str]:
@@ -321,16 +364,52 @@ def describe(run: Path, t: DeviceTime) -> list[str]:
              f"  in all: {duration(t.compute_seconds + t.link_seconds)} of device time "
              f"({duration(t.compute_seconds)} computing, {duration(t.link_seconds)} on the "
              "link)"]
-    if len(t.evaluations) >= 2:
-        before, after = t.evaluations[0][1], t.evaluations[-1][1]
-        gain = after - before
-        split = (f"{t.accuracy_split} accuracy" if t.accuracy_split else
-                 "accuracy (on the test split, or validation without one)")
-        lines.append(f"  {split} {100 * before:.1f}% -> {100 * after:.1f}% "
-                     f"({100 * gain:+.1f} points)"
-                     + (", the split the guard selects on" if t.accuracy_split == "validation"
-                        else ""))
-        reached = next((h for _, a, h in t.evaluations if a - before >= 0.9 * gain), None)
-        if gain > 0 and reached is not None:
-            lines.append(f"  90 % of the gain after {duration(3600 * reached)}")
+    return lines + time_to_accuracy(t)
+
+
+def _accuracy_name(t: DeviceTime) -> str:
+    return (f"{t.accuracy_split} accuracy" if t.accuracy_split else
+            "accuracy (on the test split, or validation without one)")
+
+
+def time_to_accuracy(t: DeviceTime) -> list[str]:
+    """The run's accuracy against device hours: start and result, and the hours at which it
+    first reached each share of its own gain (and of the way to the ceiling, when given)."""
+    if len(t.evaluations) < 2:
+        return [f"  no {_accuracy_name(t)} measured during the run (the data has neither a "
+                "test nor a validation split)"] if not t.evaluations else []
+    before, after = t.evaluations[0][1], t.evaluations[-1][1]
+    guard = ", the split the guard selects on" if t.accuracy_split == "validation" else ""
+    lines = [f"  {_accuracy_name(t)} {100 * before:.1f}% -> {100 * after:.1f}% "
+             f"({100 * (after - before):+.1f} points){guard} in "
+             f"{duration(3600 * t.evaluations[-1][2])}"]
+    goals = [("the run's gain", after)]
+    if t.ceiling is not None:
+        goals.append((f"the gain to {100 * t.ceiling:.1f}% (--ceiling)", t.ceiling))
+    for what, goal in goals:
+        if goal <= before:
+            lines.append(f"  {what}: none (the {t.accuracy_split or 'accuracy'} split did not rise "
+                         "above the start)")
+            continue
+        crossings = t.crossings(goal)
+        shares = " / ".join(f"{100 * c.share:g}" for c in crossings)
+        levels = " / ".join(f"{100 * c.accuracy:.1f}" for c in crossings)
+        hours = " / ".join("never" if c.hours is None else duration(3600 * c.hours)
+                           for c in crossings)
+        lines.append(f"  device time to {shares} % of {what} ({levels} % "
+                     f"{t.accuracy_split or 'accuracy'}): {hours}")
     return lines
+
+
+def draw_hours(run: Path, t: DeviceTime) -> None:
+    """The run's curves.png again, with the accuracy against device hours below the steps
+    (its marks: each share of the run's gain, or of the ceiling's when given)."""
+    record = json.loads((run / "run.json").read_text())
+    rows = read_metrics(run / "metrics.csv")
+    goal = t.ceiling if t.ceiling is not None else t.evaluations[-1][1]
+    whose = "the ceiling's" if t.ceiling is not None else "the run's"
+    marks = tuple((f"{100 * c.share:g} % of {whose} gain", c.accuracy, c.hours)
+                  for c in t.crossings(goal)) if goal > t.evaluations[0][1] else ()
+    title = f"{curves_title(record['model'], recorded_config(record), record['lr'])}, {t.board}"
+    plot_curves(rows, run / "curves.png", title, t.accuracy_split or "test",
+                DeviceHours({step: h for step, _, h in t.evaluations}, marks))

@@ -23,9 +23,10 @@ from tqdm import tqdm
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
-from zocodegen.training.guard import (confirmation_where, trained_confirmation_records,
+from zocodegen.training.guard import (Score, confirmation_where, trained_confirmation_records,
                                       trials_tied, unvalidated)
-from zocodegen.training.runner import check_step, delete_run, read_run_record
+from zocodegen.training.runner import check_step, delete_run, end_record, read_run_record
+from zocodegen.training.simulator import Stop
 from zocodegen.progress import in_lines, progress_bar
 from .blocks import ImageBlocks
 from .curve_drawer import CurveDrawer
@@ -197,16 +198,26 @@ class Trainer:
         record = self._record()
         if "accuracy_before" not in record:
             record["accuracy_before"] = self._evaluate(session, step)
+            record["accuracy_split"] = self._split
             self._write_record(record)
-        while step < total:
+        while step < total and not self._stopped():
             chunk = min(every - step % every, total - step)
             self._chunk_end = step + chunk
             step = self._command(session, "training", p.train(chunk)).value
             self._check_image_unchanged(reopened=False)
             self._save(session, step)
             self._evaluate(session, step)
-            if step < total:  # after the last chunk run() draws them once, in this process
+            if step < total and not self._stopped():  # else run() draws them once, here
                 self._plot(background=True)
+        if "end" not in self._record():
+            self._write_record({**self._record(), "end": end_record(step)})
+
+    def _stopped(self) -> bool:
+        """The device's guard ended the run (its STOP event, in run.json; its checkpoint, which
+        a T then leaves where it is): no T follows."""
+        return (self._record().get("end", {}).get("reason") == "patience"
+                or (self.ckpt_path.is_file()
+                    and checkpoint.load(self.ckpt_path).falling == checkpoint.STOPPED))
 
     def _restore(self, session: DeviceSession) -> int:
         """Device state = RUN/checkpoint.bin (or the flash parameters); returns the step."""
@@ -446,12 +457,13 @@ class Trainer:
                else f"{self.identity.lr:g}")
         title = (f"{self.identity.target}: {self.identity.estimator}, "
                  f"Q={self.identity.queries}, eta={eta}")
+        split = self._split or "test"
         if not background:
-            write_curves(rows, self.run_dir, title)
+            write_curves(rows, self.run_dir, title, split)
             return
         if self._drawer is None:
             self._drawer = CurveDrawer()
-        self._drawer.submit(rows, self.run_dir, title)
+        self._drawer.submit(rows, self.run_dir, title, split)
 
     # ---- live output ----------------------------------------------------------------
     def _telemetry(self, t: p.Telemetry) -> None:
@@ -486,7 +498,9 @@ class Trainer:
             self._start_confirmed = e
         elif e.kind == p.EventKind.CONFIRM:
             start, of = self._start_confirmed, max(1, e.of)
-            last = e.step == self.identity.steps  # then the validation records count too
+            # the last parameters (then the validation records count too): the last step's,
+            # or the guard's stop's
+            last = e.step in (self.identity.steps, self._record().get("end", {}).get("step"))
             what = "the last parameters" if last else "the best"
             validation = self._checked if last else 0
             training = e.of - validation
@@ -500,6 +514,11 @@ class Trainer:
                       f"start gets wrong and {(e.steps - net) // 2} the other way, loss "
                       f"{e.loss_q16 / 65536 / of:.4f} against "
                       f"{start.loss_q16 / 65536 / of:.4f}" + (f" ({why})" if why else ""))
+        elif e.kind == p.EventKind.STOP:
+            self._say(Stop(e.step, e.steps, e.step - e.steps, Score(e.correct, e.loss_q16)
+                           ).line(e.of))
+            self._write_record({**self._record(),
+                                "end": end_record(e.step, e.steps, e.correct, e.of)})
         elif e.kind == p.EventKind.LR_TRIAL:
             self._trials.append((e.loss_q16, e.steps))
             self._say(f"lr trial {e.eta_ppm / 1e6:g}: {e.steps} steps, validation "

@@ -14,6 +14,7 @@ from zocodegen.datasets import digits_npz
 from zocodegen.frontends import load_model
 from zocodegen.host import device_time as dt
 from zocodegen.training.config import TrainConfig
+from zocodegen.training.metrics import MetricsRow, read_metrics, write_metrics
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
 
@@ -97,6 +98,58 @@ def test_link_time_of_a_64x64_record():
     assert before / now > 10
 
 
+def _synthetic_run(tmp_path, split="test"):
+    """A run folder whose metrics.csv has known crossings: accuracy 0.20 before training,
+    then 0.30 / 0.45 / 0.50 / 0.56 / 0.60 at steps 10..50 (gain 0.40: 50 % = 0.40 first at
+    step 20 (0.45), 80 % = 0.52 at step 40, 90 % = 0.56 at step 40)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [MetricsRow(0, float("nan"), 0.0, 0.2)]
+    for step in range(1, 51):
+        acc = {10: 0.3, 20: 0.45, 30: 0.5, 40: 0.56, 50: 0.6}.get(step)
+        rows.append(MetricsRow(step, 1.0, 0.01, acc, None, ""))
+    write_metrics(run / "metrics.csv", rows)
+    (run / "run.json").write_text(json.dumps({
+        "model": str(DIGITS), "config": TrainConfig(steps=50, lr_auto=True).as_dict(),
+        "lr": 0.01, "accuracy_split": split}))
+    return run
+
+
+def test_time_to_accuracy_of_a_synthetic_run(tmp_path):
+    """Device hours to 50 / 80 / 90 % of the run's gain and of a ceiling's, at the first
+    evaluation at or above each level, the split named; curves.png gains its hours panel."""
+    run = _synthetic_run(tmp_path)
+    shape = dt.RunShape(50, 1)  # no trials, no guard: step k is done after k steps
+    costs = dt.Costs(step=36.0, forward=0.5, link=0.0)  # 100 steps an hour
+    evaluations = dt.timed_evaluations(read_metrics(run / "metrics.csv"), shape, costs)
+    assert [e[2] for e in evaluations] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    t = dt.DeviceTime("stm32h7b3", 1_228_800, costs, shape, 1800.0, 0.0, evaluations, "test",
+                      ceiling=0.7)
+    own = t.crossings(0.6)
+    assert [c.hours for c in own] == [0.2, 0.4, 0.4]
+    assert [round(c.accuracy, 6) for c in own] == [0.4, 0.52, 0.56]
+    ceiling = t.crossings(0.7)  # 0.45, 0.60, 0.65: the last never reached
+    assert [c.hours for c in ceiling] == [0.2, 0.5, None]
+    lines = dt.time_to_accuracy(t)
+    assert lines[0] == "  test accuracy 20.0% -> 60.0% (+40.0 points) in 30.0 min"
+    assert lines[1] == ("  device time to 50 / 80 / 90 % of the run's gain (40.0 / 52.0 / "
+                        "56.0 % test): 12.0 min / 24.0 min / 24.0 min")
+    assert lines[2] == ("  device time to 50 / 80 / 90 % of the gain to 70.0% (--ceiling) "
+                        "(45.0 / 60.0 / 65.0 % test): 12.0 min / 30.0 min / never")
+    # a shifted level moves the crossing: nothing in this test holds by construction
+    assert dt.DeviceTime("b", 1, costs, shape, 0, 0, evaluations, "test",
+                         shares=(0.25,)).crossings(0.6)[0].hours == 0.1
+    before = (run / "metrics.csv").read_bytes()
+    dt.draw_hours(run, t)
+    from PIL import Image
+    assert Image.open(run / "curves.png").size == (800, 800)  # two panels (one: 800 x 450)
+    assert (run / "metrics.csv").read_bytes() == before
+    valid = dt.DeviceTime("b", 1, costs, shape, 0, 0, evaluations, "validation")
+    assert dt.time_to_accuracy(valid)[0].startswith("  validation accuracy 20.0%")
+    flat = dt.DeviceTime("b", 1, costs, shape, 0, 0, evaluations[:1] * 2, "test")
+    assert "none (the test split did not rise above the start)" in dt.time_to_accuracy(flat)[1]
+
+
 @pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
                     reason="needs gcc-arm-none-eabi and qemu-system-arm")
 def test_device_time_of_a_simulated_run(tmp_path, capsys):
@@ -108,16 +161,20 @@ def test_device_time_of_a_simulated_run(tmp_path, capsys):
     digits_npz(data, graph.tensor(graph.inputs[0]).quant)
     run = tmp_path / "run"
     assert main(["simulate", str(DIGITS), "--data", str(data), "-o", str(run), "--steps",
-                 "40", "--queries", "3"]) == 0
+                 "80", "--queries", "3"]) == 0  # 66.4 -> 69.4 % test accuracy
     printed = capsys.readouterr().out
     record = json.loads((run / "run.json").read_text())
     shape = dt.recorded_shape(record)
-    assert shape == dt.run_shape(printed, 40, 1)
+    assert shape == dt.run_shape(printed, 80, 1)
     assert shape.lr_trials == 3 and shape.val_records > 0 and shape.guard_every > 0
-    assert main(["device-time", str(run), "--target", "stm32f746"]) == 0
+    drawn = (run / "curves.png").read_bytes()
+    assert main(["device-time", str(run), "--target", "stm32f746", "--ceiling", "99"]) == 0
     out = capsys.readouterr().out
     assert f"{shape.lr_trials} lr trials of {shape.lr_trial_steps} steps" in out, out
     assert "of device time" in out and "test accuracy" in out, out
+    # the time-to-accuracy lines, at the hours the run's own evaluations were done
+    assert "% of the run's gain (" in out and "% of the gain to 99.0% (--ceiling)" in out, out
+    assert (run / "curves.png").read_bytes() != drawn
     config = TrainConfig(queries=3)
     counts = [dt.step_instructions(DIGITS, "stm32f746", replace(config, queries=q), tmp_path)
               for q in (2, 3, 5)]

@@ -3,6 +3,7 @@
 with the same checkpoint bytes; the rules themselves; bad input."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from zocodegen.host.engines import FirmwareSession
 from zocodegen.frontends import load_model
 from zocodegen.formats import link as p
 from zocodegen.formats.image import pack_image
+from zocodegen.training.checkpoint import STOPPED
 from zocodegen.training.checkpoint import load as load_checkpoint
 from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
@@ -122,8 +124,17 @@ CASES = [
     # on hard_image, a best at step 6 and a last check below it within noise: the last
     # parameters are the result (guard.last_is_result), confirmed against the start
     TrainConfig(steps=12, queries=3, lr=0.05, guard=True, guard_every=2),
+    # the guard's stop (--patience): eta far too large, no check beats the start, and the
+    # third check without a new best (step 3, a fall: rolled back) ends the run
+    TrainConfig(steps=12, queries=2, lr=3.0, guard=True, guard_every=1, patience=3),
+    # on hard_image, bests up to step 16, then three checks without one: the run stops at
+    # step 22 of 24, the stopping check treated as the last (the result, its confirmation)
+    TrainConfig(steps=24, queries=3, lr=0.05, guard=True, guard_every=2, patience=3),
 ]
-IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image", "hard_image")
+IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image", "hard_image",
+          "digits_image", "hard_image")
+#: where CASES[5] and CASES[6] stop (their simulations' checks, guard.patience_ends)
+STOPS = {5: 3, 6: 22}
 
 
 @pytest.mark.parametrize("engine, config", [
@@ -132,11 +143,14 @@ IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image", "ha
     pytest.param("native", CASES[2], id="rollback-then-best-native"),
     pytest.param("native", CASES[3], id="unconfirmed-native"),
     pytest.param("native", CASES[4], id="last-is-result-native"),
+    pytest.param("native", CASES[5], id="stop-at-the-start-native"),
+    pytest.param("native", CASES[6], id="stop-after-a-best-native"),
     # QEMU: the rollback case (lr trials on QEMU: tests/test_training.py, per-sample NP) and
     # the end's confirmation
     pytest.param("qemu", CASES[1], id="rollback-qemu", marks=ENGINES[1].marks),
     pytest.param("qemu", CASES[3], id="unconfirmed-qemu", marks=ENGINES[1].marks),
-    pytest.param("qemu", CASES[4], id="last-is-result-qemu", marks=ENGINES[1].marks)])
+    pytest.param("qemu", CASES[4], id="last-is-result-qemu", marks=ENGINES[1].marks),
+    pytest.param("qemu", CASES[6], id="stop-after-a-best-qemu", marks=ENGINES[1].marks)])
 def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
     image = request.getfixturevalue(IMAGES[CASES.index(config)])
     run = tmp_path / "run"
@@ -156,6 +170,18 @@ def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
         assert "best" in events[events.index("rollback"):], events
     if config.lr_auto:
         assert sum(e.kind == p.EventKind.LR_TRIAL for e in device_events) == 3
+    stops = [e for e in device_events if e.kind == p.EventKind.STOP]
+    end = json.loads((run / "run.json").read_text())["end"]
+    ckpt = load_checkpoint(run / "checkpoint.bin")
+    if CASES.index(config) in STOPS:  # the same stop step on the device and in run.json
+        stop = STOPS[CASES.index(config)]
+        assert [(e.step, e.steps) for e in stops] == [(stop, end["steps_since_best"])], stops
+        assert end["reason"] == "patience" and end["step"] == ckpt.step == stop < config.steps
+        assert ckpt.falling == STOPPED and end["best_step"] == stop - config.patience * (
+            config.guard_every)
+        assert read_metrics(run / "metrics.csv")[-1].step == stop
+    else:
+        assert stops == [] and end == {"reason": "steps", "step": config.steps}
     if config is CASES[4]:  # the last check is the result though it is not the best check
         checks = [r for r in read_metrics(run / "metrics.csv") if r.val_accuracy is not None]
         assert checks[-1].step == config.steps and checks[-1].event == "best", events

@@ -10,6 +10,7 @@ device-time RUN` measures a simulated run's instead.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from .codegen.fit import fit, one_block_runs
@@ -21,6 +22,7 @@ from .ops.table import macs
 from .summary import duration
 from .target import Target, target_data
 from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig
+from .training.guard import CHECK_SHARE, LR_CANDIDATES, TRIAL_SHARE
 
 #: Instructions of one op, a * MACs + b * output elements + c, by op family: least squares
 #: over the per-layer counts of the profiling build (-DZO_PROFILE_LAYERS; benchmarks/
@@ -100,6 +102,39 @@ def step_instructions(graph: Graph, training: TrainingCode, model: int = 0) -> f
                                                                        + layer.bias_count)
         fixed += PER_PARAMETER * trained
     return fixed + training.queries * sides * training.batch * per_query
+
+
+def budget_steps(graph: Graph, training: TrainingCode, run: TrainConfig, board: str) -> int:
+    """The steps a run of ``run.budget`` device seconds takes on ``board`` (``--budget``): as
+    many as fit by the estimate of a step (the slowest block's, when --block auto chooses on
+    the device), with what the run adds to its steps: --lr auto's trials (TRIAL_SHARE of the
+    steps per candidate), the guard's checks (CHECK_SHARE of the forwards) and sparse
+    --block auto's trials (one epoch of --trial-samples per block). The link's time is not
+    counted (a field trainer has none; docs/training.md "Length of a run"). Computed once,
+    at build time, into the build's steps: the simulator and the board run the same run."""
+    step = [step_instructions(graph, training, k) / clock_hz(board)
+            for k in range(len(training.models))]
+    trials = (-(-run.trial_samples // run.batch) * sum(step)) if run.selects_block else 0.0
+    share = 1.0 + (len(LR_CANDIDATES) * TRIAL_SHARE if run.lr_auto else 0.0) + (
+        CHECK_SHARE if run.guard else 0.0)
+    steps = math.floor((run.budget - trials) / (max(step) * share))
+    if steps < 1:
+        raise UserError(f"--budget {duration(run.budget)} is less than one training step on "
+                        f"the {board} ({duration(max(step) * share)} with its trials and "
+                        f"checks{'' if not trials else f', after {duration(trials)} of block trials'})"
+                        ": give a longer --budget")
+    return min(steps, run.steps)
+
+
+def resolve_budget(graph: Graph, options: BuildOptions) -> BuildOptions:
+    """A build (or the simulated run of one) with --budget: its steps become budget_steps's,
+    at most --steps. ``graph`` and ``options`` as the fit search left them."""
+    run = options.train
+    if run is None or not run.budget:
+        return options
+    plan = plan_project(graph, options)
+    return replace(options, train=replace(run, steps=budget_steps(graph, plan.training, run,
+                                                                  options.board)))
 
 
 def clock_hz(board: str) -> float:

@@ -550,8 +550,13 @@ def cmd_flash(args: argparse.Namespace) -> None:
 def cmd_device_time(args: argparse.Namespace) -> None:
     target = args.target or device_time.recorded_target(args.run)
     estimate = device_time.estimate(args.run, target, args.baud,
-                                    lambda text: print(text, file=sys.stderr))
+                                    lambda text: print(text, file=sys.stderr),
+                                    None if args.ceiling is None else args.ceiling / 100,
+                                    args.shares)
     print("\n".join(device_time.describe(args.run, estimate)))
+    if len(estimate.evaluations) >= 2:
+        device_time.draw_hours(args.run, estimate)
+        print(f"  accuracy against device hours: {args.run / 'curves.png'}")
 
 
 COMMANDS = {"inspect": cmd_inspect, "infer": cmd_infer, "build": cmd_build,

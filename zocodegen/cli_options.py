@@ -14,13 +14,15 @@ from .frontends import model_format
 from .codegen.project import BUILD_TARGETS
 from .codegen.project import DATA_MODES, INPUT_QUANTIZE_MODES, PATCH_MODES
 from .formats.link import DEFAULT_BAUD
+from .host.device_time import GAIN_SHARES
 from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
 from .training.config import (ESTIMATOR_FALLBACK, ESTIMATORS, MODE_AUTO, MODES, SCHEDULES,
                               SCALES_BY_DEFAULT, scales_apply,
-                              TrainConfig, parse_blocks, parse_bp_layers, parse_layer_list)
+                              TrainConfig, parse_blocks, parse_bp_layers, parse_duration,
+                              parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
 from .training.perturbation import DISTRIBUTIONS
@@ -74,6 +76,15 @@ def path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("expects a file or folder name, got ''")
     return Path(text)
+
+
+def _shares(text: str) -> tuple[float, ...]:
+    """'50,80,90' -> (0.5, 0.8, 0.9): shares of a gain, each above 0 and at most 100 %."""
+    share = _real(0.0, 100.0, open_minimum=True)
+    try:
+        return tuple(share(part) / 100 for part in text.split(","))
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"expects percentages like 50,80,90: {exc}") from None
 
 
 _SECONDS = _real(0.0, open_minimum=True)
@@ -302,6 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the board, at its clock (default: the one `simulate --target` "
                         "trained the run for)")
     _add_baud(p, "the link's baud rate")
+    p.add_argument("--ceiling", type=_real(0.0, 100.0, open_minimum=True), metavar="PCT",
+                   help="an accuracy in percent on the run's accuracy split (the FP32 "
+                        "ceiling, or a target): also report the device hours to the shares of "
+                        "the gain from the start to it, and mark them in curves.png")
+    p.add_argument("--shares", type=_shares, default=GAIN_SHARES, metavar="P,P,...",
+                   help="the shares of a gain, in percent, whose first crossing is reported "
+                        f"(default {','.join(f'{100 * s:g}' for s in GAIN_SHARES)})")
     p.set_defaults(handler="device_time")
 
     p = sub.add_parser("flash", help=f"upload a {'/'.join(TARGET_NAMES)} project to its board "
@@ -469,6 +487,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                         f"{_RUN.steps})")
     g.add_argument("--epochs", type=_integer(1), metavar="E",
                    help="simulate, instead of --steps: T = E passes over x")
+    g.add_argument("--budget", metavar="DURATION",
+                   help="device time on the board (e.g. 1h, 90min): the run's steps are as "
+                        "many as fit, by the step `inspect` estimates with the trials and "
+                        "checks (at most --steps); computed at build time, so the simulator "
+                        "and the board stop at the same step")
     g.add_argument("--queries", type=_integer(*TRAIN_INTEGERS["queries"]),
                    default=_RUN.queries, metavar="Q",
                    help=f"perturbations per layer and step (default {_RUN.queries}, the "
@@ -490,6 +513,10 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--guard-samples", type=_integer(*TRAIN_INTEGERS["guard_samples"]),
                    default=_RUN.guard_samples, metavar="V",
                    help=f"validation records per check (default {_RUN.guard_samples})")
+    g.add_argument("--patience", type=_integer(*TRAIN_INTEGERS["patience"]),
+                   default=_RUN.patience, metavar="C",
+                   help="the guard ends the run after C checks in a row without a new best "
+                        f"(default {_RUN.patience}; 0: never; docs/training.md)")
     g.add_argument("--schedule", choices=SCHEDULES, default=_RUN.schedule)
     g.add_argument("--seed", type=_SEED, default=_RUN.seed, metavar="S")
     g.add_argument("--estimator", choices=ESTIMATORS,
@@ -622,7 +649,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(steps=steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,
-                       guard_samples=args.guard_samples,
+                       guard_samples=args.guard_samples, patience=args.patience,
+                       budget=0.0 if args.budget is None else parse_duration(args.budget),
                        schedule=args.schedule, seed=args.seed, estimator=estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),

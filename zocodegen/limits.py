@@ -30,6 +30,7 @@ TRAIN_INTEGERS: dict[str, tuple[int, int]] = {
     "seed": (0, UINT32_MAX),  # zo_train_model.seed
     "guard_every": (0, UINT32_MAX),  # zo_guard_config.every (0: from the forward budget)
     "guard_samples": (1, UINT32_MAX),  # zo_guard_config.samples
+    "patience": (0, UINT32_MAX),  # zo_guard_config.patience (0: never stop early)
     "trial_samples": (1, UINT32_MAX),  # TRAINING_TRIAL_SAMPLES
     "trial_held_out": (1, UINT32_MAX),  # TRAINING_TRIAL_HELD_OUT
 }

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .board_fit import resolve_budget
 from .codegen.fit import fit
 from .codegen.library import render_library
 from .codegen.project import BuildOptions, ProjectPlan, plan_project, render_project
@@ -31,6 +32,7 @@ def _render(model_path: Path, options: BuildOptions, graph: Graph | None
     """Plan and render a model (loaded here unless the caller already has its graph)."""
     graph = graph if graph is not None else load_model(model_path)
     graph, options = fit(graph, options)
+    options = resolve_budget(graph, options)
     plan = plan_project(graph, options)
     render = render_library if options.library else render_project
     return plan, render(graph, read_input(model_path, "model"), Path(model_path).name, options,

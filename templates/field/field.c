@@ -102,7 +102,7 @@ static void complete(void)
     }
     zo_line_start(&l);
     zo_line_u64(&l, "end: complete: ", field.step);
-    zo_line_text(&l, " steps");
+    zo_line_text(&l, field.guard_stopped ? " steps (the guard's stop)" : " steps");
     if (field.split != FIELD_NO_SPLIT) {
         zo_line_text(&l, field.split == ZO_SPLIT_TEST ? ", test " : ", validation ");
         zo_line_u64(&l, "", field.correct);
@@ -124,7 +124,7 @@ static void give(uint8_t command, uint32_t argument, uint16_t argument_bytes)
 /* The next chunk of host/trainer.py's loop, or the end. */
 static void next_chunk(void)
 {
-    if (field.step >= field.steps) {
+    if (field.step >= field.steps || field.guard_stopped) {
         complete();
     }
     const uint32_t left = field.every - field.step % field.every;
@@ -411,6 +411,9 @@ int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycle
         }
         break;
     case ZO_LINK_CMD_TRAIN:
+        /* fewer steps than asked, and no error: the guard ended the run (its STOP event, or
+         * a run resumed after it, whose T trains nothing) */
+        field.guard_stopped = value < field.step + zo_get_u32(field.command + 1);
         field.step = value;
         field.trained = 1;
         if (field.split == FIELD_NO_SPLIT) {

@@ -28,6 +28,7 @@ typedef struct {
     int ours;           /* the card's status record is this run's (or there is none) */
     int trained;        /* a chunk ran since the last S: A then measures its result */
     int new_best;       /* the guard wrote its best slot since the last copy */
+    int guard_stopped;  /* the last T trained fewer steps than asked: the guard's stop */
     uint8_t split;      /* where accuracy is measured: test, else val, else none */
     uint32_t split_count;
     uint32_t correct;   /* the last accuracy */

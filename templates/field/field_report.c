@@ -168,6 +168,13 @@ int zo_link_event(uint8_t kind, uint8_t decision, uint32_t step, uint32_t correc
         }
         zo_line_u64(&l, ": records ", correct);
         zo_line_u64(&l, " of ", of);
+    } else if (kind == ZO_EVENT_STOP) {
+        zo_line_u64(&l, "guard stop at step ", step);
+        zo_line_u64(&l, ": no new best in ", steps);
+        zo_line_u64(&l, " steps (the best: step ", step - steps);
+        zo_line_u64(&l, ", validation ", correct);
+        zo_line_u64(&l, " of ", of);
+        zo_line_text(&l, "); the run ends here");
     } else if (kind == ZO_EVENT_LR_TRIAL) {
         field_line_fixed(&l, "lr trial eta ", eta_ppm, 6u);
         zo_line_u64(&l, ": ", steps);

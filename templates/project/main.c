@@ -236,7 +236,8 @@ static void guard_report(const zo_guard_event *e)
 }
 
 /* The first T of a run also picks eta (--lr auto) and takes the guard's baseline; every
- * step is followed by the guard's check when one is due (docs/training.md). */
+ * step is followed by the guard's check when one is due (docs/training.md). A run the guard
+ * has ended (its patience) trains no further step: value stays its step. */
 static int train(uint32_t steps, uint32_t *value)
 {
     int rc = state.sample_count == 0u ? ZO_IMAGE_ERR_NOT_OPEN
@@ -244,7 +245,8 @@ static int train(uint32_t steps, uint32_t *value)
     if (rc == ZO_TRAIN_OK) {
         rc = zo_guard_begin(active, &state, &image, guard_report);
     }
-    for (uint32_t k = 0u; k < steps && rc == ZO_TRAIN_OK && !zo_link_restarting(); ++k) {
+    for (uint32_t k = 0u; k < steps && rc == ZO_TRAIN_OK && !zo_link_restarting()
+                          && !zo_guard_stopped(&state); ++k) {
         rc = zo_train_step(active, &state);
         if (rc == ZO_TRAIN_OK) {
             rc = zo_guard_after_step(active, &state, &image, guard_report);

@@ -118,11 +118,12 @@ static int verify_checkpoint(const zo_train_model *m, const zo_train_state *s,
     }
     header_bytes(m, s, zo_get_u32(h + ZO_CKPT_OFF_STEP), expect);
     /* the run's seed and the guard state are the checkpoint's own, not enforced, except
-     * that a pending fall count below the build's rollback count */
+     * that a pending fall count below the build's rollback count (or the guard's stop) */
     const uint32_t falls = m->guard != NULL && m->guard->guard ? m->guard->falls_to_roll_back
                                                                : 1u;
+    const uint32_t falling = zo_get_u32(h + ZO_CKPT_OFF_FALLING);
     if (memcmp(h, expect, ZO_CKPT_IDENTITY_BYTES) != 0
-        || zo_get_u32(h + ZO_CKPT_OFF_FALLING) >= falls) {
+        || (falling >= falls && !(falling == ZO_CKPT_STOPPED && falls > 1u))) {
         return ZO_TRAIN_ERR_CHECKPOINT;
     }
     uint32_t crc = zo_crc32(0u, h, ZO_CKPT_HEADER_BYTES);

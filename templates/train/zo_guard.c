@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "zo_checkpoint_format.h" /* ZO_CKPT_STOPPED */
 #include "zo_guard.h"
 #include "zo_requant.h"
 #include "zo_train_io.h"
@@ -316,6 +317,36 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
     return rc;
 }
 
+/* The guard's stop (training/guard.py patience_ends): a check that is not a new best, once
+ * patience checks of every K steps have passed since the best (the start's step 0 before a
+ * check beat it); patience 0 never. */
+static int patience_ends(const zo_guard_config *g, const zo_train_state *s, uint32_t done)
+{
+    return g->patience > 0u
+           && (uint64_t)(done - s->best_step) >= (uint64_t)g->patience * g->every;
+}
+
+/* STOP: the step, the steps since the best and the best's score (docs/link.md "Events"). */
+static void report_stop(zo_guard_report report, const zo_train_state *s, uint32_t done,
+                        uint32_t records)
+{
+    zo_guard_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = ZO_EVENT_STOP;
+    e.step = done;
+    e.steps = done - s->best_step;
+    e.correct = s->best_correct;
+    e.of = records;
+    e.loss_q16 = s->best_loss;
+    e.halvings = s->halvings;
+    report(&e);
+}
+
+int zo_guard_stopped(const zo_train_state *s)
+{
+    return s->falling == ZO_CKPT_STOPPED;
+}
+
 int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *img,
                         zo_guard_report report)
 {
@@ -324,7 +355,7 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         return ZO_TRAIN_OK;
     }
     const uint32_t done = s->step;
-    const int last = done == m->steps;
+    int last = done == m->steps;
     if (done % g->every != 0u && !last) {
         return ZO_TRAIN_OK;
     }
@@ -335,6 +366,11 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
     int rolled_back = 0;
     if (rc != ZO_TRAIN_OK) {
         return rc;
+    }
+    const int stop = !last && !better(&sc, s, records) && patience_ends(g, s, done);
+    if (stop) { /* the stopping check ends the run as the last step's does */
+        report_stop(report, s, done, records);
+        last = 1;
     }
     if (better(&sc, s, records) || (last && last_is_result(&sc, s, records))) {
         s->halvings -= s->halvings > 0u ? 1u : 0u; /* a new best undoes a halving */
@@ -364,6 +400,9 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         int kept = 1;
         rc = confirm(m, s, img, records, s->best_step == done, report, &kept);
         decision = kept ? decision : ZO_DECISION_START;
+    }
+    if (stop) {
+        s->falling = ZO_CKPT_STOPPED;
     }
     report_check(report, done, &sc, records, decision, s->halvings);
     return rc;

@@ -15,7 +15,7 @@
 
 /* A decision for the host, the fields of an EVENT message (docs/link.md "Events"). */
 typedef struct {
-    uint8_t kind;       /* ZO_EVENT_GUARD_CHECK, ZO_EVENT_LR_TRIAL, ZO_EVENT_LR_CHOSEN */
+    uint8_t kind;       /* ZO_EVENT_GUARD_CHECK, _LR_TRIAL, _LR_CHOSEN, _CONFIRM, _STOP */
     uint8_t decision;   /* a guard check's ZO_DECISION_* */
     uint32_t step;      /* a guard check's step */
     uint32_t correct;   /* validation records classified right ... */
@@ -23,7 +23,7 @@ typedef struct {
     int64_t loss_q16;   /* their summed Q16 cross-entropy */
     uint32_t halvings;  /* eta halvings so far (guard checks) */
     uint32_t eta_ppm;   /* --lr auto: the candidate tried or chosen, in millionths */
-    uint32_t steps;     /* --lr auto: steps of the trial */
+    uint32_t steps;     /* --lr auto: steps of the trial; STOP: steps since the best */
 } zo_guard_event;
 
 typedef void (*zo_guard_report)(const zo_guard_event *event);
@@ -45,8 +45,13 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
                    zo_guard_report report);
 
 /* After each step: the check when it is due; a new best goes to the best slot, a fall
- * restores it and halves eta, and after the last step the best parameters are the result. */
+ * restores it and halves eta, and after the last step the best parameters are the result.
+ * A check that finds no new best for the build's patience ends the run there (a STOP event,
+ * then the last step's rules; docs/training.md "Training guard"). */
 int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *img,
                         zo_guard_report report);
+
+/* Whether the guard has ended the run (its patience): no step may follow. */
+int zo_guard_stopped(const zo_train_state *s);
 
 #endif /* ZO_GUARD_H */

@@ -184,6 +184,7 @@ typedef struct {
     uint32_t samples;         /* at most this many validation records per check */
     uint32_t min_samples;     /* fewer validation records than this: ZO_TRAIN_ERR_VAL */
     uint32_t falls_to_roll_back; /* checks in a row below the best before a rollback */
+    uint32_t patience;        /* checks without a new best that end the run (0: never) */
     uint32_t confirm_z2;         /* the end's confirmation: net^2 >= confirm_z2 / 100 x
                                   * the records on which result and start disagree */
     uint32_t trial_steps;     /* steps of each lr trial */
@@ -242,7 +243,8 @@ typedef struct {
     uint32_t best_correct;
     int64_t best_loss;       /* sum of Q16 validation losses */
     uint32_t rollbacks;
-    uint32_t falling;        /* checks in a row that fell below the best (a rollback: 2) */
+    uint32_t falling;        /* checks in a row that fell below the best (a rollback: 2);
+                              * ZO_CKPT_STOPPED once the guard has ended the run */
     zo_sample_reader read_sample;
     void *sample_context;
     uint32_t sample_count;

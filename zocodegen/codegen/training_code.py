@@ -221,6 +221,7 @@ class GuardCode:
     samples: int
     min_samples: int
     falls_to_roll_back: int
+    patience: int
     confirm_z2: int
     trial_steps: int
     candidates: tuple[str, ...]
@@ -479,7 +480,7 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     guards = None
     if cfg.guard or cfg.lr_auto:
         guards = tuple(GuardCode(cfg.guard, cfg.lr_auto, g.every, g.samples, MIN_VAL_RECORDS,
-                                 FALLS_TO_ROLL_BACK, CONFIRM_Z2, g.trial_steps,
+                                 FALLS_TO_ROLL_BACK, cfg.patience, CONFIRM_Z2, g.trial_steps,
                                  tuple(c_float(np.float32(c)) for c in g.candidates))
                        for g in map(guard_schedule, plans))
     largest = max(encoded_size((layer.weight_count, layer.bias_count, layer.scale_count)

@@ -47,8 +47,8 @@ ENTRY_FIELDS = {"sequence": (0, "I"), "kind": (4, "B"), "decision": (5, "B"),
                 "halvings": (20, "I"), "eta_ppm": (24, "I"), "value": (28, "I"),
                 "loss_q16": (32, "q"), "lr": (40, "f")}
 OFF_ENTRY_CRC = 60
-#: Entry kinds; 1..4 are the link's EVENT kinds (formats/link.py EventKind).
-GUARD_CHECK, LR_TRIAL, LR_CHOSEN, CONFIRM = 1, 2, 3, 4
+#: Entry kinds; 1..5 are the link's EVENT kinds (formats/link.py EventKind).
+GUARD_CHECK, LR_TRIAL, LR_CHOSEN, CONFIRM, STOP = 1, 2, 3, 4, 5
 START, BLOCK, EVALUATION, CHECKPOINT, END, FAULT = range(16, 22)
 NO_SPLIT = 0xFF
 NO_BEST = 0xFFFFFFFF  # the checkpoint's best step before the guard's first check

@@ -259,6 +259,7 @@ class EventKind(enum.IntEnum):
     LR_TRIAL = 2
     LR_CHOSEN = 3
     CONFIRM = 4  # the end of the run: the start (step 0) or the result on held-back records
+    STOP = 5  # the guard ends the run at this check: no new best for --patience checks
 
 
 class Decision(enum.IntEnum):
@@ -282,7 +283,8 @@ class Event:
     loss_q16: int
     halvings: int = 0
     eta_ppm: int = 0  # --lr auto: the candidate (trial) or the winner (chosen)
-    steps: int = 0  # --lr auto: steps of the trial; CONFIRM: records where the two disagree
+    steps: int = 0  # --lr auto: steps of the trial; CONFIRM: records where the two disagree;
+    # STOP: steps since the best (so the best's step is step - steps; its score the event's)
 
     def text(self) -> str:
         """The event as a log line of key=value pairs."""
@@ -292,6 +294,10 @@ class Event:
                     f"halvings={self.halvings}")
         if self.kind == EventKind.CONFIRM:
             return (f"guard confirm step={self.step} correct={self.correct} of={self.of} "
+                    f"loss_q16={self.loss_q16}")
+        if self.kind == EventKind.STOP:
+            return (f"guard stop step={self.step} since_best={self.steps} "
+                    f"best_step={self.step - self.steps} correct={self.correct} of={self.of} "
                     f"loss_q16={self.loss_q16}")
         if self.kind == EventKind.LR_TRIAL:
             return (f"lr trial eta_ppm={self.eta_ppm} steps={self.steps} "

@@ -17,7 +17,8 @@ Little-endian; every field at a fixed offset (C twin: ``templates/train/zo_check
     80  8  their validation loss, sum of Q16 losses (int64)
     88  4  rollbacks so far
     92  4  guard checks in a row that fell below the best (a rollback needs two; 0 in
-           checkpoints written before the rule, which then read as none pending)
+           checkpoints written before the rule, which then read as none pending), or
+           0xFFFFFFFF (STOPPED): the guard ended the run by its patience
     96 16L per layer: op index, weight count, bias count, scale count (u32 each)
     ..     per layer: int8 weights (IR layout) padded with zeros to 4 bytes, int32 biases,
            float32 filter scales (--scales; none otherwise)
@@ -51,6 +52,9 @@ HEADER_FIELDS = (("magic", "8s"), ("version", "I"), ("header_bytes", "I"), ("sha
                  ("best_loss", "q"), ("rollbacks", "I"), ("falling", "I"))
 HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 NO_BEST = 0xFFFFFFFF
+#: ``falling`` of a run the guard ended by its patience (docs/training.md "Training guard"):
+#: nothing resumes it
+STOPPED = 0xFFFFFFFF
 #: The fields up to the seed must match the model and its plan for a checkpoint to load; the
 #: seed and the guard state after them are the run's own.
 IDENTITY_END = "seed"
@@ -137,6 +141,7 @@ def c_header() -> str:
              "scale counts */",
              f"#define ZO_CKPT_IDENTITY_BYTES {header_offsets()[IDENTITY_END]}u /* what must "
              "match; the seed and the guard state follow */",
+             f"#define ZO_CKPT_STOPPED 0x{STOPPED:08X}u /* falling: the guard ended the run */",
              "", "/* field offsets */"]
     lines += [f"#define ZO_CKPT_OFF_{name.upper()} {offset}u"
               for name, offset in header_offsets().items()]

@@ -11,6 +11,7 @@ from ..errors import UserError
 from .estimators import NAMES as ESTIMATORS
 from .estimators import REGISTRY
 from ..limits import MAX_LR, MAX_SAMPLES_TIMES_QUERIES, MIN_LR, TRAIN_INTEGERS
+from .guard import PATIENCE_CHECKS
 from .perturbation import DISTRIBUTIONS, Perturbation, parse_source
 
 SCHEDULES = ("cosine", "constant")
@@ -95,6 +96,11 @@ class TrainConfig:
     guard: bool = False  # validation checks, keep the best, roll back and halve eta on a fall
     guard_every: int = 0  # K steps between checks; 0: from the forward budget
     guard_samples: int = 128  # validation records a check uses (at most)
+    # the guard ends the run after this many checks without a new best (0: never)
+    patience: int = PATIENCE_CHECKS
+    # --budget: device seconds on the build's board; the build makes ``steps`` as many as
+    # fit (board_fit.budget_steps, at most the steps given), 0: none
+    budget: float = 0.0
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -151,6 +157,9 @@ class TrainConfig:
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
                             "data; add --no-guard and a fixed --lr")
+        if not 0 <= self.budget < float("inf"):  # also refuses nan
+            raise UserError(f"--budget must be a duration like 1h, 90min or 600s (got "
+                            f"{self.budget:g} seconds)")
         if not 0 <= self.max_step <= 127:  # also refuses nan and inf
             raise UserError(f"--max-step must be 0 (off) or a number of LSB up to 127 (got "
                             f"{self.max_step:g})")
@@ -249,6 +258,24 @@ def parse_blocks(text: str | None) -> int:
     if text is None:
         return BLOCKS_FIT
     return _count_or_auto(text, "--blocks", "blocks", BLOCKS_AUTO)
+
+
+#: --budget's units, in seconds
+DURATION_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'1h', '90min', '600s' -> seconds (--budget)."""
+    for unit, seconds in sorted(DURATION_UNITS.items(), key=lambda u: -len(u[0])):
+        if text.endswith(unit):
+            try:
+                value = float(text[:-len(unit)])
+            except ValueError:
+                break
+            if value > 0 and value * seconds < float("inf"):
+                return value * seconds
+            break
+    raise UserError(f"--budget expects a duration like 1h, 90min or 600s, got '{text}'")
 
 
 def parse_layer_list(text: str | None) -> tuple[int, ...]:

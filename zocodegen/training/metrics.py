@@ -135,10 +135,12 @@ def moving_average(values: Sequence[float], window: int) -> np.ndarray:
     return np.convolve(v, kernel, mode="valid")
 
 
-def write_curves(rows: Sequence[MetricsRow], run_dir: Path, title: str) -> None:
-    """curves.png and the TensorBoard log of a run, from its rows as they stand."""
-    plot_curves(rows, Path(run_dir) / "curves.png", title)
-    write_tensorboard(rows, Path(run_dir) / TENSORBOARD_DIR)
+def write_curves(rows: Sequence[MetricsRow], run_dir: Path, title: str,
+                 split: str = "test") -> None:
+    """curves.png and the TensorBoard log of a run, from its rows as they stand (``split``:
+    the split the ``accuracy`` column measured)."""
+    plot_curves(rows, Path(run_dir) / "curves.png", title, split)
+    write_tensorboard(rows, Path(run_dir) / TENSORBOARD_DIR, split)
 
 
 def load_curve_writers() -> None:
@@ -156,11 +158,15 @@ def load_curve_writers() -> None:
 TENSORBOARD_DIR = "tensorboard"
 
 
-def write_tensorboard(rows: Sequence[MetricsRow], directory: Path) -> None:
-    """Scalars per step: loss, eta, test and validation accuracy, and the guard's decisions
-    (1 at a new best, a rollback, the final restore), through tensorboardX's writer."""
+def write_tensorboard(rows: Sequence[MetricsRow], directory: Path, split: str = "test"
+                      ) -> None:
+    """Scalars per step: loss, eta, the accuracy column (under its split's name), the guard's
+    validation checks and its decisions (1 at a new best, a rollback, the
+    final restore), through tensorboardX's writer."""
     from tensorboardX import SummaryWriter
 
+    # the guard's checks are accuracy/validation; the column on every validation record not
+    column = "accuracy/test" if split == "test" else "accuracy/validation split (all records)"
     directory = Path(directory)
     for old in directory.glob("events.out.tfevents.*"):
         old.unlink()
@@ -170,7 +176,7 @@ def write_tensorboard(rows: Sequence[MetricsRow], directory: Path) -> None:
                 writer.add_scalar("train/loss", row.loss, row.step)
                 writer.add_scalar("train/eta", row.lr, row.step)
             if row.accuracy is not None:
-                writer.add_scalar("accuracy/test", row.accuracy, row.step)
+                writer.add_scalar(column, row.accuracy, row.step)
             if row.val_accuracy is not None:
                 writer.add_scalar("accuracy/validation", row.val_accuracy, row.step)
             if row.event:
@@ -216,9 +222,22 @@ def format_confusion(counts: np.ndarray, names: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None:
-    """Loss per step (raw and smoothed), test and validation accuracy where measured, the
-    guard's rollbacks as red marks."""
+@dataclass(frozen=True)
+class DeviceHours:
+    """Where a run's steps fall in device time (`zocodegen device-time`): the device hours
+    at which each evaluated step was done, and the accuracies whose first crossing the
+    figure marks (label, accuracy, the hours it was first reached or None)."""
+
+    at_step: dict[int, float]
+    marks: tuple[tuple[str, float, float | None], ...] = ()
+
+
+def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "", split: str = "test",
+                hours: DeviceHours | None = None) -> None:
+    """Loss per step (raw and smoothed), the accuracy column (named by its ``split``) and the
+    guard's validation checks where measured, the guard's rollbacks as red marks; with
+    ``hours``, a second panel: the accuracy against device hours, each mark's accuracy a
+    dotted line and its first crossing a dot (the time-to-accuracy figure, issue 63)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -226,7 +245,10 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
     measured = rows  # accuracies: every row, the rows before the first step included
     rows = [r for r in rows if not np.isnan(r.loss)]
     steps = [r.step for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if hours is None:
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    else:
+        fig, (ax, hours_ax) = plt.subplots(2, 1, figsize=(8, 8), dpi=100)
     ax.plot(steps, [r.loss for r in rows], color="0.75", linewidth=0.6, label="loss (step)")
     window = max(1, len(rows) // 20)
     smooth = moving_average([r.loss for r in rows], window)
@@ -240,7 +262,7 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
         acc_ax = ax.twinx()
         if evaluated:
             acc_ax.plot([r.step for r in evaluated], [100 * r.accuracy for r in evaluated],
-                        "o-", color="C1", label="test accuracy")
+                        "o-", color="C1", label=f"{split} accuracy")
         if checked:
             acc_ax.plot([r.step for r in checked], [100 * r.val_accuracy for r in checked],
                         ".-", color="C2", label="validation accuracy (guard)")
@@ -252,7 +274,24 @@ def plot_curves(rows: Sequence[MetricsRow], path: Path, title: str = "") -> None
         acc_ax.legend(loc="upper right")
     ax.legend(loc="upper left")
     ax.set_title(displayable(title) or "zeroth-order training")  # a model name need not be UTF-8
+    if hours is not None:
+        _plot_hours(hours_ax, evaluated, split, hours)
     fig.tight_layout()
     with atomic_writer(Path(path)) as f:
         fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
+
+
+def _plot_hours(ax, evaluated: Sequence[MetricsRow], split: str, hours: DeviceHours) -> None:
+    """Accuracy against device hours, with the marks' levels and first crossings."""
+    timed = [r for r in evaluated if r.step in hours.at_step]
+    ax.plot([hours.at_step[r.step] for r in timed], [100 * r.accuracy for r in timed], "o-",
+            color="C1", label=f"{split} accuracy")
+    for k, (label, level, reached) in enumerate(hours.marks):
+        ax.axhline(100 * level, color=f"C{3 + k}", linestyle=":", linewidth=1,
+                   label=label + ("" if reached is not None else " (not reached)"))
+        if reached is not None:
+            ax.plot([reached], [100 * level], "o", color=f"C{3 + k}", markersize=7)
+    ax.set_xlabel("device hours (from power-on: trials, checks and the link included)")
+    ax.set_ylabel(f"{split} accuracy (%)")
+    ax.legend(loc="lower right", fontsize="small")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..board_fit import resolve_budget
 from ..progress import in_lines, progress_bar
 from ..codegen.fit import check_sparse_options, fit, resolve_run
 from ..codegen.project import BuildOptions, plan_project
 from ..target import DEFAULT_TARGET
 from ..errors import UserError
 from ..files import MissingInput, file_sha256, read_text, write_atomic
+from ..summary import duration
 from ..frontends import load_model
 from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
                       write_confusion, write_curves)
@@ -187,7 +189,20 @@ def _trials_record(plan: TrainingPlan, data: Dataset, record: Path, new_run: boo
         earlier = json.loads(read_text(record, "run record"))
         ran = {key: earlier.get(key, 0) for key in ("lr_trials", "lr_trial_steps")}
         ran["selection"] = earlier.get("selection")
+        if "end" in earlier:  # a run the guard ended stays ended
+            ran["end"] = earlier["end"]
     return {**ran, "validation_records": 0 if x_val is None else len(x_val)}
+
+
+def end_record(step: int, since_best: int | None = None, best_correct: int = 0,
+               of: int = 0) -> dict:
+    """run.json's "end": why and where the run ended, its last step or the guard's stop
+    (``since_best``: the steps since the best when the guard's patience ended it; the device
+    says so in its STOP event, docs/link.md)."""
+    if since_best is None:
+        return {"reason": "steps", "step": step}
+    return {"reason": "patience", "step": step, "steps_since_best": since_best,
+            "best_step": step - since_best, "best_correct": best_correct, "of": of}
 
 
 RUN_FILES = ("checkpoint.bin", "best.bin", "metrics.csv", "curves.png", "run.json",
@@ -285,11 +300,13 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
                              "without --target, --train auto is full training")
         config = replace(config, mode="full")
     if target is None:
-        options = resolve_run(graph, BuildOptions("native", board, config))
+        options = resolve_budget(graph, resolve_run(graph, BuildOptions("native", board,
+                                                                        config)))
     else:
         device, options = fit(graph, BuildOptions(target, board, config,
                                                   estimator_fit=estimator_fit))
         plan_project(device, options)  # a board refuses a build that does not fit it
+        options = resolve_budget(device, options)
     chosen = options.train
     picks = f"as `build --target {board}` picks"
     if chosen.estimator != config.estimator:
@@ -301,6 +318,9 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
     if config.bp_layers == BP_AUTO:
         say(f"--bp-layers auto: the last {chosen.bp_layers} trainable layer(s) by "
             f"back-propagation ({picks})")
+    if config.budget:
+        say(f"--budget {duration(config.budget)}: {chosen.steps} steps on the {board} (its "
+            "step estimated as `inspect` estimates it, with the trials and checks)")
     if chosen.mode == "sparse" and (config.blocks == BLOCKS_AUTO
                                     or (config.blocks == BLOCKS_FIT
                                         and chosen.blocks != DEFAULT_BLOCKS)):
@@ -379,7 +399,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
             "loss_q16": [s.loss for s in selection.scores], "block": selection.block},
         "lr": state.lr, "guard_every": guard.schedule.every if guard else None,
         **_trials_record(plan, data, out_dir / "run.json", ckpt is None),
-        "accuracy_before": before},
+        "accuracy_before": before, "accuracy_split": split if has_test else None},
         indent=2) + "\n").encode())
     if not log.rows and (has_test or baseline is not None):
         log.add(MetricsRow(first, float("nan"), 0.0, before,
@@ -387,12 +407,15 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                            "" if baseline is None else "best"))
     bar = progress_bar(progress, total=config.steps, initial=first, desc="simulate",
                        unit="step")
-    losses = []
+    losses, done = [], first
     try:
         for record, params in simulator.run(graph, plan, params, data.x, data.y, first,
                                             x_acc, y_acc, every if has_test else 0,
                                             guard):
             losses.append(record.loss)
+            done = record.step
+            if guard is not None and guard.stop is not None and guard.stop.step == done:
+                (say if in_lines(bar) else bar.write)(guard.stop.line(len(guard.y_val)))
             log.add(MetricsRow(record.step, record.loss, record.lr, record.accuracy,
                                record.val_accuracy, record.event))
             recent = np.mean(losses[-50:])
@@ -411,10 +434,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     finally:
         bar.close()
         log.close()
-    checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, config.steps, sha,
+    checkpoint.save(ckpt_path, simulator.to_checkpoint(plan, params, done, sha,
                                                        guard.state if guard else state))
-    write_curves(log.rows, out_dir, f"{Path(model_path).name}: {config.estimator}, "
-                 f"Q={config.queries}, eta={'auto: ' if config.lr_auto else ''}{state.lr:g}")
+    write_curves(log.rows, out_dir, curves_title(model_path, config, state.lr), split)
     confusion = None
     if has_test:
         classes = graph.tensor(loss_head(graph)[0]).shape[-1]
@@ -424,20 +446,31 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     rows = [r for r in log.rows if not np.isnan(r.loss)]
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
+    stop = guard.stop if guard else None
     record.update(accuracy_after=after, accuracy_split=split if has_test else None,
                   rollbacks=guard.state.rollbacks if guard else 0,
                   confirmation_records=guard.confirmation.records
-                  if guard and guard.confirmation else 0)
+                  if guard and guard.confirmation else 0,
+                  end=end_record(done) if stop is None and not (guard and guard.state.stopped)
+                  else record["end"] if stop is None  # resumed after the guard's stop
+                  else end_record(stop.step, stop.since_best, stop.best.correct,
+                                  len(guard.y_val)))
     write_atomic(out_dir / "run.json", (json.dumps(record, indent=2) + "\n").encode())
     per_step = plan.forwards_per_step
     window = max(1, min(LOSS_WINDOW, len(losses) // 2))
-    return RunSummary(config.steps, float(np.mean(losses[:window])) if losses else float("nan"),
+    return RunSummary(done, float(np.mean(losses[:window])) if losses else float("nan"),
                       float(np.mean(losses[-window:])) if losses else float("nan"), before,
-                      after, per_step * (config.steps - first), state.lr,
+                      after, per_step * (done - first), state.lr,
                       guard.state.rollbacks if guard else 0, confusion, data.class_names,
                       split if has_test else None, window,
                       _unchanged(start, params, guard, ckpt is not None),
                       _kept_unvalidated(guard), first)
+
+
+def curves_title(model_path: Path, config: TrainConfig, lr: float) -> str:
+    """curves.png's title: the model, estimator, Q and eta (`device-time` redraws it)."""
+    return (f"{Path(model_path).name}: {config.estimator}, Q={config.queries}, "
+            f"eta={'auto: ' if config.lr_auto else ''}{lr:g}")
 
 
 def _accuracy_split(data: Dataset) -> tuple[str, np.ndarray | None, np.ndarray | None]:

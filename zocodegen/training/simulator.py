@@ -19,11 +19,11 @@ from ..errors import DataError
 from ..ir import Graph
 from . import scales
 from .backprop import node_gradients, parameter_gradient
-from .checkpoint import Checkpoint, LayerParams
+from .checkpoint import STOPPED, Checkpoint, LayerParams
 from .estimators import REGISTRY
 from .guard import (FALLS_TO_ROLL_BACK, Comparison, GuardSchedule, GuardState, Score,
                     confirmation_where, confirmed, last_is_result, lr_scale, new_best,
-                    trained_confirmation_records)
+                    patience_ends, trained_confirmation_records)
 from .plan_types import TrainingPlan
 from .prng import step_seed
 from .steps import STEPS
@@ -264,6 +264,24 @@ class Confirmation:
         return confirmation_where(self.training_records, self.trained, self.validation_records)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """The guard ended the run by its patience (guard.patience_ends): what the device's STOP
+    event carries."""
+
+    step: int  # the stopping check's
+    since_best: int  # steps since the best (patience x K)
+    best_step: int  # the best's before the stopping check (0: the start)
+    best: Score
+
+    def line(self, records: int) -> str:
+        """What simulate and train print (the device's STOP event in words)."""
+        whose = "the start" if self.best_step == 0 else f"step {self.best_step}"
+        return (f"guard: step {self.step}: no new best in {self.since_best} steps (the best: "
+                f"{whose}, {self.best.correct}/{records} validation records correct); the "
+                "run stops here (--patience)")
+
+
 @dataclass
 class Guard:
     """The guard of one simulated run: its validation records, schedule and state, and the
@@ -280,6 +298,7 @@ class Guard:
     test_records: int = 0  # the test split's: with one, it measures the result independently
     best_params: Params | None = None
     confirmation: Confirmation | None = None  # the end's, once made
+    stop: Stop | None = None  # the guard's stop (patience), once made
 
     def baseline(self, graph: Graph, plan: TrainingPlan, params: Params) -> Score:
         """The check before the first step: the parameters to beat."""
@@ -297,6 +316,12 @@ class Guard:
         if done % self.schedule.every and not last:
             return params, None, ""
         score = validation_score(graph, plan, params, self.x_val, self.y_val)
+        stop = not last and not new_best(score, self.state, len(self.y_val)) and patience_ends(
+            done, self.state, self.schedule.every, plan.config.patience)
+        last = last or stop  # the stopping check ends the run as the last step's does
+        if stop:  # the best it gave up on (the device's STOP event, before the decision's)
+            self.stop = Stop(done, done - self.state.best_step, self.state.best_step,
+                             self.state.best)
         event = ""
         if new_best(score, self.state, len(self.y_val)) or (  # (and undo one halving)
                 last and last_is_result(score, self.state, len(self.y_val))):
@@ -316,6 +341,8 @@ class Guard:
         if last and self.state.best_step != 0 and not self._confirm(
                 graph, plan, self.state.best_step == done):
             params, event = self.start_params, "start"
+        if stop:
+            self.state = replace(self.state, falling=STOPPED)
         return params, score, event
 
     def _confirm(self, graph: Graph, plan: TrainingPlan, last: bool) -> bool:
@@ -349,6 +376,8 @@ def run(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.n
     must have its baseline."""
     cfg = plan.config
     for t in range(first_step, cfg.steps):
+        if guard is not None and guard.state.stopped:  # the guard's stop: nothing resumes it
+            return
         idx = batch_indices(t, cfg.batch, len(x))
         halvings = guard.state.halvings if guard else 0
         params, loss = train_step(graph, plan, params, t, x[idx], y[idx], halvings)
@@ -357,7 +386,8 @@ def run(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y: np.n
         if guard is not None:
             params, score, event = guard.check(graph, plan, params, done)
         acc = None
-        if x_test is not None and eval_every and (done % eval_every == 0 or done == cfg.steps):
+        end = done == cfg.steps or (guard is not None and guard.state.stopped)
+        if x_test is not None and eval_every and (done % eval_every == 0 or end):
             acc = float((predict(graph, params, x_test) == y_test).mean())
         yield StepRecord(done, loss, float(step_learning_rate(plan, t, halvings)), acc,
                          None if score is None else score.correct / len(guard.y_val),
