@@ -266,7 +266,7 @@ def run_seconds(result: dict, costs: dt.Costs, batch: int = 1
     if result.get("block") is not None and costs.block_steps:
         costs = dt.Costs(costs.block_steps[result["block"]], costs.forward, costs.link,
                          costs.block_steps)
-    compute, link = dt.seconds_at(result["steps"], shape, costs)
+    compute, link = dt.seconds_at(shape.steps, shape, costs)  # to the guard's stop, if any
     gain = result["after"] - result["before"]
     to90 = None
     if gain > 0:
@@ -331,7 +331,11 @@ def report(cells: tuple[str, ...], methods: tuple[Method, ...], results: dict,
              "training step, lr trial step, block trial step, guard check and held-out record "
              "the run's log shows, at the instructions measured under QEMU `-icount` and the "
              f"board's clock, plus {link:.2f} s per record over the link at {DEFAULT_BAUD} baud "
-             "(host/device_time.py, as `zocodegen device-time` adds them up).", "",
+             "(host/device_time.py, as `zocodegen device-time` adds them up), to the step the "
+             "run ended at: its last, or the guard's stop (`--patience`, docs/training.md); "
+             "the hours to 90 % of the gain are those of the first test evaluation at or above "
+             "it (`zocodegen device-time RUN` prints them with 50 and 80 % and draws test "
+             "accuracy against device hours into RUN/curves.png).", "",
              "| board | method | before | after | gain (points) | share of the FP32 gain | "
              "device hours: compute + link | hours to 90 % of the gain | guard rollbacks |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]

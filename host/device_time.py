@@ -88,6 +88,8 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
                         r"correct", log_text)
     confirm = re.search(r"on the last (\d+) training records, which no check saw[^,]*(, and "
                         r"the (\d+) validation records)?", log_text)
+    stop = re.search(r"guard: step (\d+): no new best in \d+ steps", log_text)
+    steps = int(stop.group(1)) if stop else steps  # the guard's stop ended the run there
     val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
     return RunShape(steps, batch, len(trials), trials[0][0] if trials else 0,
                     int(guard.group(1)) if guard else 0, val, len(blocks),

@@ -48,6 +48,9 @@ def test_a_run_is_read_from_its_log():
     assert dt.run_shape(SPARSE, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 4, 64, 256)
     assert dt.run_shape(SPARSE_BEFORE_H, 900, 1) == dt.RunShape(900, 1, 3, 18, 8, 101, 2, 64, 64)
     assert dt.run_shape("", 50, 2) == dt.RunShape(50, 2)  # --no-guard, fixed lr
+    stopped = LOG + ("guard: step 640: no new best in 640 steps (the best: the start, 24/101 "
+                     "validation records correct); the run stops here (--patience)\n")
+    assert dt.run_shape(stopped, 900, 1) == dt.RunShape(640, 1, 3, 18, 8, 101, 0, 0)
 
 
 def test_every_step_check_and_record_is_counted_once():

@@ -138,6 +138,29 @@ def test_a_native_field_run_ends_as_simulate(config, kind, images, tmp_path):
     assert area_of(card).run == ckpt
 
 
+def test_the_guards_stop_ends_a_field_run_as_simulate(images, tmp_path):
+    """--patience in the field: the run stops at the simulator's step with its checkpoint and
+    best slot, says so, logs the STOP (which `card read` records as run.json's end), and a
+    boot after it trains nothing."""
+    config = TrainConfig(steps=24, queries=3, lr=0.05, guard=True, guard_every=2, patience=3)
+    ckpt, best, sim = _expected(config, images["hard"], tmp_path)
+    end = json.loads((sim / "run.json").read_text())["end"]
+    assert end["reason"] == "patience" and end["step"] < config.steps, end
+    card = _card(images["hard"], tmp_path)
+    done = _boot(_native(config), card)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith(
+        f"field: end: complete: {end['step']} steps (the guard's stop)"), done.stdout
+    assert (f"field: guard stop at step {end['step']}: no new best in "
+            f"{end['steps_since_best']} steps") in done.stdout
+    area = area_of(card)
+    assert (area.run, area.best) == (ckpt, best)
+    assert area.status.state == "complete" and area.status.step == end["step"]
+    out = tmp_path / "read"
+    assert main(["card", "read", str(card), "-o", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text())["end"] == end
+
+
 @needs_qemu
 def test_a_qemu_field_run_ends_as_simulate(images, tmp_path):
     """The Cortex-M build, its card a file through semihosting (card.img in QEMU's folder)."""

@@ -362,3 +362,53 @@ def test_block_trials_are_announced_with_their_cost(digits_image, tmp_path, caps
             f"{8 * blocks} trial steps and {16 * (blocks + 1)} forward passes before the run's "
             "2 steps") in line
     assert out.index(line) < out.index("block 0: 8 trial records")
+
+
+def test_the_guards_stop_through_the_cli(digits_image, tmp_path, capsys):
+    """`simulate` and `train --native` with --patience: both runs end at the same step with
+    the same checkpoint and best slot, say why, and record it in run.json; `train` again
+    (a resumed stopped run) trains nothing more."""
+    options = ["--steps", "12", "--queries", "2", "--lr", "3", "--guard-every", "1",
+               "--patience", "3"]
+    sim, run = _simulate_then_train_native(digits_image, "full", options, 5, tmp_path)
+    out = capsys.readouterr().out
+    line = ("guard: step 3: no new best in 3 steps (the best: the start, 17/24 validation "
+            "records correct); the run stops here (--patience)")
+    assert out.count(line) == 2, out  # simulate's and train's
+    ends = [json.loads((d / "run.json").read_text())["end"] for d in (sim, run)]
+    assert ends[0] == ends[1] == {"reason": "patience", "step": 3, "steps_since_best": 3,
+                                  "best_step": 0, "best_correct": 17, "of": 24}
+    assert [r.step for r in read_metrics(run / "metrics.csv")][-1] == 3
+    before = (run / "checkpoint.bin").read_bytes()
+    assert main(["train", "--native", str(tmp_path / "fw"), "--image", str(digits_image),
+                 "-o", str(run)]) == 0
+    assert (run / "checkpoint.bin").read_bytes() == before
+
+
+def test_a_budget_is_the_same_steps_in_simulate_and_build(digits_image, tmp_path, capsys):
+    """--budget becomes steps once, from the step `inspect` estimates for the board: the
+    simulated run and the build have the same T; --steps stays an upper bound; a budget
+    shorter than a step is refused with one line."""
+    def steps(*options: str) -> tuple[int, int]:
+        run, fw = tmp_path / "run", tmp_path / "fw"
+        assert main(["simulate", str(MODEL), "--data", str(digits_image), "-o", str(run),
+                     "--target", "stm32f746", "--queries", "2", "--force", *options]) == 0
+        assert main(["build", str(MODEL), "--target", "native", "--emulate", "stm32f746",
+                     "--train", "full", "--queries", "2", "-o", str(fw), "--force",
+                     *options]) == 0
+        return (json.loads((run / "run.json").read_text())["config"]["steps"],
+                json.loads((fw / "manifest.json").read_text())["training"]["steps"])
+    short, long = steps("--budget", "0.1s"), steps("--budget", "0.2s")
+    assert short[0] == short[1] and long[0] == long[1] and 1 < short[0] < long[0] < 100, (
+        short, long)
+    assert long[0] in (2 * short[0], 2 * short[0] + 1)  # the steps follow the budget
+    assert "--budget 200 ms: " in capsys.readouterr().out
+    assert steps("--budget", "0.2s", "--steps", "5") == (5, 5)
+    code = main(["simulate", str(MODEL), "--data", str(digits_image), "-o",
+                 str(tmp_path / "r2"), "--budget", "1ms"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--budget expects a duration" in err and "Traceback" not in err
+    code = main(["simulate", str(MODEL), "--data", str(digits_image), "-o",
+                 str(tmp_path / "r2"), "--budget", "0.001s"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is less than one training step" in err, err
