@@ -422,7 +422,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
             post = {"loss": f"{recent:.3f}"}
             if record.event in ("best", "start"):  # a best slot's step is its best step
                 checkpoint.save(best_path, simulator.to_checkpoint(
-                    plan, params, guard.state.best_step, sha, guard.state))
+                    plan, params, guard.state.best_step, sha, guard.slot_state()))
             if record.event not in ("", "best") or (guard and guard.confirmation):
                 (say if in_lines(bar) else bar.write)(_event_line(record, guard))
             if record.accuracy is not None:

@@ -273,6 +273,7 @@ class Stop:
     since_best: int  # steps since the best (patience x K)
     best_step: int  # the best's before the stopping check (0: the start)
     best: Score
+    falling: int = 0  # the state's falls in a row after the check's decision, before the mark
 
     def line(self, records: int) -> str:
         """What simulate and train print (the device's STOP event in words)."""
@@ -341,9 +342,17 @@ class Guard:
         if last and self.state.best_step != 0 and not self._confirm(
                 graph, plan, self.state.best_step == done):
             params, event = self.start_params, "start"
-        if stop:
+        if stop:  # the best slot written at this check keeps the state before the mark
+            self.stop = replace(self.stop, falling=self.state.falling)
             self.state = replace(self.state, falling=STOPPED)
         return params, score, event
+
+    def slot_state(self) -> GuardState:
+        """The state the best slot is written with: the run's, but before a stop marks it
+        (zo_guard.c writes the slot during the stopping check's decision)."""
+        if self.stop is None or not self.state.stopped:
+            return self.state
+        return replace(self.state, falling=self.stop.falling)
 
     def _confirm(self, graph: Graph, plan: TrainingPlan, last: bool) -> bool:
         """Whether the result stays (guard.confirmed): compared with the start on the
