@@ -119,10 +119,10 @@ def budget_steps(graph: Graph, training: TrainingCode, run: TrainConfig, board: 
         CHECK_SHARE if run.guard else 0.0)
     steps = math.floor((run.budget - trials) / (max(step) * share))
     if steps < 1:
+        after = f", after {duration(trials)} of block trials" if trials else ""
         raise UserError(f"--budget {duration(run.budget)} is less than one training step on "
                         f"the {board} ({duration(max(step) * share)} with its trials and "
-                        f"checks{'' if not trials else f', after {duration(trials)} of block trials'})"
-                        ": give a longer --budget")
+                        f"checks{after}): give a longer --budget")
     return min(steps, run.steps)
 
 

@@ -38,12 +38,13 @@ FALLS_TO_ROLL_BACK = 2
 #: have passed since its best (no new best, ``new_best``), the stopping check treated as the
 #: last one (the result and the end's confirmation as after the last step). Conservative on
 #: purpose until the frontier experiments (issue 63) measure it: the best is the maximum of
-#: noisy counts of ~101 records, so new bests grow rare even while a run still learns. On fog
-#: seed 1 (docs/scale.md section 19) the validation best came at step 99 (78/101) and none
-#: of the 72 checks after it, to the end of the epoch, beat it, while test accuracy rose from
-#: 61.5 % to 69.6 % by step 660: a patience under 51 checks would have ended that run about 8
-#: points short, one under 72 before its end. 80 keeps that run whole; a shorter run's
-#: checks are fewer, so there it rarely acts, and the experiments will say how low it can go.
+#: noisy counts of ~101 records, so new bests grow rare even while a run still learns
+#: (docs/decisions/guard-patience.md): on fog seed 1 the validation best came at step 99
+#: (78/101) and none of the 72 checks after it, to the end of the epoch, beat it, while test
+#: accuracy rose from 61.5 % to 69.6 % by step 660. A patience under 51 checks would have
+#: ended that run about 8 points short, one under 72 before its end. 80 keeps that run whole;
+#: a shorter run's checks are fewer, so there it rarely acts; the experiments will say how
+#: low it can go.
 PATIENCE_CHECKS = 80
 
 
