@@ -412,3 +412,17 @@ def test_a_budget_is_the_same_steps_in_simulate_and_build(digits_image, tmp_path
                  str(tmp_path / "r2"), "--budget", "0.001s"])
     err = capsys.readouterr().err
     assert code == 2 and "is less than one training step" in err, err
+
+
+def test_a_stopped_run_trains_no_step_until_a_reset(digits_image):
+    """After the guard's stop a T trains nothing (its step stays); R starts a new run, which
+    trains again (zo_train_init clears the stop)."""
+    config = CASES[5]
+    graph = load_model(MODEL)
+    artefact = cached_build(MODEL, "native", graph=graph, train=config)
+    with FirmwareSession(graph, "native", artefact, icount=False) as session:
+        session.attach_image(digits_image)
+        assert len(session.train(config.steps)) == STOPS[5]
+        assert session.train(4) == []
+        session._run("resetting", p.Command.RESET.value)
+        assert [t.step for t in session.train(2)] == [1, 2]

@@ -37,6 +37,7 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
     s->best_correct = 0u;
     s->best_loss = 0;
     s->rollbacks = 0u;
+    s->falling = 0u; /* also ends a stop (ZO_CKPT_STOPPED) of a run before this one */
 }
 
 void zo_train_attach(const zo_train_model *m)
