@@ -404,6 +404,8 @@ def test_a_budget_is_the_same_steps_in_simulate_and_build(digits_image, tmp_path
     assert long[0] in (2 * short[0], 2 * short[0] + 1)  # the steps follow the budget
     assert "--budget 200 ms: " in capsys.readouterr().out
     assert steps("--budget", "0.2s", "--steps", "5") == (5, 5)
+    unbounded = steps("--budget", "2s")  # without --steps no default T caps it
+    assert unbounded[0] == unbounded[1] > 100, unbounded
     code = main(["simulate", str(MODEL), "--data", str(digits_image), "-o",
                  str(tmp_path / "r2"), "--budget", "1ms"])
     err = capsys.readouterr().err

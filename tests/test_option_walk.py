@@ -97,6 +97,8 @@ FLIPS: dict[tuple[str, str], tuple[list[str], list[tuple[str, ...]], tuple[str, 
     ("pack", "--preprocess"): (["--preprocess", "HOOK"], [], ()),
     ("pack", "--classes"): (["--classes", "2,1,0"], [], ()),
     ("infer", "--data"): (["--data", "IMG_0255"], [], ()),
+    # a build trains at Q = 50 (52 ms a step on the default board): 0.2 s is 3 steps
+    ("build", "--budget"): (["--budget", "0.2s"], TRAIN, ()),
 }
 #: The training options a build takes with --train full, flipped as simulate's
 _TRAINING = {"--queries": ["--queries", "3"], "--batch": ["--batch", "2"],
@@ -108,7 +110,8 @@ _TRAINING = {"--queries": ["--queries", "3"], "--batch": ["--batch", "2"],
              "--two-sided": ["--two-sided"], "--max-step": ["--max-step", "1"],
              "--no-scaling": ["--no-scaling"], "--no-gnorm-scaling": ["--no-gnorm-scaling"],
              "--no-quant-scaling": ["--no-quant-scaling"], "--bp-layers": ["--bp-layers", "1"],
-             "--layers": ["--layers", "0"]}
+             "--layers": ["--layers", "0"], "--patience": ["--patience", "1"],
+             "--budget": ["--budget", "0.01s"]}
 for _option, _flip in _TRAINING.items():
     FLIPS.setdefault(("simulate", _option), (_flip, [], ()))
     FLIPS.setdefault(("build", _option), (_flip, TRAIN, ()))

@@ -645,12 +645,15 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     p_zero = _number(args.p_zero, "schedule", float, "--p-zero expects a number or schedule")
     lr = _number(args.lr, "auto", float, "--lr expects a number or auto")
     lr = _RUN.lr if lr is None else lr
-    steps = _RUN.steps if args.steps is None else args.steps
+    budget = 0.0 if args.budget is None else parse_duration(args.budget)
+    # --budget without --steps: the budget alone bounds the run (the build resolves T)
+    steps = (args.steps if args.steps is not None else
+             TRAIN_INTEGERS["steps"][1] if budget else _RUN.steps)
     return TrainConfig(steps=steps, queries=args.queries, batch=args.batch, lr=lr,
                        lr_auto=lr_auto, guard=not args.no_guard, guard_every=args.guard_every,
                        max_step=args.max_step,
                        guard_samples=args.guard_samples, patience=args.patience,
-                       budget=0.0 if args.budget is None else parse_duration(args.budget),
+                       budget=budget,
                        schedule=args.schedule, seed=args.seed, estimator=estimator,
                        gnorm_scaling=not (args.no_scaling or args.no_gnorm_scaling),
                        quant_scaling=not (args.no_scaling or args.no_quant_scaling),
