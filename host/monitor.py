@@ -67,7 +67,8 @@ def describe_identity(identity: p.Identity) -> str:
                  if identity.selects_block else "")
         line += (f"; training {identity.mode}{block}, {identity.estimator}, "
                  f"{identity.trainable_layers} layers, Q={identity.queries}, "
-                 f"N={identity.batch}, lr={identity.lr:g}, T={identity.steps}, "
+                 f"N={identity.batch}, lr={identity.lr:g}, "
+                 f"T={identity.steps or 'an epoch of the image'}, "
                  f"seed {identity.seed}")
     return line
 

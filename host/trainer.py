@@ -23,6 +23,7 @@ from tqdm import tqdm
 from zocodegen.errors import DataError, UserError
 from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
+from zocodegen.training.config import run_steps
 from zocodegen.training.guard import (Score, confirmation_where, trained_confirmation_records,
                                       trials_tied, unvalidated)
 from zocodegen.training.runner import check_step, delete_run, end_record, read_run_record
@@ -118,7 +119,7 @@ class Trainer:
             load_curve_writers()
             session = self._connect()
             self._check(session.identity)
-            total = self.steps or self.identity.steps
+            total = self.steps or self._planned()
             every = self.checkpoint_every or max(1, total // 10)
             first_step = self._saved_step()
             self.metrics = MetricsLog(self.run_dir / "metrics.csv", resume_at=first_step)
@@ -277,7 +278,7 @@ class Trainer:
         self._scalar_pieces.clear()
         self._scalars = {k: v for k, v in self._scalars.items() if k[0] < step}
         replay.write(self.scalars_path, self._scalars, replay.ScalarOwner(
-            self.identity.model_sha256, self.identity.seed, self.identity.steps,
+            self.identity.model_sha256, self.identity.seed, self._planned(),
             self.identity.queries, self.identity.lr))
 
     def _evaluate(self, session: DeviceSession, step: int) -> float | None:
@@ -333,8 +334,8 @@ class Trainer:
         anything in it changes; --force starts anew instead."""
         self.identity = identity
         check_image(identity, self.blocks.layout, self.image_path)
-        if self.steps is not None and self.steps > identity.steps:
-            raise UserError(f"--steps {self.steps} is beyond the {identity.steps} steps the "
+        if self.steps is not None and self.steps > self._planned():
+            raise UserError(f"--steps {self.steps} is beyond the {self._planned()} steps the "
                             "firmware plans (its learning-rate schedule ends there): rebuild "
                             f"with `zocodegen build ... --steps {self.steps}`")
         if self.run_dir.exists() and not self.run_dir.is_dir():
@@ -412,7 +413,7 @@ class Trainer:
                 else size != self.identity.checkpoint_bytes):
             raise UserError(f"{self.ckpt_path} has other trainable layers than the "
                             f"firmware{again}")
-        check_step(self.ckpt_path, ckpt.step, self.identity.steps, "the firmware plans")
+        check_step(self.ckpt_path, ckpt.step, self._planned(), "the firmware plans")
         if self.identity.guard:
             self._check_best(ckpt.step)
 
@@ -430,6 +431,12 @@ class Trainer:
         self._say(f"{problem}; the guard's best parameters restart from "
                   f"{self.ckpt_path.name} (step {step})")
         write_atomic(self.best_path, checkpoint.read_bytes(self.ckpt_path), sync=True)
+
+    def _planned(self) -> int:
+        """T of the firmware's run: its --steps, or (0) an epoch of the image's training
+        records as the device counts it (config.run_steps, zo_train_run_steps)."""
+        return run_steps(self.identity.steps, self.identity.batch,
+                         self.blocks.layout.count("train"))
 
     def _saved_step(self) -> int:
         return checkpoint.load(self.ckpt_path).step if self.ckpt_path.is_file() else 0
@@ -500,7 +507,7 @@ class Trainer:
             start, of = self._start_confirmed, max(1, e.of)
             # the last parameters (then the validation records count too): the last step's,
             # or the guard's stop's
-            last = e.step in (self.identity.steps, self._record().get("end", {}).get("step"))
+            last = e.step in (self._planned(), self._record().get("end", {}).get("step"))
             what = "the last parameters" if last else "the best"
             validation = self._checked if last else 0
             training = e.of - validation

@@ -198,8 +198,9 @@ def run_build(args: argparse.Namespace) -> BuildResult:
                         "inference only: add --train full or --train sparse")
     if args.train != "none":
         if args.epochs is not None:
-            raise UserError(f"--epochs {args.epochs}: build needs --steps T: the firmware is generated before it sees "
-                            "the data, so it cannot count epochs")
+            raise UserError(f"--epochs {args.epochs}: build takes --steps T, or no --steps: "
+                            "the device then trains one epoch of its image's training "
+                            "records (--epochs is simulate's)")
         check_firmware_estimator(args.estimator, "the device")
         train = train_config(args)
     board = args.target in TARGET_NAMES

@@ -123,7 +123,7 @@ def budget_steps(graph: Graph, training: TrainingCode, run: TrainConfig, board: 
         raise UserError(f"--budget {duration(run.budget)} is less than one training step on "
                         f"the {board} ({duration(max(step) * share)} with its trials and "
                         f"checks{after}): give a longer --budget")
-    return min(steps, run.steps)
+    return min(steps, run.steps) if run.steps else steps
 
 
 def resolve_budget(graph: Graph, options: BuildOptions) -> BuildOptions:

@@ -482,9 +482,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     """The TRAIN options, the same names and defaults (TrainConfig's) on every command."""
     g = p.add_argument_group("training options (DESIGN.md section 4)")
     first = len(p._actions)
-    g.add_argument("--steps", type=_integer(*TRAIN_INTEGERS["steps"]), metavar="T",
-                   help=f"optimisation steps; the cosine schedule decays over them (default "
-                        f"{_RUN.steps})")
+    g.add_argument("--steps", type=_integer(1, TRAIN_INTEGERS["steps"][1]), metavar="T",
+                   help="optimisation steps; the cosine schedule decays over them (default: "
+                        "one epoch of the training records, counted where the data is: the "
+                        "simulator's, the device's image; the guard's stop may end it "
+                        "earlier)")
     g.add_argument("--epochs", type=_integer(1), metavar="E",
                    help="simulate, instead of --steps: T = E passes over x")
     g.add_argument("--budget", metavar="DURATION",

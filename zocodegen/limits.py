@@ -24,7 +24,7 @@ MAX_LR = 100.0
 #: TrainConfig's integer fields -> (least, most): most is the C field's limit (uint32_t),
 #: or the engine's tighter bound where it has one.
 TRAIN_INTEGERS: dict[str, tuple[int, int]] = {
-    "steps": (1, UINT32_MAX),  # zo_train_model.steps
+    "steps": (0, UINT32_MAX),  # zo_train_model.steps (0: an epoch of the data, run_steps)
     "queries": (1, MAX_SAMPLES_TIMES_QUERIES),  # with batch: the loss-difference clamp
     "batch": (1, MAX_SAMPLES_TIMES_QUERIES),
     "seed": (0, UINT32_MAX),  # zo_train_model.seed

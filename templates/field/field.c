@@ -22,6 +22,7 @@
 
 #include "field.h"
 #include "platform.h"
+#include "training.h" /* training_models: T of the run (zo_train_run_steps) */
 #include "zo_bytes.h"
 #include "zo_image.h" /* ZO_SPLIT_* */
 
@@ -375,7 +376,9 @@ int zo_link_done(uint8_t command, int32_t status, uint32_t value, uint32_t cycle
         return ZO_LINK_OK;
     }
     switch (command) {
-    case ZO_LINK_CMD_OPEN:
+    case ZO_LINK_CMD_OPEN: /* value: the image's training records, which may set T */
+        field.steps = zo_train_run_steps(&training_models[0], value);
+        field.every = field.steps / 10u > 1u ? field.steps / 10u : 1u; /* `train`'s default */
         open_run();
         break;
     case ZO_LINK_CMD_RESET:
@@ -443,8 +446,6 @@ int zo_link_hello(const zo_link_identity *id)
     field.model_sha256 = id->model_sha256;
     field.input_scale = id->input_scale;
     field.input_zero_point = id->input_zero_point;
-    field.steps = id->steps;
-    field.every = id->steps / 10u > 1u ? id->steps / 10u : 1u; /* `train`'s default */
     field.slot = (id->checkpoint_bytes + ZO_SECTOR_BYTES - 1u) / ZO_SECTOR_BYTES;
     field.guard = (id->flags & ZO_LINK_FLAG_GUARD) != 0u;
     field.selects_block = id->mode == 1u && id->block == ZO_LINK_NO_BLOCK;

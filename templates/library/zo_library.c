@@ -62,6 +62,7 @@ int zo_library_train_data(zo_sample_reader read, void *context, uint32_t count)
     state.read_sample = read;
     state.sample_context = context;
     state.sample_count = read != 0 ? count : 0u;
+    state.schedule_steps = zo_train_run_steps(&training_models[0], state.sample_count);
     return state.sample_count > 0u ? ZO_TRAIN_OK : ZO_TRAIN_ERR_SAMPLE;
 }
 

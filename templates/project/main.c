@@ -62,7 +62,7 @@ static void reset_training(void)
         zo_train_init(active, &state);
     }
     state.step = 0u;
-    state.schedule_steps = training_models[0].steps;
+    state.schedule_steps = zo_train_run_steps(&training_models[0], state.sample_count);
 }
 #endif /* FIRMWARE_TRAINING */
 
@@ -206,7 +206,8 @@ static void send_scalars(void *context, uint32_t step, int32_t layer, const int3
 }
 
 #endif
-/* O: read and check the image's header; value = its train records. */
+/* O: read and check the image's header; value = its train records, which set the run's T
+ * when the build left it to the data (zo_train_run_steps). */
 static int open_image(uint32_t *value)
 {
     int rc = zo_image_open(&image);
@@ -222,6 +223,7 @@ static int open_image(uint32_t *value)
     }
     if (rc == ZO_IMAGE_OK) {
         state.sample_count = zo_image_count(&image, ZO_SPLIT_TRAIN);
+        state.schedule_steps = zo_train_run_steps(&training_models[0], state.sample_count);
     }
     *value = state.sample_count;
     return rc;

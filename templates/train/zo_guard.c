@@ -229,8 +229,31 @@ static void report_check(zo_guard_report report, uint32_t step, const zo_score *
     report(&e);
 }
 
+/* K of a run of T steps (training/guard.py guard_schedule, the same integers): --guard-every,
+ * or so that the checks cost about 1 / share_divisor of the run's forwards. */
+static uint32_t guard_every(const zo_guard_config *g, uint32_t T)
+{
+    if (g->every_given) {
+        return g->every_given;
+    }
+    uint64_t checks = (uint64_t)T * g->forwards_per_step / g->share_divisor / g->samples;
+    checks = checks > 1u ? checks : 1u;
+    const uint64_t every = ((uint64_t)T + checks - 1u) / checks;
+    return every > 1u ? (uint32_t)every : 1u;
+}
+
 /* ---- --lr auto -------------------------------------------------------------------------- */
 #if !ZO_TRAIN_INTEGER_ONLY /* --estimator int8 has no eta to pick (its step is bits) */
+
+/* Steps of each --lr auto trial: T / share_divisor rounded half to even, at least 1
+ * (guard_schedule). */
+static uint32_t trial_steps(const zo_guard_config *g, uint32_t T)
+{
+    const uint32_t whole = T / g->share_divisor, part = T % g->share_divisor;
+    const uint32_t steps = whole + (2u * part > g->share_divisor
+                                    || (2u * part == g->share_divisor && (whole & 1u)));
+    return steps > 1u ? steps : 1u;
+}
 
 /* Each candidate trains trial_steps steps from the flash parameters at a constant eta on the
  * run's first samples; the lowest validation loss wins (the first, i.e. smallest, on ties). */
@@ -238,6 +261,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
                      uint32_t records, zo_guard_report report)
 {
     const zo_guard_config *g = m->guard;
+    const uint32_t steps = trial_steps(g, s->schedule_steps);
     uint32_t best = 0u;
     int64_t best_loss = 0;
     for (uint32_t k = 0; k < g->candidate_count; ++k) {
@@ -245,11 +269,11 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         zo_train_init(m, &trial);
         trial.lr = g->candidates[k];
         trial.constant_lr = 1;
-        trial.schedule_steps = g->trial_steps;
+        trial.schedule_steps = steps;
         trial.telemetry = NULL;
         trial.scalars = NULL;
         int rc = ZO_TRAIN_OK;
-        for (uint32_t t = 0; t < g->trial_steps && rc == ZO_TRAIN_OK; ++t) {
+        for (uint32_t t = 0; t < steps && rc == ZO_TRAIN_OK; ++t) {
             rc = zo_train_step(m, &trial);
         }
         zo_score sc;
@@ -263,7 +287,7 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         memset(&e, 0, sizeof e);
         e.kind = ZO_EVENT_LR_TRIAL;
         e.eta_ppm = eta_ppm(g->candidates[k]);
-        e.steps = g->trial_steps;
+        e.steps = steps;
         e.correct = sc.correct;
         e.of = records;
         e.loss_q16 = sc.loss;
@@ -322,8 +346,8 @@ int zo_guard_begin(const zo_train_model *m, zo_train_state *s, zo_image *img,
  * check beat it); patience 0 never. */
 static int patience_ends(const zo_guard_config *g, const zo_train_state *s, uint32_t done)
 {
-    return g->patience > 0u
-           && (uint64_t)(done - s->best_step) >= (uint64_t)g->patience * g->every;
+    return g->patience > 0u && (uint64_t)(done - s->best_step)
+                                   >= (uint64_t)g->patience * guard_every(g, s->schedule_steps);
 }
 
 /* STOP: the step, the steps since the best and the best's score (docs/link.md "Events"). */
@@ -355,8 +379,8 @@ int zo_guard_after_step(const zo_train_model *m, zo_train_state *s, zo_image *im
         return ZO_TRAIN_OK;
     }
     const uint32_t done = s->step;
-    int last = done == m->steps;
-    if (done % g->every != 0u && !last) {
+    int last = done == s->schedule_steps;
+    if (done % guard_every(g, s->schedule_steps) != 0u && !last) {
         return ZO_TRAIN_OK;
     }
     const uint32_t records = validation_records(m, img);

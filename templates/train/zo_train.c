@@ -28,7 +28,7 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
     }
     zo_train_attach(m);
     s->step = 0;
-    s->schedule_steps = m->steps;
+    s->schedule_steps = zo_train_run_steps(m, s->sample_count);
     s->constant_lr = 0;
     s->lr = m->guard && m->guard->lr_auto ? 0.0f : m->lr;
     s->seed = m->seed;
@@ -38,6 +38,11 @@ void zo_train_init(const zo_train_model *m, zo_train_state *s)
     s->best_loss = 0;
     s->rollbacks = 0u;
     s->falling = 0u; /* also ends a stop (ZO_CKPT_STOPPED) of a run before this one */
+}
+
+uint32_t zo_train_run_steps(const zo_train_model *m, uint32_t records)
+{
+    return m->steps ? m->steps : m->epochs * ((records + m->batch - 1u) / m->batch);
 }
 
 void zo_train_attach(const zo_train_model *m)

@@ -180,14 +180,15 @@ extern uint32_t zo_train_profile_cycles[ZO_PROFILE_COUNT];
 typedef struct {
     uint8_t guard;            /* validation checks, keep the best, roll back on a fall */
     uint8_t lr_auto;          /* short trials of the candidates pick eta */
-    uint32_t every;           /* K: a check after every K steps and after the last */
+    uint32_t every_given;     /* --guard-every K; 0: K from T (zo_guard_every) */
+    uint32_t forwards_per_step; /* query forwards of a step: the checks' share of them */
+    uint32_t share_divisor;   /* the checks and each lr trial cost 1 / share_divisor of a run */
     uint32_t samples;         /* at most this many validation records per check */
     uint32_t min_samples;     /* fewer validation records than this: ZO_TRAIN_ERR_VAL */
     uint32_t falls_to_roll_back; /* checks in a row below the best before a rollback */
     uint32_t patience;        /* checks without a new best that end the run (0: never) */
     uint32_t confirm_z2;         /* the end's confirmation: net^2 >= confirm_z2 / 100 x
                                   * the records on which result and start disagree */
-    uint32_t trial_steps;     /* steps of each lr trial */
     uint32_t candidate_count;
     const float *candidates;  /* smallest first */
 } zo_guard_config;
@@ -195,7 +196,9 @@ typedef struct {
 typedef struct {
     const zo_train_layer *layers;
     uint32_t layer_count;
-    uint32_t queries, batch, steps, seed;
+    uint32_t queries, batch, seed;
+    uint32_t steps;  /* T; 0: epochs passes over the image's training records */
+    uint32_t epochs;
     float lr;
     int cosine;
     float inv_nq; /* 1 / (N Q) */
@@ -262,9 +265,13 @@ void zo_bp_forward(const zo_train_model *m);
 void zo_bp_backward(const zo_train_model *m, int32_t label);
 
 /* Copies the flash parameters to their SRAM copies and attaches them; step = 0,
- * schedule_steps = m->steps, eta = m->lr (0 with --lr auto: not chosen yet), seed = m->seed,
- * no guard check yet. */
+ * schedule_steps = the run's T (zo_train_run_steps of s->sample_count), eta = m->lr (0 with
+ * --lr auto: not chosen yet), seed = m->seed, no guard check yet. */
 void zo_train_init(const zo_train_model *m, zo_train_state *s);
+
+/* T of the run: m->steps, or m->epochs passes over `records` training records at m->batch a
+ * step when the build left it to the data (training/config.py run_steps). */
+uint32_t zo_train_run_steps(const zo_train_model *m, uint32_t records);
 
 /* --block auto: model.c computes m's layers with their SRAM copies (attach) or with the
  * flash originals (detach). No-ops for layers without *_active pointers. */

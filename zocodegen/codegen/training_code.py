@@ -12,8 +12,9 @@ from ..formats.image import SECTOR_BYTES, checkpoint_slot_bytes
 from ..ir import Graph
 from ..planner import ArenaPlan, RamItem
 from ..training.checkpoint import encoded_size
-from ..training.guard import (CONFIRM_Z2, FALLS_TO_ROLL_BACK, MIN_VAL_RECORDS,
-                              guard_schedule)
+from ..training.config import DEFAULT_EPOCHS
+from ..training.guard import (CONFIRM_Z2, FALLS_TO_ROLL_BACK, LR_CANDIDATES,
+                              MIN_VAL_RECORDS, SHARE_DIVISOR)
 from ..training.int8 import q16
 from ..errors import UserError
 from ..ops.table import OPS
@@ -217,13 +218,14 @@ class GuardCode:
 
     guard: bool
     lr_auto: bool
-    every: int
+    every_given: int  # --guard-every, 0: from the forward budget (zo_guard.c, guard_schedule)
+    forwards_per_step: int
+    share_divisor: int
     samples: int
     min_samples: int
     falls_to_roll_back: int
     patience: int
     confirm_z2: int
-    trial_steps: int
     candidates: tuple[str, ...]
 
 
@@ -239,7 +241,7 @@ class TrainingCode:
     gradient_words: int
     queries: int
     batch: int
-    steps: int
+    steps: int  # 0: epochs passes over the image's training records (counted on the device)
     seed: int
     lr: str
     cosine: bool
@@ -270,6 +272,7 @@ class TrainingCode:
     arena_tail: int = 0  # bytes added after the arena for the step's regions
     recomputed_macs: int = 0  # per step, by restart groups (training_regions.py)
     query_macs: int = 0  # per step, of the query forwards without recomputation
+    epochs: int = DEFAULT_EPOCHS  # with steps 0: the passes over the image's records
 
     @property
     def channel(self) -> bool:
@@ -479,10 +482,12 @@ def training_code(graph: Graph, arena: ArenaPlan, code: ModelCode,
     fixed = cfg.block if cfg.mode == "sparse" and len(plans) == 1 else None
     guards = None
     if cfg.guard or cfg.lr_auto:
-        guards = tuple(GuardCode(cfg.guard, cfg.lr_auto, g.every, g.samples, MIN_VAL_RECORDS,
-                                 FALLS_TO_ROLL_BACK, cfg.patience, CONFIRM_Z2, g.trial_steps,
-                                 tuple(c_float(np.float32(c)) for c in g.candidates))
-                       for g in map(guard_schedule, plans))
+        guards = tuple(GuardCode(cfg.guard, cfg.lr_auto, cfg.guard_every,
+                                 p.forwards_per_step, SHARE_DIVISOR, cfg.guard_samples,
+                                 MIN_VAL_RECORDS,
+                                 FALLS_TO_ROLL_BACK, cfg.patience, CONFIRM_Z2,
+                                 tuple(c_float(np.float32(c)) for c in LR_CANDIDATES))
+                       for p in plans)
     largest = max(encoded_size((layer.weight_count, layer.bias_count, layer.scale_count)
                                for layer in p.layers) for p in plans)
     training = TrainingCode(tuple(layers), tuple(models), len(plans) > 1, fixed,

@@ -35,6 +35,10 @@ ESTIMATOR_FALLBACK = "adaptive"
 #: The command line trains CH layers' filter scales (--scales) unless --no-scales, where they
 #: apply (scales_apply); TrainConfig() itself leaves them off, as it leaves the guard
 SCALES_BY_DEFAULT = True
+#: --steps not given: this many passes over the training records, counted where the data is
+#: (the simulator's data, the device's image); the guard's stop may end the run earlier
+#: (docs/decisions/epochs-and-schedule.md: one epoch with cosine decay)
+DEFAULT_EPOCHS = 1
 
 
 def scales_apply(estimator: str, distribution: str, query_batch: int) -> bool:
@@ -50,7 +54,7 @@ class TrainConfig:
     schedule decays over it); ``layers`` are indices into the model's trainable-layer list
     (every CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED in order), empty = all of them."""
 
-    steps: int = 100
+    steps: int = 0  # T; 0: DEFAULT_EPOCHS passes over the training records (run_steps)
     queries: int = 50  # the paper's on-device Q, on the host too (DESIGN.md said 100 there)
     batch: int = 1
     lr: float = 0.01
@@ -153,6 +157,9 @@ class TrainConfig:
         if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
                             f"{self.estimator} evaluates one forward at a time")
+        if self.record_scalars and not self.steps:
+            raise UserError("--record-scalars: a replay rebuilds the run's schedule from its "
+                            "T, which the build must know: add --steps T")
         if self.record_scalars and (self.guard or self.lr_auto):
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
@@ -216,6 +223,13 @@ class TrainConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def run_steps(steps: int, batch: int, train_records: int) -> int:
+    """T of a run: ``steps``, or 0 for DEFAULT_EPOCHS passes over ``train_records`` at
+    ``batch`` records a step (zo_train_run_steps in zo_train.c counts the same on the
+    device, from its image)."""
+    return steps or DEFAULT_EPOCHS * -(-train_records // batch)
 
 
 #: What each annotation of TrainConfig's fields is, in words.

@@ -28,8 +28,10 @@ from .checkpoint import NO_BEST, STOPPED
 
 #: --lr auto tries these, smallest first (ties keep the smaller: the cautious choice).
 LR_CANDIDATES = (0.003, 0.01, 0.03)
-#: Share of the run's forward passes the guard's checks and the lr trials may spend each.
-CHECK_SHARE, TRIAL_SHARE = 0.02, 0.02
+#: Share of the run's forward passes the guard's checks and the lr trials may spend each:
+#: 1 / SHARE_DIVISOR, in integers on both sides (guard_schedule, zo_guard.c)
+SHARE_DIVISOR = 50
+CHECK_SHARE = TRIAL_SHARE = 1 / SHARE_DIVISOR
 #: Fewer validation records than this cannot tell a fall from noise.
 MIN_VAL_RECORDS = 16
 #: Checks in a row that must fall below the best before the guard rolls back.
@@ -69,15 +71,19 @@ class PlanShape(Protocol):
     def forwards_per_step(self) -> int: ...
 
 
-def guard_schedule(plan: PlanShape) -> GuardSchedule:
+def guard_schedule(plan: PlanShape, steps: int | None = None) -> GuardSchedule:
     """K so that the checks cost about CHECK_SHARE of the run's forwards (each check is
     ``samples`` full forwards, a step ``plan.forwards_per_step`` query forwards), unless
-    --guard-every fixes it; trials of TRIAL_SHARE of the run's steps per candidate."""
+    --guard-every fixes it; trials of TRIAL_SHARE of the run's steps per candidate, rounded
+    half to even. On integers (CHECK_SHARE = TRIAL_SHARE = 1/50), as zo_guard.c computes them
+    from the T it counts on the device; ``steps``: T when the plan's is 0 (the data's)."""
     cfg = plan.config
-    run = cfg.steps * plan.forwards_per_step
-    checks = max(1, int(CHECK_SHARE * run) // cfg.guard_samples)
-    every = cfg.guard_every or max(1, -(-cfg.steps // checks))
-    trial = max(1, round(TRIAL_SHARE * cfg.steps))
+    steps = steps or cfg.steps
+    checks = max(1, steps * plan.forwards_per_step // SHARE_DIVISOR // cfg.guard_samples)
+    every = cfg.guard_every or max(1, -(-steps // checks))
+    whole, part = divmod(steps, SHARE_DIVISOR)
+    trial = max(1, whole + (2 * part > SHARE_DIVISOR
+                            or (2 * part == SHARE_DIVISOR and whole % 2 == 1)))
     return GuardSchedule(every, cfg.guard_samples, trial, LR_CANDIDATES)
 
 

@@ -23,7 +23,8 @@ from ..frontends import load_model
 from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
                       write_confusion, write_curves)
 from . import checkpoint, simulator
-from .config import BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig
+from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig,
+                     run_steps)
 from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
                     trials_tied, unvalidated, validation_count)
@@ -341,6 +342,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
     config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say,
                        estimator_fit)
+    # --steps, --epochs and --budget not given: an epoch of the data, as the device counts
+    # its image's records (a budget has set T above, as the build does)
+    config = replace(config, steps=run_steps(config.steps, config.batch, len(data.x)))
     plans = training_plans(graph, config)
     sha = file_sha256(Path(model_path), "model")
     identity = run_identity(sha, data_path, config, target)
