@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.guard import (MIN_VAL_RECORDS, Comparison, GuardSchedule, GuardState,
                                       Score, confirmation_records, confirmed, fall_margin,
-                                      new_best, trained_confirmation_records, unvalidated)
+                                      guard_schedule, new_best, trained_confirmation_records,
+                                      unvalidated)
 from zocodegen.training.plan import training_plans
 from zocodegen.training.runner import simulate
 from zocodegen.training.simulator import initial_params, validation_score
@@ -428,3 +430,41 @@ def test_a_stopped_run_trains_no_step_until_a_reset(digits_image):
         assert session.train(4) == []
         session._run("resetting", p.Command.RESET.value)
         assert [t.step for t in session.train(2)] == [1, 2]
+
+
+def test_the_guard_schedule_is_integers_of_t():
+    """K and the lr trials' steps (guard_schedule, zo_guard.c) are integers of T, equal to
+    the rules they replace, 2 % of the forwards and round(0.02 T), for every T tried."""
+    for forwards, samples in ((1, 16), (3, 24), (52, 101), (150, 128)):
+        for steps in list(range(1, 3000)) + [10**6 + 25, 10**6 + 75, 2**32 - 1]:
+            plan = SimpleNamespace(forwards_per_step=forwards, config=SimpleNamespace(
+                steps=steps, guard_every=0, guard_samples=samples))
+            got = guard_schedule(plan)
+            checks = max(1, int(0.02 * steps * forwards) // samples)
+            assert (got.every, got.trial_steps) == (max(1, -(-steps // checks)),
+                                                    max(1, round(0.02 * steps))), steps
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_default_run_is_an_epoch_of_the_devices_image(engine, digits_image, tmp_path):
+    """Without --steps the device counts its image's training records (one epoch, at O) and
+    trains the simulator's run of the same data: the same T, checks and lr trials, the same
+    checkpoint bytes; an image of half the records is a run of half the steps."""
+    config = TrainConfig(steps=0, queries=2, lr_auto=True, guard=True)
+    graph = load_model(MODEL)
+    artefact = cached_build(MODEL, engine, graph=graph, train=config)
+    for records in (60, 30):
+        image = digits_image
+        if records != 60:
+            d = digits_npz(tmp_path / "d.npz", graph.tensor(graph.inputs[0]).quant)
+            image = tmp_path / "half.img"
+            pack_image(image, d["x"][:records], d["y"][:records], num_classes=10,
+                       checkpoint_bytes=1 << 16, x_val=d["x"][60:84], y_val=d["y"][60:84])
+        run = tmp_path / f"run{records}"
+        summary = simulate(MODEL, image, run, config, progress=False)
+        assert summary.steps == records
+        assert json.loads((run / "run.json").read_text())["config"]["steps"] == records
+        with FirmwareSession(graph, engine, artefact, icount=False) as session:
+            assert session.attach_image(image) == records
+            assert len(session.train(records)) == records
+            assert session.save_checkpoint() == (run / "checkpoint.bin").read_bytes()
