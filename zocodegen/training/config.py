@@ -157,13 +157,13 @@ class TrainConfig:
         if self.query_batch > 1 and not REGISTRY[self.estimator].query_batching:
             raise UserError(f"--query-batch applies to the WP / NP estimators; --estimator "
                             f"{self.estimator} evaluates one forward at a time")
-        if self.record_scalars and not self.steps:
-            raise UserError("--record-scalars: a replay rebuilds the run's schedule from its "
-                            "T, which the build must know: add --steps T")
         if self.record_scalars and (self.guard or self.lr_auto):
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
                             "data; add --no-guard and a fixed --lr")
+        if self.record_scalars and not self.steps:
+            raise UserError("--record-scalars: a replay rebuilds the run's schedule from its "
+                            "T, which the build must know: add --steps T")
         if not 0 <= self.budget < float("inf"):  # also refuses nan
             raise UserError(f"--budget must be a duration like 1h, 90min or 600s (got "
                             f"{self.budget:g} seconds)")
