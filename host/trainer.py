@@ -278,7 +278,7 @@ class Trainer:
         self._scalar_pieces.clear()
         self._scalars = {k: v for k, v in self._scalars.items() if k[0] < step}
         replay.write(self.scalars_path, self._scalars, replay.ScalarOwner(
-            self.identity.model_sha256, self.identity.seed, self._planned(),
+            self.identity.model_sha256, self.identity.seed, self.identity.steps,
             self.identity.queries, self.identity.lr))
 
     def _evaluate(self, session: DeviceSession, step: int) -> float | None:

@@ -77,9 +77,10 @@ class FleetServer:
         if steps < 1 or rounds < 1:
             raise UserError("--steps-per-round and --rounds must be at least 1")
         cfg = model.plan.config
-        if not cfg.steps:
-            raise UserError("the fleet's build leaves T to each device's data (no --steps): "
-                            "rebuild with --steps T, the schedule every device shares")
+        if not cfg.steps and cfg.schedule == "cosine":
+            raise UserError("the fleet's build leaves its cosine schedule's T to each "
+                            "device's data (no --steps): rebuild with --steps T, which every "
+                            "device then shares, or --schedule constant")
         most = TRAIN_INTEGERS["steps"][1]
         if rounds * steps > most:  # a device counts its steps in 32 bits
             raise UserError(f"{rounds} rounds of {steps} steps are {rounds * steps} steps, "

@@ -161,9 +161,10 @@ class TrainConfig:
             raise UserError("--record-scalars: a replay rebuilds the run from seeds and query "
                             "sums alone, but the guard and --lr auto decide from validation "
                             "data; add --no-guard and a fixed --lr")
-        if self.record_scalars and not self.steps:
-            raise UserError("--record-scalars: a replay rebuilds the run's schedule from its "
-                            "T, which the build must know: add --steps T")
+        if self.record_scalars and not self.steps and self.schedule == "cosine":
+            raise UserError("--record-scalars: a replay rebuilds the cosine schedule from the "
+                            "run's T, which the build must know: add --steps T (or --schedule "
+                            "constant)")
         if not 0 <= self.budget < float("inf"):  # also refuses nan
             raise UserError(f"--budget must be a duration like 1h, 90min or 600s (got "
                             f"{self.budget:g} seconds)")
