@@ -334,10 +334,15 @@ class Trainer:
         anything in it changes; --force starts anew instead."""
         self.identity = identity
         check_image(identity, self.blocks.layout, self.image_path)
-        if self.steps is not None and self.steps > self._planned():
+        # --steps is the user's bound; only what the firmware fixes at T refuses more: the
+        # cosine schedule ends there, the guard's last check keeps its best there
+        if self.steps is not None and self.steps > self._planned() and (
+                self.identity.cosine or self.identity.guard):
+            why = ("its learning-rate schedule ends there" if self.identity.cosine else
+                   "the guard's last check keeps its best parameters there")
             raise UserError(f"--steps {self.steps} is beyond the {self._planned()} steps the "
-                            "firmware plans (its learning-rate schedule ends there): rebuild "
-                            f"with `zocodegen build ... --steps {self.steps}`")
+                            f"firmware plans ({why}): rebuild with `zocodegen build ... "
+                            f"--steps {self.steps}`")
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise UserError(f"{self.run_dir} exists and is not a directory; choose another "
                             f"-o RUN")

@@ -380,13 +380,19 @@ def test_flower_fleet_with_a_killed_device(fleet_build, tmp_path):
     assert up and max(up) < model.trainable_bytes
 
 
-def test_a_sparse_build_trains_its_block_in_the_fleet(tmp_path):
+def test_a_sparse_build_trains_its_block_in_the_fleet(tmp_path, capsys):
     """The manifest of a sparse build (--blocks 3 --block 1) gives back its options: the
-    fleet and `replay` train the same block the device does."""
+    fleet and `replay` train the same block the device does. Its cosine schedule needs
+    --steps: a replay rebuilds eta_t from the build's T, which a build that leaves T to each
+    device's image does not know."""
     build = tmp_path / "sparse"
-    assert main(["build", str(MODEL), "--target", "native", "--train", "sparse", "--blocks",
-                 "3", "--block", "1", "--estimator", "wp", "--record-scalars", "--no-guard",
-                 "--lr", "0.01", "-o", str(build)]) == 0
+    argv = ["build", str(MODEL), "--target", "native", "--train", "sparse", "--blocks", "3",
+            "--block", "1", "--estimator", "wp", "--record-scalars", "--no-guard", "--lr",
+            "0.01", "-o", str(build)]
+    assert main(argv) == 2
+    assert "--record-scalars: a replay rebuilds the cosine schedule" in capsys.readouterr().err
+    assert not build.exists()
+    assert main([*argv, "--steps", "100"]) == 0
     model = FleetModel.load(MODEL, build)
     manifest = json.loads((build / "manifest.json").read_text())["training"]
     assert (model.plan.config.blocks, model.plan.config.block) == (3, 1)
