@@ -27,6 +27,7 @@ import pytest
 from conftest import FIXTURES, assert_refused
 import zocodegen
 from zocodegen.cli import main
+from zocodegen import files as file_io
 from zocodegen.codegen import project_files
 from zocodegen.errors import UserError
 
@@ -295,7 +296,7 @@ def test_without_an_atomic_exchange_the_swap_is_two_renames(tmp_path, monkeypatc
     out = tmp_path / "p"
     assert _build(out) == 0
     (out / "notes.txt").write_text("keep me\n")
-    monkeypatch.setattr(project_files, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(file_io, "exchange_folders", lambda a, b: False)
     assert _build(out, model=MCUNET) == 0
     assert (out / "notes.txt").read_text() == "keep me\n"
     assert "mcunet_tiny" in (out / "Makefile").read_text()

@@ -293,26 +293,43 @@ def replacing_folder(out: Path) -> Iterator[Path]:
         staging.mkdir()
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
-    old = staging.with_name(staging.name + "-old")
     try:
         yield staging
-        if not os.path.lexists(out):
-            os.rename(staging, out)
-        elif exchange_folders(staging, out):
-            os.rename(staging, old)
-        else:
-            os.rename(out, old)
-            try:
-                os.rename(staging, out)
-            except BaseException:
-                os.rename(old, out)
-                raise
+        old = swap_in(staging, out)
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc} (nothing "
                         "changed)") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def swap_in(staging: Path, out: Path) -> Path | None:
+    """Put the assembled folder ``staging`` at ``out`` in one step (``exchange_folders``,
+    else two renames); return where the old ``out`` now is (``staging``'s name with
+    ``-old``: from the first rename on, that name says "a tree to retire"), or None when
+    there was none. A kill between the two fallback renames leaves the old tree under that
+    name and no ``out``, which the next write of ``out`` puts back."""
+    if not os.path.lexists(out):
+        os.rename(staging, out)
+        return None
+    old = staging.with_name(staging.name + "-old")
+    os.rename(staging, old)
+    try:
+        exchanged = exchange_folders(old, out)
+    except BaseException:
+        os.rename(old, staging)
+        raise
+    if not exchanged:
+        os.rename(old, staging)
+        os.rename(out, old)
+        try:
+            os.rename(staging, out)
+        except BaseException:
+            os.rename(old, out)
+            raise
+    return old
 
 
 def exchange_folders(a: Path, b: Path) -> bool:

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..files import (MissingInput, blocking_file, cache_root, file_sha256,
-                     no_empty_folders_on_failure, process_alive, read_input, write_new)
-from ..files import exchange_folders as _exchange
+                     no_empty_folders_on_failure, process_alive, read_input, swap_in,
+                     write_new)
 
 MANIFEST = "manifest.json"
 #: Marks the temporary folders a build assembles beside DIR (and the old project it swaps out).
@@ -372,26 +372,7 @@ def _swap(staging: Path, out: Path) -> Path | None:
         here = Path.cwd()
     except OSError:
         here = None
-    old = staging.with_name(staging.name + "-old")
-    retired: Path | None = old
-    if not out.exists():
-        os.rename(staging, out)
-        retired = None
-    else:
-        os.rename(staging, old)  # from here on the name says: a tree to retire, not delete
-        try:
-            exchanged = _exchange(old, out)
-        except BaseException:
-            os.rename(old, staging)
-            raise
-        if not exchanged:
-            os.rename(old, staging)
-            os.rename(out, old)
-            try:
-                os.rename(staging, out)
-            except BaseException:
-                os.rename(old, out)
-                raise
+    retired = swap_in(staging, out)
     if here is not None and here.is_relative_to(out):
         os.chdir(here if here.is_dir() else out)
     return retired
