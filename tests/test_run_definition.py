@@ -68,7 +68,8 @@ def test_no_option_has_two_names_or_two_defaults():
     # to its fit
     run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True)
     parser = build_parser()
-    for argv in (["simulate", "m", "--data", "d"], ["build", "m", "--target", "stm32f746"]):
+    model = str(FIXTURES / "digits_cnn.tflite")  # train_config reads its format (ONNX: no scales)
+    for argv in (["simulate", model, "--data", "d"], ["build", model, "--target", "stm32f746"]):
         args = parser.parse_args(argv)
         args.train = "auto"  # build's default, none, is an inference build
         assert train_config(args) == run, argv
