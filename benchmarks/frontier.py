@@ -49,13 +49,33 @@ TARGET_SHARE = 0.65
 #: steps between test evaluations: the resolution of "first reached" (0.05 H7B3 hours at Q = 5)
 EVAL_EVERY = 25
 BOARDS = {"h7": "stm32h7b3", "f7": "stm32f746"}
-#: what each setting passes to `zocodegen simulate` besides the data, the board and the seed
-SETTINGS = {
-    "q5": ("--epochs", "1", "--queries", "5"),  # today's lr auto at a quarter of the queries
-    "q5-lr0.1": ("--epochs", "1", "--queries", "5", "--lr", "0.1"),
-    "q20-lr0.03-s200": ("--steps", "200", "--queries", "20", "--lr", "0.03"),
-    "q10-lr0.03-s400": ("--steps", "400", "--queries", "10", "--lr", "0.03"),
-}
+#: a setting's name is its options, one token each, joined by "-": q20 (--queries 20),
+#: lr0.03 / lrauto (--lr), s200 (--steps 200), e1 (--epochs 1), n4 (--batch 4), l0to5
+#: (--layers 0-5), g50 (--guard-every 50), p10 (--patience 10), bp1 (--bp-layers 1), const
+#: (--schedule constant),
+#: sparse4b0 (--train sparse --blocks 4 --block 0); what a name leaves out is the default
+TOKENS = (("lr", "--lr"), ("q", "--queries"), ("s", "--steps"), ("e", "--epochs"),
+          ("n", "--batch"), ("g", "--guard-every"), ("p", "--patience"), ("bp", "--bp-layers"))
+
+
+def setting_options(setting: str) -> tuple[str, ...]:
+    """The options a setting's name stands for (see TOKENS)."""
+    options: list[str] = []
+    for token in setting.split("-"):
+        if token == "const":
+            options += ["--schedule", "constant"]
+        elif token.startswith("sparse") and "b" in token[6:]:
+            blocks, block = token[6:].split("b")
+            options += ["--train", "sparse", "--blocks", blocks, "--block", block]
+        elif token[:1] == "l" and token[1:2].isdigit() and "to" in token:
+            options += ["--layers", token[1:].replace("to", "-")]
+        else:
+            flag = next((f for p, f in TOKENS if token.startswith(p)
+                         and token[len(p):].replace(".", "").isalnum()), None)
+            if flag is None:
+                raise SystemExit(f"frontier.py: setting {setting!r}: unknown token {token!r}")
+            options += [flag, token[len(next(p for p, f in TOKENS if f == flag)):]]
+    return tuple(options)
 
 
 def run_name(board: str, setting: str, cell: str, seed: int) -> str:
@@ -71,7 +91,7 @@ def command(runs: Path, board: str, setting: str, cell: str, seed: int,
             steps: int | None) -> list[str]:
     """The run's `zocodegen simulate` command; ``steps`` replaces the setting's run length
     (a smoke run)."""
-    options = list(SETTINGS[setting])
+    options = list(setting_options(setting))
     if steps is not None:
         for flag in ("--epochs", "--steps"):
             if flag in options:
@@ -200,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run settings x cells x seeds one after another, then "
                          "report every run")
     run.add_argument("--boards", default="h7", help=f"comma-separated: {', '.join(BOARDS)}")
-    run.add_argument("--settings", required=True, help=f"comma-separated: {', '.join(SETTINGS)}")
+    run.add_argument("--settings", required=True, help="comma-separated setting names (see TOKENS)")
     run.add_argument("--cells", default="contrast")
     run.add_argument("--seeds", default="1")
     run.add_argument("--steps", type=int, help="every run this many steps (a smoke test)")
