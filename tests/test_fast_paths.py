@@ -5,7 +5,8 @@
   past them);
 * its CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, ADD, MUL and MEAN twins against the
   reference kernels on random geometries, weights (saturated ones included, which push the
-  accumulators past float32 and the requantization past its float64 bound) and variants;
+  accumulators past float32 and the requantization past its float64 bound) and variants,
+  with the compiled products (reference/linear_kernels.c) and with numpy's;
 * the lane-parallel XORShift32 streams against the scalar generator;
 * whole simulator steps, every estimator, with the fast kernels and with the reference
   kernels (fast.ENABLED off), one wavefront per layer and all layers in one; and
@@ -50,7 +51,8 @@ def _fast_requant(acc: np.ndarray, bias: np.ndarray, requant: fast.FloatRequant)
     out = np.empty(centered.shape, dtype=np.float64)
     requant(np.ascontiguousarray(centered, dtype=np.float64), out)
     if np.isfinite(requant.lo):
-        types = [np.float64] + ([np.float32] if np.abs(centered).max() < 2 ** 24 else [])
+        types = ([np.float64] + ([np.float32] if np.abs(centered).max() < 2 ** 24 else [])
+                 + ([np.int32] if np.abs(centered).max() < 2 ** 31 else []))
         for acc_type in types:
             for compiled in (True, False):
                 narrow = np.empty((len(centered), centered.shape[1] + 3), dtype=np.float32)
@@ -73,6 +75,34 @@ def test_the_compiled_requantization_is_used_where_a_compiler_is():
     assert not native.requantize_rows(acc, column, column, None, None, -np.inf, np.inf, out)
     assert not native.requantize_rows(acc, column, column, None, None, -128.0, 127.0,
                                       out.astype(np.float64))
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and flag in line.split() for line in info)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
+                    or not _cpu_has("avx512_vnni"),
+                    reason="no C compiler or no AVX-512 VNNI: numpy's products run")
+def test_the_compiled_products_are_used_where_they_build():
+    """On an AVX-512 VNNI CPU with a compiler, CONV_2D / FULLY_CONNECTED run as the compiled
+    u8 x s8 product and depthwise convolutions tap by tap in C (so the comparisons with the
+    references below test them), and they decline what they do not take."""
+    assert native.gemm_available()
+    x = np.zeros((4, 3), np.float32)
+    packed, correction = np.zeros((8, 4), np.int8), np.zeros(1, np.int32)
+    assert native.gemm_u8s8(packed, 1, 4, correction, x, 128).shape == (1, 3)
+    assert native.gemm_u8s8(packed, 1, 4, correction, x.astype(np.float64), 128) is None
+    geometry = native.depthwise_geometry(native.DepthwiseGeometry(
+        (3, 3), (1, 1), (1, 1), (1, 1), (4, 4), (4, 4), 1))
+    assert geometry is not None and len(geometry.moves)
+    taps = np.zeros((2, 3, 3), np.float32)
+    assert native.depthwise(np.zeros((2, 5, 4, 4), np.float32), taps, geometry).shape == (2, 80)
+    assert native.depthwise(np.zeros((2, 5, 4, 4), np.float64), taps, geometry) is None
 
 
 def _params(real: np.ndarray, zero_point: int, activation: str) -> RequantParams:
@@ -213,6 +243,12 @@ def test_linear_kernels_equal_reference(case):
                           ref(x_rows, np.repeat(variants, 2, 0)))
     z = OPS[op.type].pre_activation(op, graph, [x, w, b])
     assert np.array_equal(net.pre_activation(0, args), z.reshape((3,) + z.shape[1:]))
+    many = rng.integers(-128, 128, (37,) + shape).astype(np.int8)  # several compiled blocks
+    expected = ref(many, w)
+    assert np.array_equal(run([net.to_engine("x", many), w, b]), expected)
+    with pytest.MonkeyPatch.context() as patch:  # numpy's products, where nothing compiles
+        patch.setattr(native, "ENABLED", False)
+        assert np.array_equal(run([fast.Network(graph).to_engine("x", many), w, b]), expected)
 
 
 @settings(max_examples=60, deadline=None)

@@ -169,6 +169,7 @@ class Linear:
                                                     self.w_shape)
         self._last: tuple | None = None  # the last weights, (w, float32, sums, prepared)
         self._scaled: tuple | None = None  # the last filter scales given, and their params
+        self._geometry: native.DepthwiseGeometry | bool | None = None  # False: numpy's form
 
     @property
     def supported(self) -> bool:
@@ -236,9 +237,7 @@ class Linear:
                 pieces = ((s, None) for s in _row_chunks(x.shape[1], c_out * positions))
             for target, acc in pieces:
                 if acc is None:
-                    if 0 not in cache:
-                        cache[0] = self._prepare(wf)
-                    acc = self._accumulate(x[:, target], cache[0])
+                    acc = self._accumulate(x[:, target], wf, cache)
                 piece = out[:, (at + target.start) * positions:(at + target.stop) * positions]
                 if requant is not None:
                     requant(acc, piece)
@@ -305,8 +304,18 @@ class Linear:
         return np.stack([taps[:, np.where(self.index < kw, i * kw + self.index, kh * kw)]
                          for i in range(kh)])
 
-    def _accumulate(self, x: np.ndarray, prepared: np.ndarray) -> np.ndarray:
-        """Accumulators (C_out, rows * positions) of rows ``x`` (engine form)."""
+    def _accumulate(self, x: np.ndarray, wf: np.ndarray, cache: dict) -> np.ndarray:
+        """Accumulators (C_out, rows * positions) of rows ``x`` (engine form) and one weight
+        set ``wf``: compiled (reference/native.py) where it runs, else numpy's products of
+        the weights' prepared form (kept in ``cache``). float32 weights mean every partial
+        sum is below 2^24, which also keeps the compiled int32 product exact."""
+        if wf.dtype == np.float32:
+            acc = self._compiled(x, wf, cache)
+            if acc is not None:
+                return acc
+        if 0 not in cache:
+            cache[0] = self._prepare(wf)
+        prepared = cache[0]
         if self.op.type == "FULLY_CONNECTED":
             return prepared @ x
         if self.op.type == "CONV_2D":
@@ -326,6 +335,36 @@ class Linear:
                 part = np.matmul(xc[:, :, src_h].reshape(c, -1, xc.shape[3]), prepared[i])
                 acc[:, :, h0:h1] += part.reshape(c, xc.shape[1], h1 - h0, out_w)
         return acc.reshape(c, -1)
+
+    def _compiled(self, x: np.ndarray, wf: np.ndarray, cache: dict) -> np.ndarray | None:
+        """The compiled accumulation, or None where it does not run: CONV_2D and
+        FULLY_CONNECTED as the u8 x s8 product (int32), depthwise tap by tap (float32)."""
+        if self.op.type == "DEPTHWISE_CONV_2D":
+            if self._geometry is None:
+                options = self.op.options
+                self._geometry = native.depthwise_geometry(native.DepthwiseGeometry(
+                    tuple(self.w_shape[1:3]), tuple(options["stride"]),
+                    tuple(options["dilation"]), (options["padding"][0], options["padding"][2]),
+                    tuple(self.in_shape[1:3]), tuple(self.out_shape[1:3]),
+                    options.get("depth_multiplier", 1))) or False
+            if not self._geometry:
+                return None
+            if "taps" not in cache:  # (C, KH, KW)
+                _, kh, kw, c_out = self.w_shape
+                cache["taps"] = np.ascontiguousarray(wf.reshape(kh, kw, c_out).transpose(2, 0, 1))
+            return native.depthwise(x, cache["taps"], self._geometry)
+        if not native.gemm_available():
+            return None
+        shift = 128 - self.params.input_offset  # x + shift = q + 128, a byte
+        if "u8s8" not in cache:
+            w = wf.reshape(self.w_shape[0], -1)
+            packed = np.zeros((-(-len(w) // 8) * 8, -(-w.shape[1] // 4) * 4), dtype=np.int8)
+            packed[:len(w), :w.shape[1]] = w
+            correction = (shift * w.sum(axis=1, dtype=np.int64)).astype(np.int32)
+            cache["u8s8"] = packed, correction
+        packed, correction = cache["u8s8"]
+        cols = x if self.op.type == "FULLY_CONNECTED" else self._patches(x)
+        return native.gemm_u8s8(packed, self.w_shape[0], cols.shape[0], correction, cols, shift)
 
     def _patches(self, x: np.ndarray) -> np.ndarray:
         """(KH KW C_in, rows H_out W_out): the input under each filter position, in the

@@ -45,19 +45,25 @@
 
 ROWS(rows_from_float, float)
 ROWS(rows_from_double, double)
+ROWS(rows_from_int32, int32_t)
 
-/* acc: float32 (acc_is_double == 0) or float64, rows acc_stride elements apart; out: float32
- * rows out_stride elements apart; threshold and step may be NULL (no step anywhere). */
-void zo_requantize_rows(const void *acc, int acc_is_double, int64_t channels, int64_t n,
-                        int64_t acc_stride, const double *scale, const double *offset,
-                        const double *threshold, const double *step, double lo, double hi,
-                        float *out, int64_t out_stride)
+/* acc: float32 (acc_type 0), float64 (1) or int32 (2), rows acc_stride elements apart;
+ * out: float32 rows out_stride elements apart; threshold and step may be NULL (no step
+ * anywhere).  Returns 0. */
+int64_t zo_requantize_rows(const void *acc, int acc_type, int64_t channels, int64_t n,
+                           int64_t acc_stride, const double *scale, const double *offset,
+                           const double *threshold, const double *step, double lo, double hi,
+                           float *out, int64_t out_stride)
 {
-    if (acc_is_double) {
+    if (acc_type == 1) {
         rows_from_double(acc, channels, n, acc_stride, scale, offset, threshold, step, lo, hi,
                          out, out_stride);
+    } else if (acc_type == 2) {
+        rows_from_int32(acc, channels, n, acc_stride, scale, offset, threshold, step, lo, hi,
+                        out, out_stride);
     } else {
         rows_from_float(acc, channels, n, acc_stride, scale, offset, threshold, step, lo, hi,
                         out, out_stride);
     }
+    return 0;
 }
