@@ -1,10 +1,17 @@
-"""Simulator speed (not a test): CPU seconds per training step of `zocodegen simulate` on the
-64x64 MCUNet-class model (tests/fixtures/mcunet_in1.tflite) at Q = 20 with the default
-estimator (adaptive WP/NP), full and sparse mode, and the speed-up over a baseline.
+"""Simulator speed (not a test): CPU seconds per training step of `zocodegen simulate`, full
+and sparse mode, and the speed-up over a baseline. Two settings (--setting):
+
+* ``mcunet`` (default): the 64x64 MCUNet-class model (tests/fixtures/mcunet_in1.tflite) at
+  Q = 20 with the estimator `simulate` picks without --target (adaptive WP/NP);
+* ``scale``: the scale model (tests/fixtures/scale_model.tflite, 64x64) at Q = 50 with
+  ``--target stm32h7b3``, i.e. the product's defaults for that board (np-channel with
+  --scales, full training), issue 63's figure.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/simulator_speed.py
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/simulator_speed.py --baseline d0d172d
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/simulator_speed.py --baseline DIR
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/simulator_speed.py --setting scale \
+        --baseline cd586af
 
 Per step = (CPU seconds of an 8-step run - those of a 2-step run) / 6, CPU = user + sys of
 the `simulate` process, so start-up, model loading, the last evaluation and the plot cancel.
@@ -27,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +44,26 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import revisions  # noqa: E402
 
-MODEL = REPO / "tests" / "fixtures" / "mcunet_in1.tflite"
 SHORT, LONG = 2, 8
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What is measured: the model, Q and the options every run gets."""
+
+    model: Path
+    queries: int
+    options: tuple[str, ...]
+    title: str
+
+
+SETTINGS = {
+    "mcunet": Setting(REPO / "tests" / "fixtures" / "mcunet_in1.tflite", 20, (),
+                      "mcunet_in1 (64x64), default estimator"),
+    "scale": Setting(REPO / "tests" / "fixtures" / "scale_model.tflite", 50,
+                     ("--target", "stm32h7b3"),
+                     "scale_model (64x64), --target stm32h7b3 defaults (np-channel, --scales)"),
+}
 MODES = {"full": [], "sparse": ["--train", "sparse", "--block", "0"]}
 SINGLE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                         "MKL_NUM_THREADS")}
@@ -64,16 +90,17 @@ def cpu_seconds(pythonpath: Path | None, argv: list[str], cwd: Path) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def per_step(pythonpath: Path | None, mode: str, queries: int, repeat: int) -> float:
+def per_step(pythonpath: Path | None, setting: Setting, mode: str, queries: int,
+             repeat: int) -> float:
     """CPU seconds per step: the difference of the fastest 8-step and 2-step runs, / 6."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data.npz"
         write_data(data)
         best = {}
         for steps in (SHORT, LONG):
-            argv = ["simulate", str(MODEL), "--data", str(data), "--steps", str(steps),
+            argv = ["simulate", str(setting.model), "--data", str(data), "--steps", str(steps),
                     "--queries", str(queries), "--no-guard", "--lr", "0.01",
-                    "-o", str(Path(tmp) / "run"), "--force", *MODES[mode]]
+                    "-o", str(Path(tmp) / "run"), "--force", *setting.options, *MODES[mode]]
             best[steps] = min(cpu_seconds(pythonpath, argv, Path(tmp)) for _ in range(repeat))
     return (best[LONG] - best[SHORT]) / (LONG - SHORT)
 
@@ -92,23 +119,26 @@ def baseline_code(where: str) -> Iterator[tuple[str, Path]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", metavar="REV|DIR", help="also measure this code")
-    parser.add_argument("--queries", type=int, default=20, metavar="Q")
+    parser.add_argument("--setting", choices=SETTINGS, default="mcunet")
+    parser.add_argument("--queries", type=int, metavar="Q", help="default: the setting's")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
                         help="runs per step count, the fastest kept (default 3)")
     args = parser.parse_args()
-    now = {mode: per_step(None, mode, args.queries, args.repeat) for mode in MODES}
-    header = f"| mode (Q = {args.queries}) | {revisions.describe_working_tree()} |"
+    setting = SETTINGS[args.setting]
+    queries = args.queries or setting.queries
+    now = {mode: per_step(None, setting, mode, queries, args.repeat) for mode in MODES}
+    header = f"| mode (Q = {queries}) | {revisions.describe_working_tree()} |"
     rule = "|---|---:|"
     rows = {mode: f"| {mode} | {now[mode]:.3f} s |" for mode in MODES}
     if args.baseline:
         with baseline_code(args.baseline) as (label, pythonpath):
-            before = {mode: per_step(pythonpath, mode, args.queries, args.repeat)
+            before = {mode: per_step(pythonpath, setting, mode, queries, args.repeat)
                       for mode in MODES}
         header += f" {label} | speed-up |"
         rule += "---:|---:|"
         rows = {mode: f"{rows[mode]} {before[mode]:.3f} s | {before[mode] / now[mode]:.1f}x |"
                 for mode in MODES}
-    print("CPU seconds per training step, mcunet_in1 (64x64), default estimator, N = 1\n")
+    print(f"CPU seconds per training step, {setting.title}, N = 1\n")
     print("\n".join([header, rule, *rows.values()]))
 
 
