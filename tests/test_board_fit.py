@@ -20,7 +20,7 @@ from zocodegen.codegen.project import BuildOptions, plan_project
 from zocodegen.frontends import load_model
 from zocodegen.planner import BudgetError
 from zocodegen.errors import UserError
-from zocodegen.training.config import BLOCKS_FIT, TrainConfig
+from zocodegen.training.config import COMMAND_LINE_QUERIES, LAYERS_FIRST, BLOCKS_FIT, TrainConfig
 
 DIGITS = FIXTURES / "digits_cnn.tflite"
 SCALE = FIXTURES / "scale_model.tflite"  # the MCUNet-class model of docs/scale.md
@@ -74,7 +74,7 @@ def test_step_estimate_of_the_shared_models(name, board, q2, q3):
 
 
 @pytest.mark.parametrize("model,modes", [(DIGITS, ("full", "full", "sparse")),
-                                         (SCALE, ("sparse", None, "sparse"))],
+                                         (SCALE, ("full", "full", "sparse"))],
                          ids=["digits", "scale"])
 def test_fit_lines_are_the_builds_plans(model, modes):
     """Each line's SRAM is the plan `build --target stm32f746 --train MODE` makes (or the
@@ -83,8 +83,9 @@ def test_fit_lines_are_the_builds_plans(model, modes):
     found = api.inspect(model, target="stm32f746").board_fit
     auto, fitting_full, fitting_sparse = modes
     assert found.chosen.mode == auto
-    # the command line's run: the guard, --lr auto and the scales on
-    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True)
+    # the command line's run: the guard, --lr auto, the scales, its Q and --layers first
+    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True,
+                      layers=LAYERS_FIRST, queries=COMMAND_LINE_QUERIES)
     graph = load_model(model)
     for line in found.modes:
         train = None if line.mode == "inference" else replace(run, mode=line.mode)
@@ -104,16 +105,26 @@ def test_fit_lines_are_the_builds_plans(model, modes):
 
 
 def test_inspect_target_answers_first(capsys):
+    """The default run (--layers first: the scale model's first 6 layers) trains fully on
+    the F746; with --layers all only sparse training fits, and inspect says so first."""
     assert main(["inspect", str(SCALE), "--target", "stm32f746"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("trains on the stm32f746: full training fits"), lines[0]
+    assert lines[1].startswith("  trains   the first 6 of 45 trainable layers (0-5: ")
+    assert any("a step at Q = 20" in line for line in lines[:9])
+    assert main(["inspect", str(SCALE), "--target", "stm32f746", "--layers", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("trains on the stm32f746: sparse training fits"), lines[0]
-    assert lines[2].startswith("            an inference about ")  # under the inference line
-    assert lines[3].startswith("  full") and "DOES NOT FIT" in lines[3]
-    assert any("a step at Q = 50" in line for line in lines[:8])
-    assert main(["inspect", str(SCALE), "--target", "stm32f746", "--json"]) == 0
+    assert lines[1] == "  trains   all 45 trainable layers"
+    assert lines[3].startswith("            an inference about ")  # under the inference line
+    assert lines[4].startswith("  full") and "DOES NOT FIT" in lines[4]
+    assert main(["inspect", str(SCALE), "--target", "stm32f746", "--json", "--layers",
+                 "all"]) == 0
     data = json.loads(capsys.readouterr().out)["board_fit"]
     assert data["train_auto"] == "sparse"
     assert [m["mode"] for m in data["modes"]] == ["inference", "full", "sparse"]
+    assert main(["inspect", str(SCALE), "--layers", "all"]) == 2
+    assert "add --target" in capsys.readouterr().err
 
 
 #: Commit 00502df's faster 1x1 and depthwise kernels (16 % fewer instructions a scale-model
@@ -217,16 +228,16 @@ def test_block_is_a_block_of_the_boards_run():
     """Issue 64 item 2: --target resolves mode, blocks and estimator first, and --block is
     checked against that run: on the F746 the 128x128 MCUNet-class model trains sparse in 8
     blocks with the adaptive estimator, so --block 7 (with or without --train sparse) is
-    its last block, and --block 8 is refused naming the run."""
+    its last block, and --block 8 is refused naming the run (every layer: --layers all)."""
     model = FIXTURES / "scale_model_128.tflite"
-    run = _board_run(model, "stm32f746")
+    run = _board_run(model, "stm32f746", layers="all")
     assert (run.mode, run.blocks, run.block, run.estimator) == ("sparse", 8, None, "adaptive")
     for given in ({"block": "7"}, {"block": "7", "train": "sparse"}):
-        assert _board_run(model, "stm32f746", **given) == replace(run, block=7)
+        assert _board_run(model, "stm32f746", layers="all", **given) == replace(run, block=7)
     with pytest.raises(UserError, match=r"--block 8: the stm32f746 run has 8 blocks "
                        r"\(--train sparse --blocks 8 --estimator adaptive\), so --block must "
                        r"be in 0\.\.7"):
-        _board_run(model, "stm32f746", block="8")
+        _board_run(model, "stm32f746", layers="all", block="8")
 
 
 def test_sparse_options_against_a_full_run_name_why():

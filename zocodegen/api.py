@@ -171,11 +171,15 @@ def inspect(model: PathLike, **given: Any) -> Inspection:
 def run_inspect(args: argparse.Namespace) -> Inspection:
     graph = load_model(args.model)
     if not args.target:
+        if getattr(args, "layers", None) is not None:
+            raise UserError(f"--layers {args.layers} asks what trains on a board: add "
+                            "--target stm32f746 or stm32h7b3")
         return Inspection(summarize(graph), None)
     board = load_target(args.target)
     # the command line's default run (every default of `simulate`), its mode set per line
+    layers = {} if getattr(args, "layers", None) is None else {"layers": args.layers}
     run = train_config(options("simulate", {"model": args.model, "data": args.model,
-                                            "output": "run"}, {}))
+                                            "output": "run"}, layers))
     return Inspection(summarize(graph), board,
                       board_fit(graph, board, run, link_seconds_per_record(graph)))
 

@@ -23,6 +23,7 @@ from .summary import duration
 from .target import Target, target_data
 from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig
 from .training.guard import CHECK_SHARE, LR_CANDIDATES, TRIAL_SHARE
+from .training.plan import describe_layers, resolve_layers
 
 #: Instructions of one op, a * MACs + b * output elements + c, by op family: least squares
 #: over the per-layer counts of the profiling build (-DZO_PROFILE_LAYERS; benchmarks/
@@ -168,6 +169,7 @@ class BoardFit:
     queries: int
     batch: int
     link_seconds: float  # one training record over the host link
+    layers: str = ""  # which layers the run trains (plan.describe_layers)
 
     @property
     def chosen(self) -> ModeFit | None:
@@ -182,7 +184,7 @@ class BoardFit:
 
     def as_dict(self) -> dict:
         return {"target": self.board.name, "sram_budget_bytes": self.board.sram_budget_bytes,
-                "flash_bytes": self.board.flash_bytes, "queries": self.queries,
+                "flash_bytes": self.board.flash_bytes, "queries": self.queries, "layers": self.layers,
                 "batch": self.batch, "train_auto": self.chosen.mode if self.chosen else None,
                 "modes": [{"mode": m.mode, "sram_bytes": m.sram_bytes,
                            "flash_data_bytes": m.flash_data_bytes, "fits": m.fits,
@@ -254,7 +256,11 @@ def board_fit(graph: Graph, board: Target, run: TrainConfig, link_seconds: float
     mode set per line) on ``board``."""
     modes = [_plan(graph, board.name, None)]
     modes += [_plan(graph, board.name, replace(run, mode=mode)) for mode in MODES]
-    return BoardFit(board, tuple(modes), run.queries, run.batch, link_seconds)
+    try:
+        layers = describe_layers(resolve_layers(graph, run).layers, graph)
+    except UserError:  # a model training refuses: each mode's line says why
+        layers = ""
+    return BoardFit(board, tuple(modes), run.queries, run.batch, link_seconds, layers)
 
 
 def describe(found: BoardFit) -> list[str]:
@@ -272,7 +278,7 @@ def describe(found: BoardFit) -> list[str]:
         answer = (f"trains on the {board.name}: {chosen.mode} training fits "
                   f"(`build --target {board.name} {chosen.option}`; `--train auto` and "
                   f"`simulate --target {board.name}` pick it)")
-    lines = [answer]
+    lines = [answer] + ([f"  trains   {found.layers}"] if found.layers else [])
     for m in found.modes:
         if m.sram_bytes is None:
             lines.append(f"  {m.mode:9} refused: {m.note}")

@@ -19,13 +19,14 @@ from .limits import BAUD_RANGE, TRAIN_INTEGERS
 from .training.folders import NORMALIZE, RESIZE_MODES
 from .codegen.training_regions import RECOMPUTE_MODES
 from .target import DEFAULT_TARGET, TARGET_NAMES
-from .training.config import (ESTIMATOR_FALLBACK, ESTIMATORS, MODE_AUTO, MODES, SCHEDULES,
-                              SCALES_BY_DEFAULT, scales_apply,
+from .training.config import (COMMAND_LINE_QUERIES, ESTIMATOR_FALLBACK, ESTIMATORS,
+                              MODE_AUTO, MODES, SCHEDULES, SCALES_BY_DEFAULT, scales_apply,
                               TrainConfig, parse_blocks, parse_bp_layers, parse_duration,
                               parse_layer_list)
 from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
 from .training.estimators import REGISTRY
 from .training.perturbation import DISTRIBUTIONS
+from .training.plan import FIRST_LAYERS_FORWARDS
 
 ENGINES = ("reference", "native", "qemu", "emulated")
 #: `fleet serve`'s devices per round by default (`fleet local` starts one per image)
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first answer whether it trains on this board: inference, full and "
                         "sparse training against its SRAM and flash, the mode --train auto "
                         "picks, and estimated device seconds per step and epoch")
+    p.add_argument("--layers", metavar="LIST|first|all",
+                   help="with --target: the answer for these trainable layers (as build and "
+                        "simulate take them; default first)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler="inspect")
 
@@ -495,9 +499,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                         "checks (at most --steps); computed at build time, so the simulator "
                         "and the board stop at the same step")
     g.add_argument("--queries", type=_integer(*TRAIN_INTEGERS["queries"]),
-                   default=_RUN.queries, metavar="Q",
-                   help=f"perturbations per layer and step (default {_RUN.queries}, the "
-                        "device's and the simulator's)")
+                   default=COMMAND_LINE_QUERIES, metavar="Q",
+                   help=f"perturbations per layer and step (default {COMMAND_LINE_QUERIES}, "
+                        "the device's and the simulator's)")
     g.add_argument("--batch", type=_integer(*TRAIN_INTEGERS["batch"]), default=_RUN.batch,
                    metavar="N",
                    help="samples per step (gradient accumulation)")
@@ -580,8 +584,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    help="train the model's last C trainable layers by exact "
                         "back-propagation, the rest by zeroth-order (ElasticZO's hybrid; "
                         "default 0). auto: the largest C whose buffers fit the board")
-    g.add_argument("--layers", metavar="LIST",
-                   help="trainable-layer indices, e.g. 0,2,5-7 (default: all)")
+    g.add_argument("--layers", metavar="LIST|first|all", default="first",
+                   help="trainable-layer indices, e.g. 0,2,5-7; all: every layer; first "
+                        "(default): the leading layers whose queries cost at most "
+                        f"{FIRST_LAYERS_FORWARDS:g} forwards a step each (every layer of a small "
+                        "model; docs/decisions/first-layers.md)")
     g.add_argument("--blocks", metavar="N|auto",
                    help="sparse mode: number of blocks (default 4, or as auto when 4 do not "
                         "fit the board); auto: the fewest blocks whose build fits the board "
@@ -636,7 +643,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         raise UserError(f"--lr {args.lr}: --estimator {estimator} has no learning rate (its "
                         "update is --b-zo bits): drop --lr")
     layers = parse_layer_list(args.layers)
-    if args.layers is not None and not layers:
+    if args.layers not in (None, "all") and not layers:
         raise UserError(f"--layers '{args.layers}' names no layer: give indices like "
                         "0,2,5-7, or drop --layers to train every layer")
     lr_auto = args.lr == "auto" and REGISTRY[estimator].has_learning_rate

@@ -13,7 +13,8 @@ from ..target import load_target
 from ..training.backprop import largest_bp_layers
 from ..training.config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS,
                                ESTIMATOR_FALLBACK, MODE_AUTO, TrainConfig)
-from ..training.plan import check_blocks, loss_head, sparse_blocks, trainable_ops
+from ..training.plan import (check_blocks, loss_head, resolve_layers, sparse_blocks,
+                             trainable_ops)
 from .host_inputs import host_quantizable, quantize_inputs_on_host
 from .alternatives import MAX_SUGGESTED_BLOCKS, fewest_blocks, single_blocks
 from .project import (INPUT_QUANTIZE_MODES, BuildOptions, build_arena, layout, sram_total,
@@ -129,6 +130,8 @@ def resolve_run(graph: Graph, options: BuildOptions) -> BuildOptions:
     train = options.train
     if train is None:
         return options
+    train = resolve_layers(graph, train)
+    options = replace(options, train=train)
     if train.block is None or (train.mode == "sparse" and train.blocks >= 1
                                and not options.estimator_fit):
         resolved = resolve_estimator(graph, options)

@@ -20,6 +20,13 @@ MODES = ("full", "sparse")
 #: search (codegen/fit.py resolve_auto) resolves it before anything is planned
 MODE_AUTO = "auto"
 BP_AUTO = -1  # --bp-layers auto, before the build resolves it
+#: --layers first (the command line's default), before the run is resolved for the model:
+#: the leading layers plan.first_layers picks (docs/decisions/first-layers.md)
+LAYERS_FIRST: tuple[int, ...] = (-1,)
+#: The command line's queries per layer and step (TrainConfig keeps the paper's 50): with
+#: --layers first, Q = 20 reached 65 % of the FP32 gain soonest in device hours, where Q = 10
+#: led --lr auto to a smaller eta and learned half as much (docs/decisions/first-layers.md)
+COMMAND_LINE_QUERIES = 20
 BLOCKS_AUTO = -1  # --blocks auto, before the build resolves it
 DEFAULT_BLOCKS = 4
 # --blocks not given: DEFAULT_BLOCKS when they fit the board, else as auto (issue 36: a
@@ -64,7 +71,8 @@ class TrainConfig:
     max_step: float = 2.0  # update clipping: no weight moves more than this many LSB a step
     gnorm_scaling: bool = True  # g_i = NQ / (NQ + d - 1), paper Eq. 8
     quant_scaling: bool = True  # 1 / s_c^2 (and NP's chain factor), paper Eq. 8
-    layers: tuple[int, ...] = ()
+    layers: tuple[int, ...] = ()  # LAYERS_FIRST: the command line's default, resolved by
+    # plan.first_layers for the model before anything else reads it
     bp_layers: int = 0  # the model's last C trainable layers by back-propagation (ElasticZO);
     # BP_AUTO: the build picks the largest C that fits the board (resolve_bp_layers)
     mode: str = "full"
@@ -294,9 +302,11 @@ def parse_duration(text: str) -> float:
 
 
 def parse_layer_list(text: str | None) -> tuple[int, ...]:
-    """'0,2,5-7' -> (0, 2, 5, 6, 7)."""
-    if not text:
+    """'0,2,5-7' -> (0, 2, 5, 6, 7); 'all' -> () (every layer); 'first' -> LAYERS_FIRST."""
+    if not text or text.strip() == "all":
         return ()
+    if text.strip() == "first":
+        return LAYERS_FIRST
     out: list[int] = []
     try:
         for part in text.split(","):

@@ -10,10 +10,10 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph, Op
-from ..ops.table import TRAINABLE_OP_TYPES
+from ..ops.table import TRAINABLE_OP_TYPES, macs
 from ..reference.softmax import log_softmax_params
 from .backprop import head, largest_bp_layers, linear_multipliers
-from .config import DEFAULT_BLOCKS, TrainConfig
+from .config import DEFAULT_BLOCKS, LAYERS_FIRST, TrainConfig
 from .estimators import REGISTRY
 from .plan_types import TrainableLayer, TrainingPlan
 from .scales import SCALED_OP_TYPES
@@ -89,8 +89,58 @@ def trainable_ops(graph: Graph) -> tuple[int, ...]:
     return tuple(k for k, op in enumerate(graph.ops) if op.type in TRAINABLE_OP_TYPES)
 
 
-def _selected(config: TrainConfig, count: int) -> list[int]:
-    chosen = list(config.layers) or list(range(count))
+#: --layers first: a step's queries cost at most this many whole forwards each. Six is
+#: where test accuracy per device hour peaked on the scale model (docs/decisions/first-layers.md:
+#: the first 3, 6 and 10 layers)
+FIRST_LAYERS_FORWARDS = 6.0
+
+
+def first_layers(graph: Graph) -> tuple[int, ...]:
+    """The leading trainable layers a default run trains. A shift in what the sensor sees
+    (light, contrast, noise, blur) is best undone in the first layers (surgical fine-tuning,
+    Lee et al. 2023), and those are the layers whose queries cost most: a query of layer l
+    re-runs the model from l to the loss. So: the first layers, as many as keep a step within
+    FIRST_LAYERS_FORWARDS forwards a query (at least one; every layer of a small model)."""
+    _, logits_op = loss_head(graph)
+    ops = [k for k in trainable_ops(graph) if k <= logits_op]
+    per_op = [macs(graph, op) for op in graph.ops[:logits_op + 1]]
+    whole = max(sum(per_op), 1)
+    chosen: list[int] = []
+    spent = 0.0
+    for i, k in enumerate(ops):
+        spent += sum(per_op[k:]) / whole
+        if chosen and spent > FIRST_LAYERS_FORWARDS:
+            break
+        chosen.append(i)
+    return tuple(chosen)
+
+
+def describe_layers(layers: tuple[int, ...], graph: Graph) -> str:
+    """The trainable layers of a run, in one line a user can act on (``layers``: resolved;
+    empty = every layer)."""
+    ops = trainable_ops(graph)
+    if not layers:
+        return f"all {len(ops)} trainable layers"
+    if layers == tuple(range(len(ops))):
+        return (f"all {len(ops)} trainable layers (--layers first: a step of every layer costs "
+                f"at most {FIRST_LAYERS_FORWARDS:g} forwards a query)")
+    first, last = graph.ops[ops[layers[0]]].name, graph.ops[ops[layers[-1]]].name
+    if layers != tuple(range(len(layers))):
+        return f"{len(layers)} of {len(ops)} trainable layers ({first} .. {last})"
+    return (f"the first {len(layers)} of {len(ops)} trainable layers ({layers[0]}-{layers[-1]}: "
+            f"{first} .. {last}), where a shift in what the sensor sees is undone and each "
+            "query costs the most; --layers all trains every layer")
+
+
+def resolve_layers(graph: Graph, config: TrainConfig) -> TrainConfig:
+    """``config`` with --layers first replaced by the layers it stands for."""
+    if config.layers != LAYERS_FIRST:
+        return config
+    return replace(config, layers=first_layers(graph))
+
+
+def _selected(graph: Graph, config: TrainConfig, count: int) -> list[int]:
+    chosen = list(resolve_layers(graph, config).layers) or list(range(count))
     bad = [i for i in chosen if not 0 <= i < count]
     if bad:
         raise UserError(f"--layers {bad[0]} is out of range: the model has {count} trainable "
@@ -157,7 +207,7 @@ def _candidates(graph: Graph, config: TrainConfig) -> tuple[list[int], int]:
         raise UserError("the model has no CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED "
                         "layer to train")
     bp = set(bp_layer_indices(graph, config))
-    return [i for i in _selected(config, len(all_ops))
+    return [i for i in _selected(graph, config, len(all_ops))
             if all_ops[i] <= logits_op and i not in bp], logits_op
 
 

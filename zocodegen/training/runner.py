@@ -23,12 +23,12 @@ from ..frontends import load_model
 from .metrics import (TENSORBOARD_DIR, MetricsLog, MetricsRow, confusion_matrix,
                       write_confusion, write_curves)
 from . import checkpoint, simulator
-from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, MODE_AUTO, TrainConfig,
-                     run_steps)
+from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, LAYERS_FIRST, MODE_AUTO,
+                     TrainConfig, run_steps)
 from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
                     trials_tied, unvalidated, validation_count)
-from .plan import check_blocks, loss_head, training_plans
+from .plan import check_blocks, describe_layers, loss_head, training_plans
 from .plan_types import TrainingPlan
 
 #: Where a run's progress lines go: the command line passes print; the API is silent unless
@@ -310,6 +310,8 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
         options = resolve_budget(device, options)
     chosen = options.train
     picks = f"as `build --target {board}` picks"
+    if config.layers == LAYERS_FIRST:
+        say(f"--layers first (default): {describe_layers(chosen.layers, graph)}")
     if chosen.estimator != config.estimator:
         say(f"--estimator (default): {chosen.estimator} ({picks}; {config.estimator} does not "
             f"fit)")
