@@ -458,13 +458,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cells = (corruptions_available() if args.cells == "table7"
              else tuple(args.cells.split(",")) if args.cells else CELLS)
-    budget = ("--epochs", str(args.epochs), "--queries", str(QUERIES))
+    # every layer, as the paper trains them (the command line now defaults to --layers first)
+    budget = ("--epochs", str(args.epochs), "--queries", str(QUERIES), "--layers", "all")
     seeds = SEEDS
     root = args.runs if args.epochs == EPOCHS else args.runs / f"epochs-{args.epochs}"
     if args.quick:
         cells = cells if args.cells else cells[:2]
         seeds, budget, root = SEEDS[:1], ("--steps", str(args.steps), "--queries",
-                                          str(QUERIES)), args.runs / "quick"
+                                          str(QUERIES), "--layers", "all"), args.runs / "quick"
     methods = METHODS + (bp_fits_method(MODEL),)
     if args.methods:
         wanted = args.methods.split(",")

@@ -19,7 +19,8 @@ from zocodegen.cli_options import build_parser, train_config
 from zocodegen.datasets import digits_npz
 from zocodegen.frontends import load_model
 from zocodegen.host.device_time import recorded_target
-from zocodegen.training.config import BLOCKS_FIT, TrainConfig
+from zocodegen.training.config import (BLOCKS_FIT, COMMAND_LINE_QUERIES, LAYERS_FIRST,
+                                       TrainConfig)
 
 #: The commands that define a run, and what each option may differ in, with why: build's
 #: --train defaults to an inference-only build (simulate has none to run), and build must
@@ -63,17 +64,18 @@ def test_no_option_has_two_names_or_two_defaults():
     assert set(options["simulate"]["--train"].choices) < set(options["build"]["--train"].choices)
     device_time = _options(commands["device-time"])["--target"]
     assert device_time.choices == options["simulate"]["--target"].choices
-    # the default run of both commands is TrainConfig's, with the guard, --lr auto and the
-    # scales on (the command line's defaults, docs/training.md) and the board's choices left
-    # to its fit
-    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True)
+    # the default run of both commands is TrainConfig's, with the guard, --lr auto, the
+    # scales, --layers first and Q = 20 (the command line's defaults, docs/training.md) and
+    # the board's choices left to its fit
+    run = TrainConfig(mode="auto", blocks=BLOCKS_FIT, guard=True, lr_auto=True, scales=True,
+                      layers=LAYERS_FIRST, queries=COMMAND_LINE_QUERIES)
     parser = build_parser()
     model = str(FIXTURES / "digits_cnn.tflite")  # train_config reads its format (ONNX: no scales)
     for argv in (["simulate", model, "--data", "d"], ["build", model, "--target", "stm32f746"]):
         args = parser.parse_args(argv)
         args.train = "auto"  # build's default, none, is an inference build
         assert train_config(args) == run, argv
-    assert run.queries == options["build"]["--queries"].default == 50
+    assert run.queries == options["build"]["--queries"].default == 20
 
 
 def test_old_spelling_is_refused_by_name(tmp_path, capsys):
