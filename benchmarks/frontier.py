@@ -43,7 +43,6 @@ from zocodegen.training.metrics import read_metrics  # noqa: E402
 
 RUNS = ROOT / "build" / "frontier"
 DOC = ROOT / "docs" / "experiment.md"
-BEGIN, END = "<!-- frontier:begin -->", "<!-- frontier:end -->"
 #: the share of the FP32 ceiling's gain whose first crossing is timed (issue 63's acceptance)
 TARGET_SHARE = 0.65
 #: steps between test evaluations: the resolution of "first reached" (0.05 H7B3 hours at Q = 5)
@@ -53,7 +52,8 @@ BOARDS = {"h7": "stm32h7b3", "f7": "stm32f746"}
 #: lr0.03 / lrauto (--lr), s200 (--steps 200), e1 (--epochs 1), n4 (--batch 4), l0to5
 #: (--layers 0-5), g50 (--guard-every 50), p10 (--patience 10), bp1 (--bp-layers 1), const
 #: (--schedule constant),
-#: sparse4b0 (--train sparse --blocks 4 --block 0); what a name leaves out is the default
+#: sparse4b0 (--train sparse --blocks 4 --block 0), defaults (nothing); what a name leaves out
+#: is the default
 TOKENS = (("lr", "--lr"), ("q", "--queries"), ("s", "--steps"), ("e", "--epochs"),
           ("n", "--batch"), ("g", "--guard-every"), ("p", "--patience"), ("bp", "--bp-layers"))
 
@@ -62,6 +62,8 @@ def setting_options(setting: str) -> tuple[str, ...]:
     """The options a setting's name stands for (see TOKENS)."""
     options: list[str] = []
     for token in setting.split("-"):
+        if token == "defaults":  # the command's defaults, nothing added
+            continue
         if token == "const":
             options += ["--schedule", "constant"]
         elif token.startswith("sparse") and "b" in token[6:]:
@@ -167,30 +169,33 @@ class Outcome:
     start: float
     final: float | None  # None: stopped before its end (its curve so far)
     last_step: int  # the last evaluated step
-    ceiling: float
+    ceiling: float | None  # None: a control (clean data), which has no ceiling
     hours: float  # the whole run: compute + link
     to_target: float | None  # device hours to the first evaluation at the target
     curve: tuple[tuple[float, float], ...]  # (device hours, test accuracy)
 
     @property
     def capture(self) -> float | None:
-        if self.final is None:
+        if self.final is None or self.ceiling is None:
             return None
         return (self.final - self.start) / (self.ceiling - self.start)
 
 
-def outcome(run: Path, cache: dict, ceilings: dict) -> Outcome:
+def outcome(run: Path, cache: dict, ceilings: dict, on: str | None = None) -> Outcome:
+    """A run's table row and curve; ``on``: another board's clock for the same run (when
+    that board trains the identical run, e.g. both boards fit --layers first fully)."""
     board, rest = run.name.split("-", 1)
+    board = on or board
     setting, cell, seed = rest.rsplit("-", 2)
     record = json.loads((run / "run.json").read_text())
     shape = dt.recorded_shape(record)
     cost = costs(record, BOARDS[board], cache)
     rows = [r for r in read_metrics(run / "metrics.csv") if r.accuracy is not None]
     curve = tuple((sum(dt.seconds_at(r.step, shape, cost)) / 3600, r.accuracy) for r in rows)
-    start, ceiling = rows[0].accuracy, ceilings[cell]
-    target = start + TARGET_SHARE * (ceiling - start)
-    to_target = next((h for h, a in curve if a >= target - 1e-9), None)
-    return Outcome(run.name, board, setting, cell, int(seed), record["lr"],
+    start, ceiling = rows[0].accuracy, ceilings.get(cell)  # none: a control, no ceiling
+    to_target = None if ceiling is None else next(
+        (h for h, a in curve if a >= start + TARGET_SHARE * (ceiling - start) - 1e-9), None)
+    return Outcome(f"{board}-{rest}", board, setting, cell, int(seed), record["lr"],
                    record["config"]["steps"], start, record.get("accuracy_after"),
                    rows[-1].step, ceiling,
                    sum(dt.seconds_at(shape.steps, shape, cost)) / 3600, to_target, curve)
@@ -203,14 +208,39 @@ def report(outcomes: list[Outcome]) -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for o in sorted(outcomes, key=lambda o: (o.board, o.setting, o.cell, o.seed)):
         reached = f"{o.to_target:.2f}" if o.to_target is not None else "not reached"
-        end, share = ((f"{100 * o.final:.1f}", f"{100 * o.capture:.0f} %")
-                      if o.capture is not None else (f"stopped at step {o.last_step}", "-"))
+        end = (f"{100 * o.final:.1f}" if o.final is not None
+               else f"stopped at step {o.last_step}")
+        share = f"{100 * o.capture:.0f} %" if o.capture is not None else "-"
         lines.append(f"| {BOARDS[o.board]} | {o.setting} | {o.cell} {o.seed} | {o.eta:g} | "
                      f"{o.steps} | {100 * o.start:.1f} | {end} | {share} | {reached} | "
                      f"{o.hours:.2f} |")
+    lines += ["", *summary(outcomes)]
     lines += ["", "The curves (device hours: test accuracy %, at each test evaluation):", ""]
     lines += [f"- {o.name}: " + ", ".join(f"{h:.2f}: {100 * a:.1f}" for h, a in o.curve)
               for o in sorted(outcomes, key=lambda o: (o.board, o.setting, o.cell, o.seed))]
+    return lines
+
+
+def summary(outcomes: list[Outcome]) -> list[str]:
+    """Per board and setting, the acceptance's figures over the finished runs: the latest
+    first crossing of 65 %, the longest whole run, the mean capture and the worst end."""
+    lines = []
+    groups: dict[tuple[str, str], list[Outcome]] = {}
+    for o in outcomes:
+        if o.final is not None:
+            groups.setdefault((o.board, o.setting), []).append(o)
+    for (board, setting), group in sorted(groups.items()):
+        with_ceiling = [o for o in group if o.ceiling is not None]
+        reached = [o.to_target for o in with_ceiling if o.to_target is not None]
+        captures = [o.capture for o in with_ceiling]
+        worst = min(o.final - o.start for o in group)
+        lines.append(
+            f"- {BOARDS[board]} {setting}: {len(group)} finished run(s); 65 % of the FP32 gain "
+            f"reached in {len(reached)} of {len(with_ceiling)}"
+            + (f", at the latest after {max(reached):.2f} h" if reached else "")
+            + f"; whole runs at most {max(o.hours for o in group):.2f} h"
+            + (f"; mean capture {100 * sum(captures) / len(captures):.0f} %" if captures else "")
+            + f"; worst end {100 * worst:+.1f} points from its start")
     return lines
 
 
@@ -225,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seeds", default="1")
     run.add_argument("--steps", type=int, help="every run this many steps (a smoke test)")
     rep = sub.add_parser("report", help="a table of every run and its curve")
+    rep.add_argument("--settings", type=lambda text: text.split(","),
+                     help="only these settings' runs")
+    rep.add_argument("--section", default="frontier",
+                     help="write between <!-- SECTION:begin --> and <!-- SECTION:end -->")
+    rep.add_argument("--also-on", type=lambda text: text.split(","), metavar="BOARDS",
+                     help="every run also on these boards' clocks, where no run of theirs "
+                          "exists (for runs both boards train identically)")
     rep.add_argument("--write", action="store_true",
                      help=f"put the table and the curves into {shown(DOC)}")
     for command_parser in (run, rep):
@@ -240,13 +277,21 @@ def main(argv: list[str] | None = None) -> int:
     cache_path = args.runs / "device_time.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     ceilings = json.loads(grid.CEILINGS.read_text())
-    runs = sorted(p for p in (args.runs / "runs").iterdir() if (p / "run.json").is_file())
+    runs = sorted(p for p in (args.runs / "runs").iterdir() if (p / "run.json").is_file()
+                  and (not getattr(args, "settings", None) or args.what == "run"
+                       or p.name.split("-", 1)[1].rsplit("-", 2)[0] in args.settings))
     outcomes = [outcome(p, cache, ceilings) for p in runs]
+    for board in getattr(args, "also_on", None) or ():
+        have = {o.name for o in outcomes}
+        outcomes += [outcome(p, cache, ceilings, board) for p in runs
+                     if p.name.split("-", 1)[0] != board
+                     and f"{board}-{p.name.split('-', 1)[1]}" not in have]
     cache_path.write_text(json.dumps(cache, indent=1) + "\n")
     lines = report(outcomes)
     print("\n".join(lines))
     if getattr(args, "write", False):
-        replace_section(DOC, BEGIN, END, "\n".join(["", *lines, ""]))
+        replace_section(DOC, f"<!-- {args.section}:begin -->", f"<!-- {args.section}:end -->",
+                        "\n".join(["", *lines, ""]))
     return 0
 
 
