@@ -85,9 +85,9 @@ static uint32_t isqrt(uint32_t v)
 
 /* Two standard deviations of a difference of two counts of V records at the best's c
  * correct: max(2, isqrt(8 c (V - c) / V)) (training/guard.py fall_margin). */
-static uint32_t fall_margin(const zo_train_state *s, uint32_t records)
+static uint32_t fall_margin(uint32_t best_correct, uint32_t records)
 {
-    const uint64_t c = s->best_correct;
+    const uint64_t c = best_correct;
     const uint32_t spread = isqrt((uint32_t)(8u * c * (records - c) / records));
     return spread > 2u ? spread : 2u;
 }
@@ -99,19 +99,26 @@ static uint32_t fall_margin(const zo_train_state *s, uint32_t records)
 static int better(const zo_score *a, const zo_train_state *s, uint32_t records)
 {
     if (s->best_step == 0u) {
-        return a->correct > s->best_correct + fall_margin(s, records) / 2u
+        return a->correct > s->best_correct + fall_margin(s->best_correct, records) / 2u
                && a->loss < s->best_loss;
     }
     return a->correct > s->best_correct
            || (a->correct == s->best_correct && a->loss < s->best_loss);
 }
 
-/* A fall, not noise: more than the fall margin fewer correct than the best with a higher
- * loss sum, or a loss sum a quarter above the best's. */
+/* A fall, not noise (training/guard.py Score.falls_below): more than the fall margin fewer
+ * correct than the best with a higher loss sum, or a loss sum a quarter above the best's. */
+static int falls_below(const zo_score *a, uint32_t best_correct, int64_t best_loss,
+                       uint32_t records)
+{
+    return (a->correct + fall_margin(best_correct, records) < best_correct
+            && a->loss > best_loss)
+           || a->loss > best_loss + best_loss / 4;
+}
+
 static int falls(const zo_score *a, const zo_train_state *s, uint32_t records)
 {
-    return (a->correct + fall_margin(s, records) < s->best_correct && a->loss > s->best_loss)
-           || a->loss > s->best_loss + s->best_loss / 4;
+    return falls_below(a, s->best_correct, s->best_loss, records);
 }
 
 /* At the run's last check: the last parameters become the best, and so the result unless the
@@ -256,14 +263,16 @@ static uint32_t trial_steps(const zo_guard_config *g, uint32_t T)
 }
 
 /* Each candidate trains trial_steps steps from the flash parameters at a constant eta on the
- * run's first samples; the lowest validation loss wins (the first, i.e. smallest, on ties). */
+ * run's first samples; the largest eta whose trial does not fall below the lowest validation
+ * loss's (falls_below: the guard's own noise margin) wins (training/simulator.py choose_lr):
+ * trials of 2 % of a run cannot tell a slower start from a worse eta. */
 static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
                      uint32_t records, zo_guard_report report)
 {
     const zo_guard_config *g = m->guard;
     const uint32_t steps = trial_steps(g, s->schedule_steps);
+    zo_score scores[ZO_MAX_LR_CANDIDATES];
     uint32_t best = 0u;
-    int64_t best_loss = 0;
     for (uint32_t k = 0; k < g->candidate_count; ++k) {
         zo_train_state trial = *s;
         zo_train_init(m, &trial);
@@ -292,13 +301,19 @@ static int choose_lr(const zo_train_model *m, zo_train_state *s, zo_image *img,
         e.of = records;
         e.loss_q16 = sc.loss;
         report(&e);
-        if (k == 0u || sc.loss < best_loss) {
+        scores[k] = sc;
+        if (sc.loss < scores[best].loss) {
             best = k;
-            best_loss = sc.loss;
+        }
+    }
+    uint32_t chosen = best;
+    for (uint32_t k = best + 1u; k < g->candidate_count; ++k) {
+        if (!falls_below(&scores[k], scores[best].correct, scores[best].loss, records)) {
+            chosen = k;
         }
     }
     zo_train_init(m, s); /* back to the flash parameters */
-    s->lr = g->candidates[best];
+    s->lr = g->candidates[chosen];
     zo_guard_event e;
     memset(&e, 0, sizeof e);
     e.kind = ZO_EVENT_LR_CHOSEN;

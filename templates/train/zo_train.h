@@ -27,6 +27,7 @@
 
 
 #define ZO_TRAIN_NO_BEST 0xFFFFFFFFu  /* best_step before the guard's first check */
+#define ZO_MAX_LR_CANDIDATES 8u  /* --lr auto's trials keep each candidate's score */
 
 /* A byte range of the arena that a partial forward needs from before its first layer, and
  * where the engine keeps a copy of it (offset inside one sample's saved-activation slot). */
@@ -189,7 +190,7 @@ typedef struct {
     uint32_t patience;        /* checks without a new best that end the run (0: never) */
     uint32_t confirm_z2;         /* the end's confirmation: net^2 >= confirm_z2 / 100 x
                                   * the records on which result and start disagree */
-    uint32_t candidate_count;
+    uint32_t candidate_count; /* at most ZO_MAX_LR_CANDIDATES (the build checks) */
     const float *candidates;  /* smallest first */
 } zo_guard_config;
 

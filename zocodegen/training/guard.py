@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import DataError
 from .checkpoint import NO_BEST, STOPPED
 
-#: --lr auto tries these, smallest first (ties keep the smaller: the cautious choice).
+#: --lr auto tries these, smallest first; the largest the trials cannot show worse wins.
 LR_CANDIDATES = (0.003, 0.01, 0.03)
 #: Share of the run's forward passes the guard's checks and the lr trials may spend each:
 #: 1 / SHARE_DIVISOR, in integers on both sides (guard_schedule, zo_guard.c)
@@ -103,7 +103,7 @@ def trials_tied(losses: list[int], schedule_steps: int) -> str:
         return ""
     return (f"lr auto: the {len(losses)} trials cannot tell eta apart (the same validation "
             f"loss after {schedule_steps} step(s) each: trials run {TRIAL_SHARE:.0%} of the "
-            f"run's steps, at least 1); ties keep the smallest, {LR_CANDIDATES[0]:g}: pass "
+            f"run's steps, at least 1); ties take the largest, {LR_CANDIDATES[-1]:g}: pass "
             "--lr to choose, or run more --steps")
 
 

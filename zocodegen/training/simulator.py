@@ -220,8 +220,11 @@ def choose_lr(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y
               x_val: np.ndarray, y_val: np.ndarray, schedule: GuardSchedule
               ) -> tuple[float, tuple[Score, ...]]:
     """--lr auto: each candidate trains ``schedule.trial_steps`` steps from ``params`` at a
-    constant eta on the run's first samples; the lowest validation loss wins (the first,
-    i.e. smallest eta, on ties). Returns the winner (float32 value) and every score."""
+    constant eta on the run's first samples; the largest eta whose trial does not fall
+    below the lowest validation loss's trial (Score.falls_below, the guard's noise margin)
+    wins: trials of 2 % of a run cannot tell a slower start from a worse eta, and the guard
+    halves an eta that falls later (docs/decisions/first-layers.md). Returns the winner
+    (float32 value) and every score."""
     scores = []
     for eta in schedule.candidates:
         trial = replace(plan, config=replace(plan.config, lr=eta, schedule="constant",
@@ -232,7 +235,9 @@ def choose_lr(graph: Graph, plan: TrainingPlan, params: Params, x: np.ndarray, y
             p, _ = train_step(graph, trial, p, t, x[idx], y[idx])
         scores.append(validation_score(graph, plan, p, x_val, y_val))
     best = min(range(len(scores)), key=lambda k: (scores[k].loss, k))
-    return float(np.float32(schedule.candidates[best])), tuple(scores)
+    chosen = max(k for k in range(best, len(scores))
+                 if k == best or not scores[k].falls_below(scores[best], len(y_val)))
+    return float(np.float32(schedule.candidates[chosen])), tuple(scores)
 
 
 @dataclass(frozen=True)
