@@ -73,9 +73,10 @@ class RunShape:
     block_samples: int = 0  # S
     block_held_out: int = 0  # H
     #: the end's confirmation: the records the result and the start are each measured on (the
-    #: last training records, and the validation records when the result is the last
-    #: parameters; a start it keeps is scored on the validation records once more when they
-    #: were not among them: V forwards, about 0.01 % of a run, not counted)
+    #: image's held-out records, else the last training records and the validation records
+    #: when the result is the last parameters; a start it keeps is scored on the validation
+    #: records once more when they were not among them: V forwards, about 0.01 % of a run,
+    #: not counted)
     confirm_records: int = 0
 
 
@@ -86,8 +87,9 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
     # "block K: S trial records; held-out ..." (a log before H: "block K: held-out", H = S)
     blocks = re.findall(r"block \d+: (?:(\d+) trial records; )?held-out \d+ -> \d+ of (\d+) "
                         r"correct", log_text)
-    confirm = re.search(r"on the last (\d+) training records, which no check saw[^,]*(, and "
-                        r"the (\d+) validation records)?", log_text)
+    confirm = re.search(r"on the (?:last (\d+) training records, which no check saw[^,]*(, and "
+                        r"the (\d+) validation records)?|image's (\d+) held-out records)",
+                        log_text)
     stop = re.search(r"guard: step (\d+): no new best in \d+ steps", log_text)
     steps = int(stop.group(1)) if stop else steps  # the guard's stop ended the run there
     val = int(guard.group(2)) if guard else (trials[0][1] if trials else 0)
@@ -95,7 +97,8 @@ def run_shape(log_text: str, steps: int, batch: int) -> RunShape:
                     int(guard.group(1)) if guard else 0, val, len(blocks),
                     int(blocks[0][0] or blocks[0][1]) if blocks else 0,
                     int(blocks[0][1]) if blocks else 0,
-                    sum(int(g or 0) for g in confirm.groups()[::2]) if confirm else 0)
+                    sum(int(g or 0) for g in confirm.groups()[::2] + confirm.groups()[3:])
+                    if confirm else 0)
 
 
 def recorded_shape(record: dict) -> RunShape:

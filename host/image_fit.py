@@ -53,9 +53,9 @@ def check_image(identity: p.Identity, layout: ImageLayout, image: Path) -> None:
         raise UserError(f"{image}: checkpoint area of {capacity} bytes, the firmware's "
                         f"{'two checkpoints (run and best) need' if slots == 2 else 'checkpoint needs'}"
                         f" {need}: pack again with --model MODEL (or a larger --checkpoint-kb)")
-    if (identity.guard or identity.lr_auto) and layout.count("val") < MIN_VAL_RECORDS:
+    if (identity.guard or identity.lr_auto) and layout.checked_val < MIN_VAL_RECORDS:
         what = "training guard" if identity.guard else "--lr auto"
-        raise UserError(f"{image} has {layout.count('val')} validation records; the firmware's "
+        raise UserError(f"{image} has {layout.checked_val} validation records; the firmware's "
                         f"{what} needs at least {MIN_VAL_RECORDS} to measure: pack with a "
                         f"larger --val-fraction (or x_val), or build with --no-guard and a "
                         f"fixed --lr")

@@ -514,14 +514,16 @@ class Trainer:
             # or the guard's stop's
             last = e.step in (self._planned(), self._record().get("end", {}).get("step"))
             what = "the last parameters" if last else "the best"
-            validation = self._checked if last else 0
+            held = self.blocks.layout.held_out > 0  # then on those alone (zo_guard.c confirm)
+            validation = self._checked if last and not held else 0
             training = e.of - validation
-            trained = trained_confirmation_records(self.blocks.layout.count("train"),
-                                                   training, e.step, self.identity.batch)
+            trained = 0 if held else trained_confirmation_records(
+                self.blocks.layout.count("train"), training, e.step, self.identity.batch)
             net = e.correct - start.correct  # e.steps: the records where the two disagree
             why = unvalidated(trained, training, validation,
                               self.blocks.layout.count("test"))
-            self._say(f"guard: {confirmation_where(training, trained, validation)}, {what} "
+            where = confirmation_where(training, trained, validation, held)
+            self._say(f"guard: {where}, {what} "
                       f"(step {e.step}) gets {(e.steps + net) // 2} record(s) right that the "
                       f"start gets wrong and {(e.steps - net) // 2} the other way, loss "
                       f"{e.loss_q16 / 65536 / of:.4f} against "

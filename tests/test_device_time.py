@@ -73,6 +73,12 @@ def test_every_step_check_and_record_is_counted_once():
     last = dt.run_shape(LOG + LAST_CONFIRMATION, 900, 1)
     assert last.confirm_records == 229
     assert dt.seconds_at(900, last, costs) == (compute + 458 * 0.5, link + 458)
+    # on an image with held-out records, on those alone: 2 x 20
+    held = dt.run_shape(LOG + "guard: step 900: on the image's 20 held-out records, which no "
+                        "step trained on and no check saw, the last parameters (step 900) "
+                        "gets 3 record(s) right ...\n", 900, 1)
+    assert held.confirm_records == 20
+    assert dt.seconds_at(900, held, costs) == (compute + 40 * 0.5, link + 40)
 
 
 def test_sparse_block_trials_cost_their_own_blocks():

@@ -55,22 +55,28 @@ def digits_image(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def hard_image(tmp_path_factory) -> Path:
-    """As digits_image, but its 24 validation records are ones the model gets wrong: a start
-    of 0 of 24, so that a new best can clear the start's margin (training/guard.new_best)."""
-    tmp = tmp_path_factory.mktemp("guard-hard")
+def _image_of_wrong_records(tmp: Path, name: str, held_out: int = 0) -> Path:
+    """digits_image's 60 training and 40 test records, with 24 validation records the model
+    gets wrong (a start of 0 of 24), then ``held_out`` more, held out (the header's
+    held_out, as pack holds a folder's out)."""
     graph = load_model(MODEL)
     d = digits_npz(tmp / "d.npz", graph.tensor(graph.inputs[0]).quant)
     plan = training_plans(graph, TrainConfig())[0]
     params = initial_params(graph, plan)
     wrong = [k for k in range(60, len(d["x"])) if validation_score(
-        graph, plan, params, d["x"][k:k + 1], d["y"][k:k + 1]).correct == 0][:24]
-    path = tmp / "hard.img"
+        graph, plan, params, d["x"][k:k + 1], d["y"][k:k + 1]).correct == 0][:24 + held_out]
+    path = tmp / name
     pack_image(path, d["x"][:60], d["y"][:60], num_classes=10, checkpoint_bytes=1 << 16,
-               x_val=d["x"][wrong], y_val=d["y"][wrong], x_test=d["x_test"][:40],
-               y_test=d["y_test"][:40])
+               x_val=d["x"][wrong], y_val=d["y"][wrong], held_out=held_out,
+               x_test=d["x_test"][:40], y_test=d["y_test"][:40])
     return path
+
+
+@pytest.fixture(scope="module")
+def hard_image(tmp_path_factory) -> Path:
+    """As digits_image, but its 24 validation records are ones the model gets wrong: a start
+    of 0 of 24, so that a new best can clear the start's margin (training/guard.new_best)."""
+    return _image_of_wrong_records(tmp_path_factory.mktemp("guard-hard"), "hard.img")
 
 
 #: unconfirmed_image's last training records, all right at the start (the confirmation's)
@@ -99,6 +105,19 @@ def unconfirmed_image(tmp_path_factory) -> Path:
                x_val=d["x"][wrong], y_val=d["y"][wrong], x_test=d["x_test"][:40],
                y_test=d["y_test"][:40])
     return path
+
+
+#: held_image's held-out records: the end's confirmation's alone
+HELD_OUT = 40
+
+
+@pytest.fixture(scope="module")
+def held_image(tmp_path_factory) -> Path:
+    """hard_image's 24 validation records, then 40 more that the start gets wrong, held out:
+    the checks measure the first 24, the end's confirmation the 40 alone, where a run can
+    show a gain."""
+    return _image_of_wrong_records(tmp_path_factory.mktemp("guard-held"), "held.img",
+                                   HELD_OUT)
 
 
 def _device_run(config: TrainConfig, engine: str, image: Path
@@ -132,9 +151,11 @@ CASES = [
     # on hard_image, bests up to step 16, then three checks without one: the run stops at
     # step 22 of 24, the stopping check treated as the last (the result, its confirmation)
     TrainConfig(steps=24, queries=3, lr=0.05, guard=True, guard_every=2, patience=3),
+    # on held_image: the last parameters confirmed on the held-out records alone
+    TrainConfig(steps=12, queries=3, lr=0.05, guard=True, guard_every=3),
 ]
 IMAGES = ("digits_image", "digits_image", "hard_image", "unconfirmed_image", "hard_image",
-          "digits_image", "hard_image")
+          "digits_image", "hard_image", "held_image")
 #: where CASES[5] and CASES[6] stop (their simulations' checks, guard.patience_ends)
 STOPS = {5: 3, 6: 22}
 
@@ -147,12 +168,14 @@ STOPS = {5: 3, 6: 22}
     pytest.param("native", CASES[4], id="last-is-result-native"),
     pytest.param("native", CASES[5], id="stop-at-the-start-native"),
     pytest.param("native", CASES[6], id="stop-after-a-best-native"),
+    pytest.param("native", CASES[7], id="held-out-native"),
     # QEMU: the rollback case (lr trials on QEMU: tests/test_training.py, per-sample NP) and
     # the end's confirmation
     pytest.param("qemu", CASES[1], id="rollback-qemu", marks=ENGINES[1].marks),
     pytest.param("qemu", CASES[3], id="unconfirmed-qemu", marks=ENGINES[1].marks),
     pytest.param("qemu", CASES[4], id="last-is-result-qemu", marks=ENGINES[1].marks),
-    pytest.param("qemu", CASES[6], id="stop-after-a-best-qemu", marks=ENGINES[1].marks)])
+    pytest.param("qemu", CASES[6], id="stop-after-a-best-qemu", marks=ENGINES[1].marks),
+    pytest.param("qemu", CASES[7], id="held-out-qemu", marks=ENGINES[1].marks)])
 def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
     image = request.getfixturevalue(IMAGES[CASES.index(config)])
     run = tmp_path / "run"
@@ -189,6 +212,10 @@ def test_guard_firmware_equals_simulator(config, engine, request, tmp_path):
         assert checks[-1].step == config.steps and checks[-1].event == "best", events
         assert checks[-1].val_accuracy < max(r.val_accuracy for r in checks[:-1]), checks
         assert load_checkpoint(run / "best.bin").best_step == config.steps
+    if config is CASES[7]:  # kept on the held-out records alone, measured after the 24 checked
+        assert [e.of for e in device_events if e.kind == p.EventKind.CONFIRM] == [HELD_OUT] * 2
+        assert {e.of for e in device_events if e.kind == p.EventKind.GUARD_CHECK} == {24}
+        assert events[-1] == "best" and ckpt.best_step == config.steps, events
     if config is CASES[3]:
         assert events[-1] == "start" and "best" in events, events
         graph = load_model(MODEL)
@@ -252,36 +279,78 @@ def test_the_confirmation_counts_the_records_the_run_trained_on():
     assert trained_confirmation_records(44, 44, 10, 2) == 20
     assert unvalidated(20, 44, 16) == ""
     assert unvalidated(44, 44, 16, test_records=30) == ""  # the test split measures it
-    assert unvalidated(44, 44, 16).startswith("no validated improvement: all 44 training "
-                                              "records of the end's confirmation were trained on")
+    assert unvalidated(44, 44, 16).startswith(
+        "no validated improvement: too few held-out records to confirm (0; ")
+    assert "all 44 training records of the end's confirmation were trained on" in unvalidated(
+        44, 44, 16)
 
 
-def test_a_60_record_folder_is_not_confirmed_on_what_it_trained_on(tmp_path, capsys):
-    """Issue 64 item 3: a 60-photo folder (16 set aside for validation, 44 to train on), one
-    epoch: the end's confirmation compares the result with the start on the 44 records
-    the epoch just trained on, so it says so, and the run either ends on its start or says
-    "no validated improvement" with the reason; never "which no check saw" alone."""
+def _photo_folder(root: Path, classes: int, per_class: int) -> Path:
+    """Generated photos of mixed sizes, greyscale PNG and colour JPEG, in class folders."""
     from PIL import Image
-    rng = np.random.default_rng(0)
-    for name in ("a", "b"):
-        (tmp_path / "photos" / name).mkdir(parents=True)
-        for i in range(30):
-            Image.fromarray(rng.integers(0, 255, (20 + i, 24), dtype=np.uint8)).save(
-                tmp_path / "photos" / name / f"{i}.png")
-    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "data.img"),
-                 "--model", str(MODEL)]) == 0
+    rng = np.random.default_rng(classes)
+    for c in range(classes):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            shape = (20 + i, 24) if i % 2 else (16 + i, 20, 3)
+            Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8)).save(
+                root / f"c{c}" / (f"{i}.png" if i % 2 else f"{i}.jpg"))
+    return root
+
+
+def _pack_and_simulate(tmp_path: Path, classes: int, per_class: int, capsys
+                       ) -> tuple[str, str, str, str]:
+    """pack a generated folder, simulate one epoch: pack's output, simulate's, the end's
+    confirmation line and the run's summary on stderr."""
+    photos = _photo_folder(tmp_path / "photos", classes, per_class)
+    assert main(["pack", str(photos), "-o", str(tmp_path / "data.img"), "--model",
+                 str(MODEL)]) == 0
+    packed = capsys.readouterr().out
     assert main(["simulate", str(MODEL), "--data", str(tmp_path / "data.img"), "-o",
                  str(tmp_path / "run"), "--epochs", "1", "--queries", "2"]) == 0
     captured = capsys.readouterr()
-    out = captured.out
-    line = next(line for line in out.splitlines() if "the result is" in line)
-    if "the result is the start" not in line:  # the summary says it too
-        assert "the result is the last trained parameters, no validated improvement: " \
-            in captured.err
+    line = next(line for line in captured.out.splitlines() if "the result is" in line)
+    return packed, captured.out, line, captured.err
+
+
+def test_a_60_record_folder_says_it_has_too_few_to_confirm(tmp_path, capsys):
+    """Issue 64 item 3: a 60-photo folder (16 set aside for validation, 44 to train on)
+    cannot spare 16 more to hold out and keep half to train on: pack says so, and the run,
+    whose one epoch trained on every record its confirmation compares, either ends on its
+    start or says "no validated improvement: too few held-out records" with the reason."""
+    packed, _, line, err = _pack_and_simulate(tmp_path, 2, 30, capsys)
+    assert "held-out: none (60 records are too few to hold 16 out beside the 16 for " \
+           "validation and keep half of them to train on)" in packed, packed
     assert "on the last 44 training records, which no check saw but the run's steps all " \
            "trained on" in line, line
-    assert ("the result is the start" in line or "but no validated improvement: all 44 "
-            "training records of the end's confirmation were trained on" in line), line
+    if "the result is the start" not in line:
+        why = ("no validated improvement: too few held-out records to confirm (0; pack holds "
+               "some out when the data can spare them): all 44 training records of the end's "
+               "confirmation were trained on")
+        assert f"the result is the last parameters, but {why}" in line, line
+        assert f"the result is the last trained parameters, {why}" in err, err
+
+
+def test_an_80_record_folder_is_confirmed_on_held_out_records(tmp_path, capsys):
+    """Issue 64 item 3: 10 classes of 8 photos (the issue's folder): pack sets 20 aside for
+    validation and holds 20 out (2 of each class), and the end's confirmation compares the
+    result with the start on those 20 alone, which no step trained on and no check saw: a
+    result it keeps is a confirmed gain, else the run says it kept the start and why."""
+    packed, out, line, err = _pack_and_simulate(tmp_path, 10, 8, capsys)
+    assert "40 train, 40 val (20 of them held out) records" in packed, packed
+    assert "held-out 2 c0, 2 c1" in packed and "held-out: 20 records set aside" in packed
+    assert "val: 20 records set aside from the training images (2 of each class's 8 " \
+           "images, a share of 0.25" in packed, packed
+    assert "guard: a check every 40 steps on 20 validation records" in out, out
+    assert "on the image's 20 held-out records, which no step trained on and no check " \
+           "saw" in line, line
+    assert "no validated improvement" not in line, line
+    kept = line.endswith("the result is the last parameters")
+    assert kept or "the result is the start (the last parameters did not confirm" in line, line
+    if not kept:
+        assert "no validated improvement: the result equals the starting model: the result " \
+               "(step 40) did not confirm against the start on the image's 20 held-out " \
+               "records" in err, err
 
 
 def test_simulate_guard_is_never_worse_on_validation(digits_image, tmp_path):

@@ -184,6 +184,10 @@ def test_model_hash_as_hex_and_layout_from_header(tmp_path):
                         model_sha256=sha, num_classes=3)
     assert layout.model_sha256 == bytes.fromhex(sha)
     assert ImageLayout.from_header(layout.header_sector()) == read_header(tmp_path / "h.img")
+    held = pack_image(tmp_path / "v.img", np.zeros((1, 4), np.int8), np.array([0]),
+                      x_val=np.zeros((5, 4), np.int8), y_val=np.arange(5), held_out=2)
+    assert read_header(tmp_path / "v.img") == held and (held.held_out, held.checked_val) == (2, 3)
+    assert struct.unpack_from("<I", held.header_sector(), zi.OFF_HELD_OUT)[0] == 2
 
 
 def _err(tmp_path, **kwargs):
@@ -228,6 +232,9 @@ def _err(tmp_path, **kwargs):
     (dict(checkpoint_bytes=-1), "checkpoint_bytes must be >= 0"),
     (dict(model_sha256=b"short"), "model_sha256 must be 32 bytes"),
     (dict(model_sha256="xyz"), "model_sha256 must be 32 bytes"),
+    (dict(held_out=1), r"held_out must be in \[0, 0\]"),
+    (dict(x_val=np.zeros((2, 3), np.int8), y_val=np.array([0, 1]), held_out=3),
+     r"held_out must be in \[0, 2\]"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_pack_rejects_bad_data(tmp_path, kwargs, match):
     assert re.search(match, _err(tmp_path, **kwargs))
@@ -285,9 +292,10 @@ def _patch(path: Path, offset: int, data: bytes, fix_crc: bool) -> None:
     (68, struct.pack("<I", 0), True, "num_classes is 0"),
     (84, struct.pack("<I", 100), True, r"train \(sectors 1\.\.100\) lies outside"),
     (128, struct.pack("<I", 0), True, "checkpoint area"),
+    (108, struct.pack("<I", 1), True, "1 held-out records, the val split has 0"),
 ], ids=["magic", "crc-body", "crc-field", "old-version", "new-version", "sector-size", "rank",
         "dims", "dtype", "input-bytes", "record-bytes", "record-crc-offset",
-        "sectors-per-record", "classes", "split-range", "checkpoint-range"])
+        "sectors-per-record", "classes", "split-range", "checkpoint-range", "held-out"])
 @pytest.mark.parametrize("check", [read_image, verify_image])
 def test_read_rejects_bad_headers(small_image, offset, data, fix_crc, match, check):
     path, _ = small_image
@@ -747,6 +755,7 @@ def test_c_reader_rejects_corrupted_images(reader, small_image, tmp_path):
         (84, struct.pack("<I", 0xFFFFFFFF), True, "ZO_IMAGE_ERR_FORMAT"),
         (112, struct.pack("<I", 0), True, "ZO_IMAGE_ERR_FORMAT"),    # test split at LBA 0
         (132, struct.pack("<I", 2), True, "ZO_IMAGE_ERR_FORMAT"),
+        (108, struct.pack("<I", 1), True, "ZO_IMAGE_ERR_FORMAT"),    # held out of no val
     ]
     for k, (offset, data, fix_crc, expected) in enumerate(cases):
         bad = tmp_path / f"bad{k}.img"

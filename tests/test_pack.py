@@ -341,3 +341,18 @@ def test_val_fraction_zero_and_a_given_val_split(tmp_path):
     layout, image = read_image(out)
     assert layout.count("val") == 3 and layout.count("train") == 40
     np.testing.assert_array_equal(image["x"], arrays["x"])
+
+
+def test_a_npz_holds_records_out_only_when_asked(tmp_path, capsys):
+    """DATA.npz: simulate holds none out, so pack holds none out by default (the image and
+    the npz simulate alike); --held-out-fraction holds them out after the val split."""
+    arrays = _digits_arrays(count=120, seed=6)
+    code, out = _pack(tmp_path, arrays, "--model", DIGITS)
+    assert code == 0 and read_header(out).held_out == 0
+    assert "held-out: none (DATA.npz: only with --held-out-fraction)" in capsys.readouterr().out
+    code, out = _pack(tmp_path, arrays, "--model", DIGITS, "--held-out-fraction", 0.2,
+                      name="held.img")
+    layout = read_header(out)
+    assert code == 0 and layout.held_out >= 16 and layout.checked_val == len(
+        validation_indices(arrays["y"], DEFAULT_VAL_FRACTION))
+    assert layout.count("train") + layout.count("val") == 120

@@ -281,3 +281,49 @@ def test_classes_give_the_models_own_order(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is class 'cat', which --classes does not name (dog, bird)" in err
     assert not (tmp_path / "c.img").exists()
+
+
+@pytest.mark.parametrize("per_class, argv, held, words", [
+    # 10 classes of 8: 20 for validation, then 2 of each class's 6 left held out (0.1 of 6
+    # is 1 a class, raised to 2 so that the confirmation has its 16), 40 to train on
+    (8, [], 20, "held-out: 20 records set aside from the training images"),
+    (8, ["--held-out-fraction", "0"], 0, "held-out: none (--held-out-fraction 0)"),
+    # 10 classes of 4: 20 for validation (2 a class is half of each), then 1 of 2 left is
+    # 10 < 16, and 2 of 2 would leave nothing to train on: none
+    (4, [], 0, "held-out: none (40 records are too few to hold 16 out beside the 20 for "
+               "validation and keep half of them to train on)")])
+def test_pack_holds_records_out_for_the_end_confirmation(per_class, argv, held, words,
+                                                         tmp_path, capsys):
+    """Issue 64 item 3: the held-out records sit at the val split's end, counted by the
+    header's held_out, chosen per class from the images left after the val split, and are
+    what load_dataset hands the guard apart from the checks' validation records."""
+    classes = [f"c{k}" for k in range(10)]
+    _image_folder(tmp_path / "photos", classes=classes, per_class=per_class)
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(GREY_MODEL), *argv]) == 0
+    out = capsys.readouterr().out
+    assert words in out, out
+    layout, arrays = read_image(tmp_path / "d.img")
+    assert layout.held_out == held and layout.checked_val == 20
+    assert layout.count("train") + layout.count("val") == 10 * per_class
+    if held:
+        assert "per class: train 4 c0" in out and "; held-out 2 c0, 2 c1" in out, out
+        assert sorted(arrays["y_val"][-held:].tolist()) == sorted(list(range(10)) * 2)
+        pixels = {a.tobytes() for a in arrays["x"]}
+        assert not pixels & {a.tobytes() for a in arrays["x_val"]}  # no record in both
+    from zocodegen.frontends import load_model
+    from zocodegen.training.data import load_dataset
+    assert load_dataset(tmp_path / "d.img", load_model(GREY_MODEL), 10).held_out == held
+
+
+def test_a_held_out_share_that_cannot_be_had_is_refused(tmp_path, capsys):
+    """--held-out-fraction given where the folder cannot spare 16 records and keep half to
+    train on: one line naming the option, nothing written (the default says so instead)."""
+    _image_folder(tmp_path / "photos", classes=[f"c{k}" for k in range(10)], per_class=4)
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(GREY_MODEL), "--held-out-fraction", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("zocodegen: error: --held-out-fraction 0.1: 40 records are too few to hold "
+                   "16 out beside the 20 for validation and keep half of them to train on: add "
+                   "images, or pass --held-out-fraction 0"), err
+    assert not (tmp_path / "d.img").exists()

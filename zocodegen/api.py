@@ -243,6 +243,7 @@ def run_pack(args: argparse.Namespace, progress: bool = True) -> Packed:
     return pack_data(args.data, args.output, model_path=args.model, shuffle=args.shuffle,
                      checkpoint_bytes=None if args.checkpoint_kb is None
                      else args.checkpoint_kb * 1024, val_fraction=args.val_fraction,
+                     held_out_fraction=args.held_out_fraction,
                      labels=args.labels, normalize=args.normalize, resize=args.resize,
                      classes=args.classes,
                      preprocess=args.preprocess, progress=progress, force=args.force)

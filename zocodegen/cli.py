@@ -378,7 +378,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 def _val_share(packed) -> str:
     """The share of the images the val split really took: set aside per class, it rounds
     (2 of 8 is 0.25 whatever fraction asked for it), so the fraction asked is not it."""
-    val, train = packed.counts["val"], packed.counts["train"]
+    val = packed.counts["val"]
+    train = [t + h for t, h in zip(packed.counts["train"],  # held out after val was
+                                   packed.counts.get("held-out", [0] * len(val)))]
     totals = [v + t for v, t in zip(val, train) if v + t]
     taken = [v for v, t in zip(val, train) if v + t]
     if len(set(totals)) == 1 and len(set(taken)) == 1:
@@ -390,7 +392,9 @@ def _val_share(packed) -> str:
 def cmd_pack(args: argparse.Namespace) -> None:
     packed = api.run_pack(args)
     layout = packed.layout
-    counts = ", ".join(f"{layout.count(s):,} {s}" for s in IMAGE_SPLITS if layout.count(s))
+    counts = ", ".join(f"{layout.count(s):,} {s}" + (f" ({layout.held_out:,} of them held out)"
+                                                     if s == "val" and layout.held_out else "")
+                       for s in IMAGE_SPLITS if layout.count(s))
     order = ("the order of the data" if packed.shuffled is None
              else f"shuffled order (seed {packed.shuffled})")
     print(f"{args.output}: {counts} records of {layout.sectors_per_record} sector(s) "
@@ -409,24 +413,31 @@ def cmd_pack(args: argparse.Namespace) -> None:
         print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
     folder = args.data.is_dir()
     if packed.val_fraction is not None:
-        print(f"val: {layout.count('val'):,} records set aside from the training images "
+        print(f"val: {layout.checked_val:,} records set aside from the training images "
               f"({_val_share(packed)}, raised from --val-fraction {args.val_fraction:g} so "
               f"that the training guard has the {MIN_VAL_RECORDS} it needs)")
     elif packed.val_derived:
-        print(f"val: {layout.count('val'):,} records set aside from "
+        print(f"val: {layout.checked_val:,} records set aside from "
               + ("the training images" if folder else "x") + f" ({_val_share(packed)}; "
               f"--val-fraction {args.val_fraction:g} per class"
               + (")" if folder else f", as simulate does on {args.data.name})"))
+    if layout.held_out:
+        print(f"held-out: {layout.held_out:,} records set aside from the training images for "
+              "the training guard's end confirmation: no step trains on them and no check "
+              "sees them, so a result it keeps is a validated improvement")
+    elif layout.count("val"):
+        print(f"held-out: none ({packed.held_out}), so the end's confirmation compares records "
+              "the run may have trained on, and a run on them says it cannot confirm a gain")
     if not layout.count("test"):
         test = (f"{args.data}/test/<class>/" if folder else "x_test/y_test")
         print("test: none, so simulate and train report validation accuracy (the split the "
               f"guard also selects on, so it flatters); for an independent measure add {test}"
               if layout.count("val") else "test: none and val: none, so simulate and train "
               f"report no accuracy; add {test}")
-    if layout.count("val") < MIN_VAL_RECORDS:
+    if layout.checked_val < MIN_VAL_RECORDS:
         fix = ("add a val/<class>/ folder of more images or a larger --val-fraction" if folder
                else "add x_val/y_val or pack with a larger --val-fraction")
-        print(f"zocodegen: warning: {layout.count('val')} validation records: the training "
+        print(f"zocodegen: warning: {layout.checked_val} validation records: the training "
               f"guard and --lr auto (on by default) need {MIN_VAL_RECORDS}: {fix}, or train "
               "with --no-guard and a fixed --lr", file=sys.stderr)
     if packed.ignored:

@@ -23,7 +23,8 @@ from .training.config import (COMMAND_LINE_QUERIES, ESTIMATOR_FALLBACK, ESTIMATO
                               MODE_AUTO, MODES, SCHEDULES, SCALES_BY_DEFAULT, scales_apply,
                               TrainConfig, parse_blocks, parse_bp_layers, parse_duration,
                               parse_layer_list)
-from .training.data import DEFAULT_CHECKPOINT_BYTES, DEFAULT_VAL_FRACTION
+from .training.data import (DEFAULT_CHECKPOINT_BYTES, DEFAULT_HELD_OUT_FRACTION,
+                            DEFAULT_VAL_FRACTION, MIN_HELD_OUT)
 from .training.estimators import REGISTRY
 from .training.perturbation import DISTRIBUTIONS
 from .training.plan import FIRST_LAYERS_FORWARDS
@@ -234,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without x_val in DATA.npz: set aside this share of each class's "
                         "train records as the val split, chosen with a fixed seed as "
                         f"simulate does (default {DEFAULT_VAL_FRACTION}; 0: none)")
+    p.add_argument("--held-out-fraction", type=_real(0.0), metavar="F",
+                   help="hold this share of each class's train records out for the training "
+                        "guard's end confirmation, which alone measures them (raised to "
+                        f"{MIN_HELD_OUT} records while half the records stay to train on; "
+                        f"default: {DEFAULT_HELD_OUT_FRACTION} for a folder without test/, "
+                        "else 0; 0: none)")
     g = p.add_argument_group("a folder of files (with --model)")
     g.add_argument("--labels", type=path, metavar="FILE",
                    help="a CSV (file,label rows) or JSON ({\"file\": label}) naming the files "

@@ -22,9 +22,11 @@ static uint32_t eta_ppm(float eta)
 
 /* ---- the measurement ------------------------------------------------------------------- */
 
+/* The val split's first records, up to the schedule's samples: its last zo_image_held_out
+ * records are the end confirmation's alone. */
 static uint32_t validation_records(const zo_train_model *m, const zo_image *img)
 {
-    const uint32_t n = zo_image_count(img, ZO_SPLIT_VAL);
+    const uint32_t n = zo_image_count(img, ZO_SPLIT_VAL) - zo_image_held_out(img);
     return n < m->guard->samples ? n : m->guard->samples;
 }
 
@@ -148,8 +150,10 @@ static void restore_start(const zo_train_model *m, zo_train_state *s)
 }
 
 /* The end of a run whose result is not the start (training/guard.py confirmed): the result
- * and the start on the training split's last records, which no check saw, and, when the
- * result is the last parameters (last), on the validation records too. The result stays only
+ * and the start on the image's held-out records (the val split's last, which no step trained
+ * on and no check saw; at most the schedule's samples), or, on an image without them, on the
+ * training split's last records, which no check saw, and, when the result is the last
+ * parameters (last), on the validation records too. The result stays only
  * if its net gain over the start on the records where the two disagree stands out of their
  * number (100 net^2 >= confirm_z2 disagreements, confirm_z2 = 100 Z^2) and a lower loss sum.
  * Otherwise the start is the result and the best slot (written as of step 0, as a best
@@ -159,15 +163,18 @@ static void restore_start(const zo_train_model *m, zo_train_state *s)
 static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
                    uint32_t records, int last, zo_guard_report report, int *kept)
 {
-    const uint32_t train = zo_image_count(img, ZO_SPLIT_TRAIN);
-    const uint32_t n = train < m->guard->samples ? train : m->guard->samples;
-    const uint32_t val = last ? records : 0u;
+    const uint32_t held = zo_image_held_out(img);
+    const int split = held ? ZO_SPLIT_VAL : ZO_SPLIT_TRAIN;
+    const uint32_t pool = held ? held : zo_image_count(img, ZO_SPLIT_TRAIN);
+    const uint32_t n = pool < m->guard->samples ? pool : m->guard->samples;
+    const uint32_t first = held ? zo_image_count(img, ZO_SPLIT_VAL) - held : pool - n;
+    const uint32_t val = last && !held ? records : 0u;
     uint8_t mine[ZO_GUARD_MARK_BYTES], theirs[ZO_GUARD_MARK_BYTES]; /* result's, start's */
     zo_score result, start, part, baseline;
     memset(mine, 0, sizeof mine);
     memset(theirs, 0, sizeof theirs);
-    int rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &result, mine, 0u);
-    if (rc == ZO_TRAIN_OK && last) {
+    int rc = measure(m, img, split, first, n, &result, mine, 0u);
+    if (rc == ZO_TRAIN_OK && val) {
         rc = measure(m, img, ZO_SPLIT_VAL, 0u, val, &part, mine, n);
         result.correct += part.correct;
         result.loss += part.loss;
@@ -176,14 +183,14 @@ static int confirm(const zo_train_model *m, zo_train_state *s, zo_image *img,
         return rc;
     }
     restore_start(m, s);
-    rc = measure(m, img, ZO_SPLIT_TRAIN, train - n, n, &start, theirs, 0u);
+    rc = measure(m, img, split, first, n, &start, theirs, 0u);
     if (rc == ZO_TRAIN_OK) { /* the start's validation score: the comparison's, the baseline's */
-        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline, last ? theirs : NULL, n);
+        rc = measure(m, img, ZO_SPLIT_VAL, 0u, records, &baseline, val ? theirs : NULL, n);
     }
     if (rc != ZO_TRAIN_OK) {
         return rc;
     }
-    if (last) {
+    if (val) {
         start.correct += baseline.correct;
         start.loss += baseline.loss;
     }

@@ -24,6 +24,7 @@
 #define ZO_OFF_INPUT_ZERO_POINT 76u
 #define ZO_OFF_SPLITS 80u /* 3 entries: first_lba, count, crc32, reserved */
 #define ZO_SPLIT_ENTRY_BYTES 16u
+#define ZO_OFF_HELD_OUT 108u /* the val entry's fourth word: its last records held out */
 #define ZO_OFF_CHECKPOINT_LBA 128u
 #define ZO_OFF_CHECKPOINT_SECTORS 132u
 #define ZO_OFF_RECORD_CRC_OFFSET 136u
@@ -114,6 +115,7 @@ static int zo_parse_header(zo_image *img)
         img->splits[i].count = zo_get_u32(e + 4u);
         img->splits[i].crc32 = zo_get_u32(e + 8u);
     }
+    img->held_out = zo_get_u32(h + ZO_OFF_HELD_OUT);
     img->checkpoint_lba = zo_get_u32(h + ZO_OFF_CHECKPOINT_LBA);
     img->checkpoint_sectors = zo_get_u32(h + ZO_OFF_CHECKPOINT_SECTORS);
     memcpy(img->model_sha256, h + ZO_OFF_MODEL_SHA256, sizeof img->model_sha256);
@@ -165,6 +167,9 @@ static int zo_parse_header(zo_image *img)
             return ZO_IMAGE_ERR_FORMAT;
         }
     }
+    if (img->held_out > img->splits[ZO_SPLIT_VAL].count) {
+        return ZO_IMAGE_ERR_FORMAT;
+    }
     if (!zo_region_ok(img->checkpoint_lba, img->checkpoint_sectors, img->image_sectors)) {
         return ZO_IMAGE_ERR_FORMAT;
     }
@@ -192,6 +197,11 @@ uint32_t zo_image_count(const zo_image *img, int split)
         return 0u;
     }
     return img->splits[split].count;
+}
+
+uint32_t zo_image_held_out(const zo_image *img)
+{
+    return img == 0 || !img->is_open ? 0u : img->held_out;
 }
 
 /* Read the record at `lba` (see zo_image_read_sample) and check its CRC-32 and label. */

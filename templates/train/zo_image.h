@@ -68,6 +68,7 @@ typedef struct {
     float input_scale;        /* valid when flags & ZO_IMAGE_FLAG_QUANTIZATION */
     int32_t input_zero_point; /* idem */
     zo_image_split splits[ZO_IMAGE_NUM_SPLITS];
+    uint32_t held_out; /* the val split's last records, the guard's end confirmation's alone */
     uint32_t checkpoint_lba;
     uint32_t checkpoint_sectors;
     uint8_t model_sha256[32]; /* all zero when unknown */
@@ -87,6 +88,10 @@ int zo_image_open(zo_image *img);
 
 /* Number of records of a split (0 for an absent split or a bad split index). */
 uint32_t zo_image_count(const zo_image *img, int split);
+
+/* How many of the val split's last records are held out: no step trains on them and no
+ * check measures them; the training guard's end confirmation alone does (docs/image.md). */
+uint32_t zo_image_held_out(const zo_image *img);
 
 /* Read record `index` of `split`: its input_bytes input bytes into `input` (any size of
  * buffer that holds input_bytes; need not be a sector multiple) and its label into `label`.

@@ -70,6 +70,7 @@ OFF_INPUT_SCALE = 72
 OFF_INPUT_ZERO_POINT = 76
 OFF_SPLITS = 80                      # 3 entries of 16 bytes: first_lba, count, crc32, reserved
 SPLIT_ENTRY_BYTES = 16
+OFF_HELD_OUT = 108                   # the val entry's fourth word: its last records held out
 OFF_CHECKPOINT_LBA = 128
 OFF_CHECKPOINT_SECTORS = 132
 OFF_RECORD_CRC_OFFSET = 136
@@ -115,6 +116,9 @@ class ImageLayout:
     version: int = FORMAT_VERSION
     class_names: tuple[str, ...] = ()  # label order; () when unknown or too long to keep
     preprocess: str = ""  # e.g. "0..1 crop" or "hook mfcc:features"
+    #: the val split's last records that only the guard's end confirmation measures: no
+    #: step trains on them and no check sees them (``pack`` sets them aside, docs/image.md)
+    held_out: int = 0
 
     # ---- derived sizes ------------------------------------------------------------
     @property
@@ -147,6 +151,11 @@ class ImageLayout:
     def count(self, split: str) -> int:
         return self.splits.get(split, (0, 0))[1]
 
+    @property
+    def checked_val(self) -> int:
+        """The val records the guard's checks may measure: all but the held-out ones."""
+        return self.count("val") - self.held_out
+
     def record_lba(self, split: str, index: int) -> int:
         """First sector of record ``index`` of ``split``."""
         first, count = self.splits[split]
@@ -162,7 +171,8 @@ class ImageLayout:
         entries: list[int] = []
         for name in SPLITS:
             first, count = self.splits.get(name, (0, 0))
-            entries += [first, count, self.split_crc32.get(name, 0), 0]
+            entries += [first, count, self.split_crc32.get(name, 0),
+                        self.held_out if name == "val" else 0]
         packed = _HEADER.pack(
             MAGIC, self.version, 0, SECTOR_BYTES, FLAG_QUANTIZATION if quant else 0,
             self.image_sectors, len(self.input_shape), *dims, DTYPE_CODES[self.dtype],
@@ -226,6 +236,7 @@ class ImageLayout:
             first, count, split_crc, _ = split_words[4 * k:4 * k + 4]
             splits[name] = (first, count)
             crcs[name] = split_crc
+        held_out = split_words[(OFF_HELD_OUT - OFF_SPLITS) // 4]
         layout = cls(input_shape=tuple(int(d) for d in dims[:rank]),
                      dtype=DTYPE_NAMES[dtype_code], num_classes=num_classes, splits=splits,
                      checkpoint_lba=ckpt_lba, checkpoint_sectors=ckpt_sectors,
@@ -235,7 +246,10 @@ class ImageLayout:
                      split_crc32=crcs, model_sha256=sha, version=version,
                      class_names=tuple(_header_text(sector, CLASS_NAMES_OFFSET,
                                                     CLASS_NAMES_BYTES, source).split("\n")),
-                     preprocess=_header_text(sector, PREPROCESS_OFFSET, PREPROCESS_BYTES, source))
+                     preprocess=_header_text(sector, PREPROCESS_OFFSET, PREPROCESS_BYTES, source),
+                     held_out=held_out)
+        if held_out > splits["val"][1]:
+            raise bad(f"{held_out} held-out records, the val split has {splits['val'][1]}")
         if layout.class_names == ("",):
             layout = replace(layout, class_names=())
         if input_bytes != layout.input_bytes:
@@ -359,7 +373,7 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
                num_classes: int | None = None, input_scale: float | None = None,
                input_zero_point: int | None = None, checkpoint_bytes: int = 0,
                model_sha256: bytes | str = b"", class_names: tuple[str, ...] = (),
-               preprocess: str = "") -> ImageLayout:
+               preprocess: str = "", held_out: int = 0) -> ImageLayout:
     """Write the data image ``path`` and return its layout.
 
     ``x`` (N, *input shape) int8/uint8/float32 and ``y`` (N,) integer labels are the train
@@ -369,7 +383,8 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
     ``checkpoint_bytes`` reserves a zero-filled checkpoint area of that many bytes rounded up
     to whole sectors. ``model_sha256`` (32 bytes or 64 hex digits) names the model the data
     is for; zeros when unknown. ``class_names`` (kept when they fit the header's 304 bytes)
-    and ``preprocess`` (at most 32 bytes) are for the host's reports. Bad data raises
+    and ``preprocess`` (at most 32 bytes) are for the host's reports. ``held_out``: how many
+    of the val split's last records are the end confirmation's alone. Bad data raises
     :class:`DataError` before anything is written; an unwritable ``path`` raises :class:`UserError`. The image is written beside
     ``path`` and renamed into place when complete (``files.atomic_writer``).
     """
@@ -406,6 +421,10 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
         input_scale, input_zero_point = scale32, int(input_zero_point)
     if int(checkpoint_bytes) < 0:
         raise DataError(f"checkpoint_bytes must be >= 0, got {checkpoint_bytes}")
+    val_count = len(arrays["val"][1]) if "val" in arrays else 0
+    if not 0 <= int(held_out) <= val_count:
+        raise DataError(f"held_out must be in [0, {val_count}] (the val split's records), "
+                        f"got {held_out}")
 
     input_shape = tuple(int(d) for d in ref_x.shape[1:])
     dtype = ref_x.dtype.name                          # int8 | uint8 | float32
@@ -446,7 +465,7 @@ def pack_image(path, x, y, *, x_val=None, y_val=None, x_test=None, y_test=None,
                              input_zero_point=input_zero_point, split_crc32=crcs,
                              model_sha256=sha, class_names=fitting_class_names(class_names),
                              preprocess=preprocess.encode()[:PREPROCESS_BYTES].decode(
-                                 errors="ignore"))
+                                 errors="ignore"), held_out=int(held_out))
         f.seek(0)
         f.write(layout.header_sector())
     return layout

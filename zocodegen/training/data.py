@@ -35,6 +35,15 @@ DEFAULT_CHECKPOINT_BYTES = 4 << 20
 DEFAULT_VAL_FRACTION = 0.1
 #: The fixed seed of that choice: the same DATA.npz always gives the same split.
 VALIDATION_SEED = 0
+#: Share of each class's train records a folder's pack holds out for the guard's end
+#: confirmation (records no step trains on and no check sees; with a test split, which
+#: measures the result itself, or DATA.npz: with --held-out-fraction only), raised to
+#: MIN_HELD_OUT while half the records stay to train.
+DEFAULT_HELD_OUT_FRACTION = 0.1
+#: Fewer held-out records than this are not set aside: the confirmation could not show a gain.
+MIN_HELD_OUT = MIN_VAL_RECORDS
+#: The seed of the held-out choice, apart from the validation split's.
+HELD_OUT_SEED = 1
 #: A folder's train records are shuffled with this seed unless --shuffle says otherwise.
 FOLDER_SHUFFLE_SEED = 0
 
@@ -48,6 +57,7 @@ class Dataset:
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
     class_names: tuple[str, ...] = ()  # from the image header, when pack kept them
+    held_out: int = 0  # x_val's last records: the guard's end confirmation's alone
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class Packed:
     counts: dict[str, tuple[int, ...]] | None = None  # split -> records per class
     class_order: str = ""  # how class names became outputs (a folder's), for the summary
     val_fraction: float | None = None  # the share set aside, when raised to the guard's need
+    held_out: str = ""  # why none were held out for the end's confirmation ("" when some were)
 
 
 def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
@@ -108,20 +119,22 @@ def _checked(source: str, arrays: dict[str, np.ndarray], graph: Graph | None = N
     return found
 
 
-def validation_indices(y: np.ndarray, fraction: float) -> np.ndarray:
+def validation_indices(y: np.ndarray, fraction: float, seed: int = VALIDATION_SEED
+                       ) -> np.ndarray:
     """Ascending indices of the records of ``y`` to set aside for validation (docs/image.md).
 
     Stratified, so a small or unbalanced set still validates every class: a class with n
     records gives min(n - 1, max(1, floor(fraction * n + 1/2))) of them (none when fraction is
     0; never its last one, so training still sees it), chosen, class by class in ascending
-    label order, as the first ones of ``numpy.random.default_rng(VALIDATION_SEED)
-    .permutation(n)`` applied to that class's records in their order in ``y``.
+    label order, as the first ones of ``numpy.random.default_rng(seed).permutation(n)``
+    applied to that class's records in their order in ``y``.
     """
     if not 0.0 <= fraction < 1.0:
-        raise DataError(f"--val-fraction must be in [0, 1), got {fraction}")
+        what = "--val-fraction" if seed == VALIDATION_SEED else "--held-out-fraction"
+        raise DataError(f"{what} must be in [0, 1), got {fraction}")
     if fraction == 0.0:
         return np.zeros(0, np.int64)
-    rng = np.random.default_rng(VALIDATION_SEED)
+    rng = np.random.default_rng(seed)
     chosen = []
     for label in np.unique(y):
         members = np.flatnonzero(y == label)
@@ -163,10 +176,34 @@ def folder_val_fraction(y: np.ndarray, fraction: float, source: str) -> float:
     return share
 
 
+def held_out_indices(y: np.ndarray, fraction: float, set_aside: int) -> tuple[np.ndarray, str]:
+    """The train records (labels ``y``, after the val split's ``set_aside`` were taken) to
+    hold out for the guard's end confirmation, and why none when none: ``fraction`` of each
+    class as :func:`validation_indices` chooses them (with HELD_OUT_SEED), raised like the
+    val share until MIN_HELD_OUT, unless that would leave fewer than half of all the records
+    to train on (a small folder: then too few to confirm anything, said in those words)."""
+    if fraction == 0.0 or set_aside == 0:
+        return np.zeros(0, np.int64), ("--held-out-fraction 0" if fraction == 0.0 else
+                                       "no val split, so no guard to confirm with")
+    total, share, step = len(y) + set_aside, fraction, 1.0 / len(y)
+    held = validation_indices(y, share, HELD_OUT_SEED)
+    while (len(held) < MIN_HELD_OUT and 2 * (len(y) - len(held)) >= total
+           and share + step < 1.0):
+        share += step
+        held = validation_indices(y, share, HELD_OUT_SEED)
+    if len(held) < MIN_HELD_OUT or (share != fraction and 2 * (len(y) - len(held)) < total):
+        return np.zeros(0, np.int64), (
+            f"{total} records are too few to hold {MIN_HELD_OUT} out beside the "
+            f"{set_aside} for validation and keep half of them to train on")
+    return held, ""
+
+
 def class_counts(arrays: dict[str, np.ndarray], classes: int) -> dict[str, tuple[int, ...]]:
-    """Split name -> records per class (label order), for pack's summary."""
+    """Split name -> records per class (label order), for pack's summary; ``y_held``, the
+    val split's held-out records, as "held-out" when there are any."""
+    names = (("train", "y"), ("val", "y_val"), ("test", "y_test"), ("held-out", "y_held"))
     return {split: tuple(int(c) for c in np.bincount(arrays[yk], minlength=classes))
-            for split, (_, yk) in zip(("train", "val", "test"), SPLITS) if yk in arrays}
+            for split, yk in names if len(arrays.get(yk, ()))}
 
 
 def is_image(path: Path) -> bool:
@@ -237,7 +274,7 @@ def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
             raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
                             f"model has {num_classes} classes")
         return Dataset(**_checked(source, arrays, graph, num_classes),
-                       class_names=layout.class_names)
+                       class_names=layout.class_names, held_out=layout.held_out)
     return Dataset(**with_validation(_checked(source, _read_npz(path), graph, num_classes)))
 
 
@@ -245,7 +282,8 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
          shuffle: int | None = None, checkpoint_bytes: int | None = None,
          val_fraction: float = DEFAULT_VAL_FRACTION, labels: Path | None = None,
          normalize: str = "auto", resize: str = "crop", preprocess: str | Hook | None = None,
-         progress: bool = True, force: bool = False, classes: str | None = None) -> Packed:
+         progress: bool = True, force: bool = False, classes: str | None = None,
+         held_out_fraction: float | None = None) -> Packed:
     """DATA.npz, or a folder of files (``folders.read_folder``: images, or anything through
     the ``preprocess`` hook), -> the data image the device trains from (docs/image.md).
 
@@ -254,6 +292,9 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     checkpoint area holds the checkpoint of the model's full training. Without one it has
     :data:`DEFAULT_CHECKPOINT_BYTES`; ``checkpoint_bytes`` overrides both. Without ``x_val``,
     :func:`with_validation` sets ``val_fraction`` of the train records aside as the val split.
+    Then :func:`held_out_indices` holds ``held_out_fraction`` (default
+    :data:`DEFAULT_HELD_OUT_FRACTION` for a folder without a test split, else 0) of the rest
+    out for the guard's end confirmation, at the val split's end (the header's ``held_out``).
     ``shuffle`` then permutes the train split with ``numpy.random.default_rng(shuffle)``; by
     default the device trains in the order of DATA.npz, and a folder's records (grouped by
     class, which would train a run on one class at a time) are shuffled with seed 0. Nothing
@@ -319,6 +360,22 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
                         f"{source}/val/<class>/, or remove val/ and pack sets "
                         f"{MIN_VAL_RECORDS} training images aside")
     found = with_validation(found, val_fraction)
+    default = folder and "x_test" not in found  # a test split measures the result itself
+    if held_out_fraction is None:
+        fraction = DEFAULT_HELD_OUT_FRACTION if default else 0.0
+    else:
+        fraction = held_out_fraction
+    held, no_held = held_out_indices(found["y"], fraction, len(found.get("y_val", ())))
+    if fraction and not len(held) and held_out_fraction is not None:  # asked for, not there
+        raise DataError(f"--held-out-fraction {fraction:g}: {no_held}: add images, or pass "
+                        "--held-out-fraction 0")
+    if held_out_fraction is None and not default:
+        no_held = ("DATA.npz: only with --held-out-fraction" if not folder else
+                   "the test split measures the result: --held-out-fraction F holds some "
+                   "out for the guard's confirmation too")
+    held_x, held_y = found["x"][held], found["y"][held]
+    kept = np.setdiff1d(np.arange(len(found["y"])), held)
+    found["x"], found["y"] = found["x"][kept], found["y"][kept]
     if shuffle is None and folder:
         shuffle = FOLDER_SHUFFLE_SEED
     if shuffle is not None:
@@ -330,11 +387,15 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         checkpoint_bytes = (field.area_sectors(field.slot_sectors(need)) * SECTOR_BYTES
                             if need is not None else DEFAULT_CHECKPOINT_BYTES)
     x, y = found.pop("x"), found.pop("y")
+    splits = dict(found)
+    if len(held):  # at the val split's end
+        splits["x_val"] = np.concatenate([found["x_val"], held_x])
+        splits["y_val"] = np.concatenate([found["y_val"], held_y])
     try:
-        layout = pack_image(image_path, x, y, **found, checkpoint_bytes=checkpoint_bytes,
-                            **header, **described)
+        layout = pack_image(image_path, x, y, **splits, checkpoint_bytes=checkpoint_bytes,
+                            held_out=len(held), **header, **described)
     except DataError as exc:
         raise DataError(f"{source}: {exc}") from None
-    counts = class_counts({"y": y, **found}, layout.num_classes)
+    counts = class_counts({"y": y, **found, "y_held": held_y}, layout.num_classes)
     return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need,
-                  shuffle, counts, class_order, raised)
+                  shuffle, counts, class_order, raised, no_held)

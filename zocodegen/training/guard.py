@@ -188,9 +188,14 @@ def trained_confirmation_records(train_count: int, held: int, steps: int, batch:
     return max(0, seen - (train_count - held))
 
 
-def confirmation_where(training_records: int, trained: int, validation_records: int) -> str:
+def confirmation_where(training_records: int, trained: int, validation_records: int,
+                       held_out: bool = False) -> str:
     """The records the end's confirmation compares, in words: `simulate` and `train` say
-    the same, including how many of them the run's steps trained on."""
+    the same, including how many of them the run's steps trained on; ``held_out``: the
+    records are the image's held-out ones (``pack`` set them aside), which neither did."""
+    if held_out:
+        return (f"on the image's {training_records} held-out records, which no step trained "
+                "on and no check saw")
     seen = ("which no check saw" if not trained else
             f"which no check saw but the run's steps trained on ({trained} of them)"
             if trained < training_records else
@@ -202,18 +207,21 @@ def confirmation_where(training_records: int, trained: int, validation_records: 
 
 def unvalidated(trained: int, training_records: int, validation_records: int,
                 test_records: int = 0) -> str:
-    """Why the end's confirmation of a result cannot validate it ("" when it can): every
+    """Why the end's confirmation of a result cannot validate it ("" when it can): the image
+    has no held-out records (``pack`` holds them out where it can afford to), and every
     record it compared was trained on by the run's steps, or chose the result (the
     validation records of the last check, which the guard selects on). With a test split
-    ("" too) the run's test accuracy is the measure that no step and no check touched."""
+    ("" too) the run's test accuracy is the measure that no step and no check touched; a
+    confirmation on held-out records has ``trained`` 0."""
     if training_records == 0 or trained < training_records or test_records:
         return ""
     chose = (f" and the {validation_records} validation records are the ones the guard's "
              "checks selected it on" if validation_records else "")
-    return (f"no validated improvement: all {training_records} training records of the end's "
-            f"confirmation were trained on by the run's steps{chose}, so no record that no "
-            "step trained on and no check saw is left to confirm a gain (add a test/ folder "
-            "of records, or more records than the run trains on)")
+    return (f"no validated improvement: too few held-out records to confirm (0; pack holds "
+            "some out when the data can spare them): all "
+            f"{training_records} training records of the end's confirmation were trained on "
+            f"by the run's steps{chose}, so no record that no step trained on and no check saw "
+            "is left to confirm a gain (pack more images, or add a test/ folder)")
 
 
 #: The end's confirmation: the result's net gain over the start must stand out of the records

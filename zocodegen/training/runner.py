@@ -124,7 +124,7 @@ def _validation(data: Dataset, plan: TrainingPlan):
     if not (cfg.guard or cfg.lr_auto):
         return None, None, None
     schedule = guard_schedule(plan)
-    available = 0 if data.x_val is None else len(data.x_val)
+    available = 0 if data.x_val is None else len(data.x_val) - data.held_out
     count = validation_count(available, schedule,
                              "the training guard" if cfg.guard else "--lr auto")
     return data.x_val[:count], data.y_val[:count], schedule
@@ -164,10 +164,17 @@ def begin(graph, plan: TrainingPlan, params, data: Dataset,
     plan = replace(plan, config=replace(config, lr=state.lr))
     if not config.guard:
         return plan, state, None
-    held = confirmation_records(len(data.x), schedule)
-    guard = simulator.Guard(x_val, y_val, schedule, state, data.x[held], data.y[held],
+    if data.held_out:  # the image's held-out records (the val split's last), up to V_max
+        held = slice(len(data.x_val) - data.held_out,
+                     len(data.x_val) - data.held_out + min(data.held_out, schedule.samples))
+        x_confirm, y_confirm = data.x_val[held], data.y_val[held]
+    else:
+        held = confirmation_records(len(data.x), schedule)
+        x_confirm, y_confirm = data.x[held], data.y[held]
+    guard = simulator.Guard(x_val, y_val, schedule, state, x_confirm, y_confirm,
                             params if start is None else start, len(data.x),
-                            0 if data.x_test is None else len(data.x_test))
+                            0 if data.x_test is None else len(data.x_test),
+                            held_out=data.held_out > 0)
     if ckpt is None:
         score = guard.baseline(graph, plan, params)
         say(f"guard: a check every {schedule.every} steps on {len(y_val)} validation "
@@ -530,7 +537,7 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
         return (f"guard: step {record.step}: the result is the best validated parameters "
                 f"(step {best.best_step}, {best.best.correct}/{len(guard.y_val)} correct)")
     conf = guard.confirmation
-    what = "the last parameters" if conf.validation_records else "the best"
+    what = "the last parameters" if conf.last else "the best"
     c, records = conf.comparison, conf.records
     return (f"guard: step {record.step}: {conf.where()}, {what} (step {conf.step}) gets "
             f"{c.gained} record(s) right that the start gets wrong and {c.lost} the other way, "

@@ -256,9 +256,11 @@ class Confirmation:
 
     comparison: Comparison
     step: int  # the result's: the last step for the last parameters, else a restored best's
-    training_records: int  # the training split's last records
-    validation_records: int  # for the last parameters; 0 for a restored best
+    training_records: int  # the training split's last records, or the image's held-out ones
+    validation_records: int  # for the last parameters without held-out records; else 0
     trained: int = 0  # of the training records, how many a step of the run trained on
+    held_out: bool = False  # training_records are the image's held-out records
+    last: bool = False  # the result is the last parameters (else a restored best)
 
     @property
     def records(self) -> int:
@@ -266,7 +268,8 @@ class Confirmation:
 
     def where(self) -> str:
         """The records compared, in words."""
-        return confirmation_where(self.training_records, self.trained, self.validation_records)
+        return confirmation_where(self.training_records, self.trained, self.validation_records,
+                                  self.held_out)
 
 
 @dataclass(frozen=True)
@@ -297,11 +300,12 @@ class Guard:
     y_val: np.ndarray
     schedule: GuardSchedule
     state: GuardState
-    x_confirm: np.ndarray  # the training split's last records: the end's confirmation
-    y_confirm: np.ndarray
+    x_confirm: np.ndarray  # the end's confirmation: the image's held-out records, else the
+    y_confirm: np.ndarray  # training split's last
     start_params: Params  # the parameters before training, the end's alternative
     train_count: int = 0  # the training split's records (which of them the steps trained)
     test_records: int = 0  # the test split's: with one, it measures the result independently
+    held_out: bool = False  # x_confirm are held-out records (the validation records do not join)
     best_params: Params | None = None
     confirmation: Confirmation | None = None  # the end's, once made
     stop: Stop | None = None  # the guard's stop (patience), once made
@@ -361,18 +365,20 @@ class Guard:
 
     def _confirm(self, graph: Graph, plan: TrainingPlan, last: bool) -> bool:
         """Whether the result stays (guard.confirmed): compared with the start on the
-        confirmation records and, for the last parameters, the validation records too; if
-        not, the start is the best again, scored on the validation records as its baseline
-        was."""
+        confirmation records and, for the last parameters without held-out records, the
+        validation records too; if not, the start is the best again, scored on the
+        validation records as its baseline was."""
         comparison = compare(graph, plan, self.best_params, self.start_params, self.x_confirm,
                              self.y_confirm)
-        if last:
+        with_val = last and not self.held_out
+        if with_val:
             comparison += compare(graph, plan, self.best_params, self.start_params, self.x_val,
                                   self.y_val)
-        trained = trained_confirmation_records(  # by the steps up to the result's
+        trained = 0 if self.held_out else trained_confirmation_records(  # up to the result's
             self.train_count, len(self.y_confirm), self.state.best_step, plan.config.batch)
         self.confirmation = Confirmation(comparison, self.state.best_step, len(self.y_confirm),
-                                         len(self.y_val) if last else 0, trained)
+                                         len(self.y_val) if with_val else 0, trained,
+                                         self.held_out, last)
         if confirmed(comparison):
             return True
         baseline = validation_score(graph, plan, self.start_params, self.x_val, self.y_val)
