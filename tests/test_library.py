@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import zocodegen
-from conftest import FIXTURES, random_inputs, reference_interpreter
+from conftest import FIXTURES, REPO, random_inputs, reference_interpreter
 from test_build import _make, needs_arm
 from zocodegen.errors import UserError
 from zocodegen.target import TARGET_NAMES
@@ -65,26 +65,31 @@ def test_the_example_builds_with_zero_warnings(tmp_path, board, train):
 
 
 @needs_arm
-def test_the_example_infers_bit_exactly_on_the_emulated_f746(tmp_path):
-    """Each 'I' command's output (USART1) equals the TFLite reference interpreter's."""
-    example = _library(tmp_path, "stm32f746") / "example"
-    _make(example, "all")
+def test_the_documented_command_runs_the_example_on_the_emulated_f746(tmp_path):
+    """docs/firmware.md's commands, as written there (issue 64 item 7): the example built, 'I'
+    commands made of X.npy, the emulator run on them: it exits 0 once they run out, and each
+    output equals the TFLite reference interpreter's."""
+    lib = _library(tmp_path, "stm32f746")
     interpreter = reference_interpreter(MODEL)
     detail = interpreter.get_input_details()[0]
     inputs = random_inputs(tuple(detail["shape"]), detail["dtype"], 4, seed=11)
-    line = b"".join(b"I" + x.tobytes() for x in inputs)
-    done = subprocess.run([sys.executable, "-m", "zocodegen.host.emulator", "--board",
-                           "stm32f746", str(example / "build/stm32f746/example.elf")],
-                          input=line, capture_output=True, timeout=120)
-    assert b"the host closed the line" in done.stderr, done.stderr  # no fault before
+    np.save(tmp_path / "X.npy", np.concatenate(inputs))
+    doc = (REPO / "docs" / "firmware.md").read_text()
+    block = doc.split("<!-- library-example-emulated -->\n```\n")[1].split("```")[0]
+    script = block.replace("DIR", str(lib)).replace("python ", f"{sys.executable} ")
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("the host closed the line while the firmware waited to read: the session ends "
+            f"({4 * (1 + inputs[0].nbytes)} bytes received, 40 sent)") in done.stderr
     out = interpreter.get_output_details()[0]
     expected = []
     for x in inputs:
         interpreter.set_tensor(detail["index"], x)
         interpreter.invoke()
         expected.append(interpreter.get_tensor(out["index"]).tobytes())
-    assert done.stdout == b"".join(expected)
-    assert len(np.frombuffer(done.stdout, np.int8)) == 4 * 10
+    assert (tmp_path / "Y.bin").read_bytes() == b"".join(expected)
+    assert len(np.frombuffer(b"".join(expected), np.int8)) == 4 * 10
 
 
 def test_the_header_states_the_inputs_quantization(tmp_path):

@@ -1,7 +1,8 @@
 """``python -m zocodegen.host.emulator --board stm32f746 FIRMWARE.elf``: run a board
 firmware in its emulated board, USART1 on this process's stdin and stdout (raw bytes), the
 way the native firmware's line is; the host starts it on a pty (host/devices.py). Exits with
-the firmware's platform_exit status; a fault (what the silicon would refuse, a bus or usage
+the firmware's platform_exit status, or 0 when stdin ends while the firmware waits to read
+(commands from a file: everything it wrote is on stdout by then); a fault (what the silicon would refuse, a bus or usage
 fault) is described on stderr and exits with 131. ``--report`` adds the clocks it ran and
 the memory it used; ``--report-json`` writes them to a file (the host asks for it when
 ZOCODEGEN_EMULATOR_REPORT names one, host/devices.py). ``--card FILE`` puts an SD card backed
@@ -96,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"emulated {args.board}: {report.fault}", file=sys.stderr)
     if report.power_cut:
         print(f"emulated {args.board}: {report.power_cut}", file=sys.stderr)
+    if report.closed:
+        print(f"emulated {args.board}: the host closed the line while the firmware waited to "
+              f"read: the session ends ({report.received_bytes} bytes received, "
+              f"{report.sent_bytes} sent)", file=sys.stderr)
     if args.report_json:
         write_atomic(args.report_json, (json.dumps(asdict(report), indent=2) + "\n").encode())
     if args.report:

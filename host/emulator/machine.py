@@ -6,7 +6,9 @@ registers (ARMv7-M ARM B3.2, C1.6, C1.8).
 
 The firmware is the ELF a user flashes, booted from its vector table. It runs until it
 reaches ``platform_exit`` (which ends in ``bkpt`` when a debugger is attached, as this board
-says one is) or faults; ``run`` returns the exit status. USART1 is bridged to a byte
+says one is), faults, or waits to read from a host that has closed the line (the end of a
+session, status 0: a firmware that serves commands never exits by itself); ``run`` returns
+the exit status. USART1 is bridged to a byte
 ``Line`` (the host link), and DWT_CYCCNT counts executed instructions, as QEMU's -icount
 does, plus the time the firmware spends waiting on an empty line.
 """
@@ -74,6 +76,11 @@ class Report:
     status: int | None = None  # platform_exit's status
     fault: str | None = None  # what the silicon would have refused, or the fault
     power_cut: str | None = None  # the injected power cut that ended the run (sdcard.py)
+    #: the host closed the line while the firmware waited to read: the end of a session
+    #: (commands from a file or a pipe), status 0, every byte it wrote sent before
+    closed: bool = False
+    received_bytes: int = 0  # what the host sent on USART1
+    sent_bytes: int = 0  # what the firmware sent
     sysclk_hz: int = 0
     usart_baud: float = 0.0
     instructions: int = 0
@@ -206,6 +213,8 @@ class Board:
             self.report.status = FAULT_STATUS
         elif self.report.power_cut is not None:
             self.report.status = POWER_CUT_STATUS
+        elif self.report.closed and self.report.status is None:
+            self.report.status = 0
         return self.report
 
     def stop(self, fault: str | None = None) -> None:
@@ -400,9 +409,11 @@ class Board:
             self._flush()  # the firmware waits for an answer: what it said must be out
             got = self.line.receive(IDLE_SECONDS)
             if got is None:
-                self.stop("the host closed the line")
+                self.report.closed = True
+                self.stop()
                 return status
             self.rx += got
+            self.report.received_bytes += len(got)
             if not got:
                 self.idle_cycles += int(IDLE_SECONDS * self.clocks.clocks().sysclk)
         return status | (ISR_RXNE if self.rx else 0)
@@ -410,6 +421,7 @@ class Board:
     def _flush(self) -> None:
         if self.tx:
             self.line.send(bytes(self.tx))
+            self.report.sent_bytes += len(self.tx)
             self.tx.clear()
 
     def _check_usart(self) -> None:
