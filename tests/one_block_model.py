@@ -2,7 +2,11 @@
 block (issue 64): a 96x96 input whose first convolutions keep wide activations, so full
 training and every sparse build that holds all its blocks exceed the 256 KB budget, while
 a build of the last block alone fits. Built with onnx.helper, quantized (QDQ, int8,
-per-channel) by onnxruntime from fixed seeds; only the tests use it."""
+per-channel) by onnxruntime from fixed seeds; only the tests use it.
+
+``LATE_CHANNELS`` / ``LATE_STRIDES`` make its deeper sibling: two more 128-channel
+convolutions at 6x6, so that the last of the default 4 blocks is too large as well and
+only a finer partition's last block fits (`--blocks 5 --block 4`)."""
 from __future__ import annotations
 
 import logging
@@ -13,10 +17,13 @@ import numpy as np
 SIDE = 96
 CHANNELS = (16, 16, 32, 32, 64, 64, 128, 128)
 STRIDES = (1, 2, 1, 2, 1, 2, 1, 2)
+LATE_CHANNELS = CHANNELS + (128, 128)
+LATE_STRIDES = STRIDES + (1, 1)
 CLASSES = 10
 
 
-def one_block_model(path: Path) -> Path:
+def one_block_model(path: Path, channels: tuple[int, ...] = CHANNELS,
+                    strides: tuple[int, ...] = STRIDES) -> Path:
     """Write the model to ``path`` (.onnx) and return it."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -30,7 +37,7 @@ def one_block_model(path: Path) -> Path:
         return name
 
     x, cin = "x", 3
-    for i, (cout, stride) in enumerate(zip(CHANNELS, STRIDES)):
+    for i, (cout, stride) in enumerate(zip(channels, strides)):
         w = init(f"c{i}.w", rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9)))
         b = init(f"c{i}.b", rng.standard_normal(cout) * 0.05)
         nodes += [helper.make_node("Conv", [x, w, b], [f"c{i}"], name=f"c{i}",
