@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import zocodegen
-from conftest import FIXTURES
+from conftest import FIXTURES, shared_model
 from zocodegen.cli import main
 from zocodegen.training.guard import MIN_VAL_RECORDS
 
@@ -69,11 +69,30 @@ def test_walkthrough_small_folder(tmp_path, capsys):
     # against the folder names (issue 64 item 7)
     assert main(["infer", str(tuned), "--input", str(photos)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 61 and all(re.search(r": \S+ \((0\.\d\d|1\.00)\)$", line)
-                                    for line in lines[:60])
+    assert len(lines) == 61 and all(re.search(r": (\S+|output \d) \((0\.\d\d|1\.00)\)$",
+                                              line) for line in lines[:60])  # a spare output
     right = sum(Path(line.split(": ")[0]).parent.name == line.split(": ")[1].split(" (")[0]
                 for line in lines[:60])
     assert lines[60] == f"accuracy against the class folders: {right}/60 ({100 * right / 60:.1f} %)"
+
+
+def test_photos_through_a_model_without_class_scores_need_an_output_file(tmp_path, capsys):
+    """`infer` prints classes where output 0 is one score per class; a detector's feature
+    maps (mcunet_det, [1, 4, 5, 18]) are refused without --output in one line, and written
+    with it (before: an internal IndexError after the whole folder had run)."""
+    model = shared_model("mcunet_det.tflite")
+    photos = _photos(tmp_path / "photos", per_class=2)
+    assert main(["infer", str(model), "--input", str(photos)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"zocodegen: error: --input {photos}: pass --output Y.npy for its outputs (output 0 "
+        "of mcunet_det.tflite is [1, 4, 5, 18], not one score per class)")
+    assert main(["infer", str(model), "--input", str(photos), "--output",
+                 str(tmp_path / "y.npz")]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == "" and f"4 sample(s) -> {tmp_path / 'y.npz'}" in printed.err
+    with np.load(tmp_path / "y.npz") as outputs:
+        assert sorted(outputs[k].shape for k in outputs.files) == [
+            (4, 4, 5, 18), (4, 8, 10, 18), (4, 16, 20, 18)]
 
 
 def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):

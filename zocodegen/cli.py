@@ -239,8 +239,12 @@ def _print_photo_classes(graph: Graph, files: list[Path], names: list[str],
 def cmd_infer(args: argparse.Namespace) -> None:
     graph = load_model(args.model)
     photos = args.input.is_dir() or args.input.suffix.lower() in PHOTO_SUFFIXES
-    if args.output is None and not photos:
-        raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs")
+    shape = list(graph.tensor(graph.outputs[0]).shape)
+    classifies = photos and int(np.prod(shape[1:])) == shape[-1]  # one score per class
+    if args.output is None and not classifies:
+        why = (f" (output 0 of {args.model.name} is {shape}, not one score per class)"
+               if photos else "")
+        raise UserError(f"--input {args.input}: pass --output Y.npy for its outputs{why}")
     if args.output is not None:
         check_output(args.output, [("--input", args.input), ("MODEL", args.model)],
                      "--output", Replaces("outputs of this model", outputs_of(graph)),
@@ -263,7 +267,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
         for name, y in outputs.items():
             results[name].append(y.reshape(y.shape[1:]) if y.shape[:1] == (1,) else y)
     stacked = {n: np.stack(v) for n, v in results.items()}
-    if files:
+    if classifies:
         _print_photo_classes(graph, files, names, stacked[graph.outputs[0]], args.input)
     note = (f", {int(np.mean(cycles)):,} instructions per inference ({args.engine})"
             if args.engine in ("qemu", "emulated") else "")
