@@ -123,3 +123,16 @@ def assert_refused(code: int, err: str, words: tuple[str, ...] | list[str]) -> N
     assert len(lines) == 1 and lines[0].startswith("zocodegen: error: "), err
     for word in words:
         assert word in lines[0], (word, lines[0])
+
+
+def digits_workspace(root: Path) -> np.ndarray:
+    """The contract tests' small project in ``root``: the digits CNN as m.tflite, 30 random
+    records with 9 test records as d.npz, packed into d.img. Returns the records."""
+    from zocodegen.cli import main
+    shutil.copy(FIXTURES / "digits_cnn.tflite", root / "m.tflite")
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, size=(30, 8, 8, 1)).astype(np.int8)
+    np.savez(root / "d.npz", x=x, y=rng.integers(0, 10, 30), x_test=x[:9],
+             y_test=rng.integers(0, 10, 9))
+    assert main(["pack", str(root / "d.npz"), "-o", str(root / "d.img")]) == 0
+    return x

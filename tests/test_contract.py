@@ -17,29 +17,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, assert_refused
+from conftest import FIXTURES, assert_refused, digits_workspace
 from zocodegen.cli import main
 from zocodegen.formats.image import pack_image
 from zocodegen.training import checkpoint, runner
 from zocodegen.training.metrics import read_metrics
 
-DIGITS = FIXTURES / "digits_cnn.tflite"
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("contract")
-    shutil.copy(DIGITS, root / "m.tflite")
-    rng = np.random.default_rng(0)
-    x = rng.integers(-128, 128, size=(30, 8, 8, 1)).astype(np.int8)
-    np.savez(root / "d.npz", x=x, y=rng.integers(0, 10, 30), x_test=x[:9],
-             y_test=rng.integers(0, 10, 9))
+    x = digits_workspace(root)
     np.save(root / "x.npy", x[:2])
     np.save(root / "xf.npy", np.full((2, 8, 8, 1), np.nan, np.float32))
     np.savez(root / "dnan.npz", x=np.full((4, 8, 8, 1), np.inf, np.float32),
              y=np.zeros(4, np.int64))
     (root / "text.npz").write_text("not a zip")
-    assert main(["pack", str(root / "d.npz"), "-o", str(root / "d.img")]) == 0
     run = root / "run"
     assert main(["simulate", str(root / "m.tflite"), "--data", str(root / "d.npz"), "-o",
                  str(run), "--steps", "2", "--queries", "2", "--no-guard", "--lr", "0.01",

@@ -14,23 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, assert_refused
+from conftest import FIXTURES, assert_refused, digits_workspace
 from test_contract import _argv, _digest
 from zocodegen.cli import main
 
-DIGITS = FIXTURES / "digits_cnn.tflite"
 FIXED = ["--no-guard", "--lr", "0.01"]
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("options")
-    shutil.copy(DIGITS, root / "m.tflite")
-    rng = np.random.default_rng(0)
-    x = rng.integers(-128, 128, size=(30, 8, 8, 1)).astype(np.int8)
-    np.savez(root / "d.npz", x=x, y=rng.integers(0, 10, 30), x_test=x[:9],
-             y_test=rng.integers(0, 10, 9))
-    assert main(["pack", str(root / "d.npz"), "-o", str(root / "d.img")]) == 0
+    digits_workspace(root)
     board_run = root / "board_run"
     assert main(["simulate", str(root / "m.tflite"), "--data", str(root / "d.npz"), "-o",
                  str(board_run), "--steps", "2", "--queries", "2", *FIXED, "--target",
