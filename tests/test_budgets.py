@@ -40,8 +40,8 @@ PAPER = FIXTURES / "mcunet_in1_128.tflite"  # the paper's 128x128 resolution (is
 def test_paper_budget_links(tmp_path, model, target, train, sram_kb, flash_kb, bp_layers):
     """Also with the classifier trained by back-propagation (--bp-layers 1, issue 16)."""
     out = tmp_path / "fw"
-    assert main(["build", str(model), "--target", target, "--train", *train,
-                 "--bp-layers", str(bp_layers), "-o", str(out)]) == 0
+    assert main(["build", str(model), "--target", target, "--train", *train, "--layers",
+                 "all", "--bp-layers", str(bp_layers), "-o", str(out)]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["training"]["bp_layers"] == bp_layers
     assert (manifest["training"]["modes"][-1] == "BP") == (bp_layers == 1)
@@ -79,7 +79,7 @@ def test_full_training_on_the_1024kb_budget_under_qemu(estimator, tmp_path):
     assert trainer.run().steps == 1
     sim = tmp_path / "sim"
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(sim), "--steps", "1",
-                 "--queries", "1", "--lr", "0.01", "--no-guard",
+                 "--queries", "1", "--lr", "0.01", "--no-guard", "--layers", "all",
                  "--estimator", estimator]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()
 
@@ -115,12 +115,13 @@ def test_blocks_auto_picks_the_fewest_blocks_that_fit(target, expected, tmp_path
     adaptive fits 3) and 1 on the H7B3."""
     out = tmp_path / "fw"
     assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
-                 "--blocks", "auto", "-o", str(out)]) == 0
+                 "--layers", "all", "--blocks", "auto", "-o", str(out)]) == 0
     assert f"--blocks auto: {expected} block(s)" in capsys.readouterr().out
     assert json.loads((out / "manifest.json").read_text())["training"]["blocks"] == expected
     if expected > 1:  # (--estimator not given, fewer blocks would fall back to adaptive)
         assert main(["build", str(MODEL), "--target", target, "--train", "sparse",
-                     "--estimator", "np-channel", "--blocks", str(expected - 1),
+                     "--layers", "all", "--estimator", "np-channel", "--blocks",
+                     str(expected - 1),
                      "-o", str(tmp_path / "fewer")]) == 2
         err = capsys.readouterr().err
         assert f"--blocks {expected} " in err and "--blocks auto picks the fewest" in err
@@ -136,7 +137,7 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
     model = FIXTURES / "mcunet_in1_128.tflite"
     out = tmp_path / "fw"
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
-                 "-o", str(out)]) == 0
+                 "--layers", "all", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "--blocks: 8 block(s), the fewest that fit the stm32f746 budget" in printed
     assert ("--estimator: adaptive (the default np-channel does not fit the stm32f746 "

@@ -170,7 +170,7 @@ def test_device_time_of_a_simulated_run(tmp_path, capsys):
     digits_npz(data, graph.tensor(graph.inputs[0]).quant)
     run = tmp_path / "run"
     assert main(["simulate", str(DIGITS), "--data", str(data), "-o", str(run), "--steps",
-                 "80", "--queries", "3"]) == 0  # 66.4 -> 69.4 % test accuracy
+                 "80", "--queries", "3", "--seed", "2"]) == 0  # 66.4 -> 66.7 % test accuracy
     printed = capsys.readouterr().out
     record = json.loads((run / "run.json").read_text())
     shape = dt.recorded_shape(record)

@@ -368,7 +368,7 @@ def test_simulate_mcunet_checkpoint_equals_reference_kernels(tmp_path, monkeypat
     _mcunet_data(data)
     argv = ["simulate", str(FIXTURES / "mcunet_in1.tflite"), "--data", str(data), "--steps",
             "2", "--batch", "2", "--queries", "4", "--no-guard", "--lr", "0.01",
-            "--eval-every", "2", "--estimator", "adaptive"]
+            "--eval-every", "2", "--estimator", "adaptive", "--layers", "all"]
     assert main(argv + ["-o", str(tmp_path / "fast")]) == 0
     blob = (tmp_path / "fast" / "checkpoint.bin").read_bytes()
     assert hashlib.sha256(_as_version_2(blob)).hexdigest() == MCUNET_DIGEST

@@ -146,7 +146,7 @@ def test_faulty_line_with_many_sectors_per_request(tmp_path):
     pack_image(image, x[:6], y[:6], x_test=x[6:], y_test=y[6:], num_classes=10,
                checkpoint_bytes=1 << 19)
     train = ["--steps", "2", "--queries", "2", "--batch", "2", "--lr", "0.01", "--no-guard",
-             "--no-scales"]
+             "--no-scales", "--layers", "all"]
     sim = tmp_path / "sim"
     assert main(["simulate", str(SCALE), "--data", str(image), "-o", str(sim), *train]) == 0
     config = TrainConfig(steps=2, queries=2, batch=2, lr=0.01)

@@ -87,7 +87,7 @@ def test_arena_and_training_memory_budgets(graph, tmp_path, capsys):
 
     def build(target, train):
         code = main(["build", str(MODEL), "--target", target, "--train", train,
-                     "-o", str(tmp_path / f"{target}_{train}")])
+                     "--layers", "all", "-o", str(tmp_path / f"{target}_{train}")])
         return code, capsys.readouterr()
 
     def sram(target, train):
@@ -106,7 +106,7 @@ def test_arena_and_training_memory_budgets(graph, tmp_path, capsys):
     assert "sparse training fits: --train sparse (the device picks one of 4 blocks; " \
         in captured.err, captured.err
     code = main(["build", str(MODEL), "--target", "stm32f746", "--train", "sparse",
-                 "--blocks", "2", "-o", str(tmp_path / "halves")])
+                 "--blocks", "2", "--layers", "all", "-o", str(tmp_path / "halves")])
     err = capsys.readouterr().err
     # (4 blocks with the default np-channel, 3 with adaptive: the gradient regions live in
     # dead arena bytes, docs/memory.md)

@@ -134,5 +134,6 @@ def test_paper_size_steps_on_qemu_equal_the_simulator(mode, options, target, tmp
     sim = tmp_path / "sim"
     flags = [f"--{k}={v}" for k, v in options.items()]
     assert main(["simulate", str(PAPER), "--data", str(image), "-o", str(sim), "--train", mode,
-                 *flags, "--steps", "2", "--queries", "1", "--lr", "0.01", "--no-guard"]) == 0
+                 *flags, "--steps", "2", "--queries", "1", "--lr", "0.01", "--no-guard",
+                 "--layers", "all"]) == 0
     assert (run / "checkpoint.bin").read_bytes() == (sim / "checkpoint.bin").read_bytes()

@@ -156,6 +156,7 @@ EXEMPT: dict[tuple[str, str], str] = {
                                    "(bit-exact), fewer bytes on the link",
     ("inspect", "--target"): "inspect prints only",
     ("inspect", "--json"): "inspect prints only",
+    ("inspect", "--layers"): "inspect prints only (test_board_fit: its answer follows them)",
 }
 #: Commands not walked: each needs a device, firmware running for seconds to minutes, or a
 #: fleet of them; or it only prints. Their refusals are rows of tests/test_contract*.py.

@@ -150,7 +150,8 @@ def test_recompute_option_on_the_command_line(tmp_path, capsys):
     for mode in ("off", "auto"):
         out = tmp_path / mode
         assert main(["build", model, "--target", "stm32f746", "--train", "sparse",
-                     "--estimator", "adaptive", "--recompute", mode, "-o", str(out)]) == 0
+                     "--estimator", "adaptive", "--layers", "all", "--recompute", mode, "-o",
+                     str(out)]) == 0
         report = json.loads((out / "memory_report.json").read_text())
         totals[mode] = report["sram"]["total_bytes"]
         text = (out / "memory_report.txt").read_text()

@@ -173,7 +173,7 @@ def run_inspect(args: argparse.Namespace) -> Inspection:
     if not args.target:
         if getattr(args, "layers", None) is not None:
             raise UserError(f"--layers {args.layers} asks what trains on a board: add "
-                            "--target stm32f746 or stm32h7b3")
+                            f"--target ({' or '.join(TARGET_NAMES)})")
         return Inspection(summarize(graph), None)
     board = load_target(args.target)
     # the command line's default run (every default of `simulate`), its mode set per line

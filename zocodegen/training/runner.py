@@ -28,7 +28,7 @@ from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, LAYERS_FI
 from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
                     trials_tied, unvalidated, validation_count)
-from .plan import check_blocks, describe_layers, loss_head, training_plans
+from .plan import check_blocks, describe_layers, loss_head, trainable_ops, training_plans
 from .plan_types import TrainingPlan
 
 #: Where a run's progress lines go: the command line passes print; the API is silent unless
@@ -317,7 +317,7 @@ def board_run(graph, config: TrainConfig, target: str | None, say: Say = silent,
         options = resolve_budget(device, options)
     chosen = options.train
     picks = f"as `build --target {board}` picks"
-    if config.layers == LAYERS_FIRST:
+    if config.layers == LAYERS_FIRST and len(chosen.layers) < len(trainable_ops(graph)):
         say(f"--layers first (default): {describe_layers(chosen.layers, graph)}")
     if chosen.estimator != config.estimator:
         say(f"--estimator (default): {chosen.estimator} ({picks}; {config.estimator} does not "
