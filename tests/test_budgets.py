@@ -133,11 +133,12 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
     refuses. The 128x128 MCUNet-class fixture needs 8 blocks on the F746 (9 while the link
     kept 4 KB of frame buffers), and the adaptive estimator: with --estimator not given the
     build falls back to it, since no block count fits the default np-channel (its first
-    layers' CH regions alone exceed 256 KB), and an explicit np-channel refuses naming it."""
+    layers' CH regions alone exceed 256 KB), and an explicit np-channel refuses naming it
+    (every layer at the paper's Q = 50: at the command line's Q = 20 np-channel fits)."""
     model = FIXTURES / "mcunet_in1_128.tflite"
     out = tmp_path / "fw"
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
-                 "--layers", "all", "-o", str(out)]) == 0
+                 "--layers", "all", "--queries", "50", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "--blocks: 8 block(s), the fewest that fit the stm32f746 budget" in printed
     assert ("--estimator: adaptive (the default np-channel does not fit the stm32f746 "
@@ -145,12 +146,14 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())["training"]
     assert manifest["blocks"] == 8 and set(manifest["modes"]) == {"WP", "NP"}
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
-                 "--estimator", "np-channel", "-o", str(tmp_path / "ch")]) == 2
+                 "--layers", "all", "--queries", "50", "--estimator", "np-channel", "-o",
+                 str(tmp_path / "ch")]) == 2
     assert "--estimator adaptive --no-scales (it keeps a copy of the weights where CH " \
         "keeps two of the " \
         "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
-                 "--blocks", "4", "-o", str(tmp_path / "four")]) == 2
+                 "--layers", "all", "--queries", "50", "--blocks", "4", "-o",
+                 str(tmp_path / "four")]) == 2
     assert "--estimator adaptive --no-scales (it keeps a copy of the weights where CH " \
         "keeps two of the " \
         "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
