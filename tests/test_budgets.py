@@ -158,10 +158,11 @@ def test_default_blocks_fall_back_to_the_fewest_that_fit(tmp_path, capsys):
         "keeps two of the " \
         "outputs) fits as --train sparse --blocks 8" in capsys.readouterr().err
     assert main(["build", str(model), "--target", "stm32f746", "--train", "sparse",
-                 "--estimator", "adaptive", "--blocks", "4", "-o", str(tmp_path / "a4")]) == 2
+                 "--layers", "all", "--queries", "50", "--estimator", "adaptive", "--blocks",
+                 "4", "-o", str(tmp_path / "a4")]) == 2
     assert "--blocks auto picks the fewest" in capsys.readouterr().err
     assert main(["build", str(MODEL), "--target", "stm32f746", "--train", "sparse",
-                 "-o", str(tmp_path / "kept")]) == 0
+                 "--layers", "all", "--queries", "50", "-o", str(tmp_path / "kept")]) == 0
     assert "--blocks:" not in capsys.readouterr().out
     assert json.loads((tmp_path / "kept" / "manifest.json").read_text()
                       )["training"]["blocks"] == 4
