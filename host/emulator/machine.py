@@ -125,8 +125,9 @@ class Board:
         self.instructions = self.cycle_base = self.idle_cycles = 0
         self.rx = bytearray()
         self._rx_mark: int | None = None  # instructions at the last RDR read with bytes left
-        #: ISR reads with nothing received since the firmware last sent a byte: the first is
-        #: a transmitter's wait for TXE, a second one a receiver's wait for the host.
+        #: ISR reads with nothing to receive since the firmware last sent a byte or the host's
+        #: last bytes arrived: the first is a transmitter's wait for TXE, a second one a
+        #: receiver's wait for the host.
         self._empty_polls = 0
         self.pins_checked = False
         self._fpu_watch = None
@@ -414,7 +415,9 @@ class Board:
                 return status
             self.rx += got
             self.report.received_bytes += len(got)
-            if not got:
+            if got:  # the count starts again: the next empty read may be a TXE wait
+                self._empty_polls = 0
+            else:
                 self.idle_cycles += int(IDLE_SECONDS * self.clocks.clocks().sysclk)
         return status | (ISR_RXNE if self.rx else 0)
 
