@@ -58,6 +58,7 @@ class TrainSummary:
     confusion: np.ndarray | None = None  # the last test evaluation's, with train --model
     accuracy_split: str | None = None  # "test", or "validation" when the image has no test
     kept_start: bool = False  # the guard's best was the start: the result is the flash model
+    unchanged: str = ""  # with kept_start, why (as RunSummary.unchanged says it)
 
 
 def identity_record(identity: p.Identity) -> dict:
@@ -98,6 +99,9 @@ class Trainer:
         self._losses: list[float] = []
         self._trials: list[tuple[int, int]] = []  # --lr auto's (loss sum, steps), as they come
         self._start_confirmed = p.Event(p.EventKind.CONFIRM, p.Decision.NONE, 0, 0, 0, 0)
+        #: the end's confirmation of this session: what it compared with the start, its step
+        #: and records in words; None when none came (no guard, or a resumed finished run)
+        self._confirmed: tuple[str, int, str] | None = None
         self._checked = 0  # validation records of the guard's checks
         self._accuracy: float | None = None
         self._split: str | None = None  # where _accuracy was measured
@@ -156,13 +160,24 @@ class Trainer:
         return TrainSummary(first_step, self._saved_step(), self._record().get(
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
-            time.monotonic() - started, self.confusion, self._split, self._kept_start())
+            time.monotonic() - started, self.confusion, self._split, self._kept_start(),
+            self._unchanged())
 
     def _kept_start(self) -> bool:
-        """The device's guard ended on its baseline (best step 0): no check beat the start,
-        so the result is the model's own parameters."""
+        """The device's guard ended on its baseline (best step 0): the result is the model's
+        own parameters."""
         return (self.ckpt_path.is_file()
                 and checkpoint.load(self.ckpt_path).best_step == 0)
+
+    def _unchanged(self) -> str:
+        """Why the guard kept the start: the result did not confirm against it (the end's
+        confirmation came), else no check beat it."""
+        if not self._kept_start():
+            return ""
+        if self._confirmed is not None:
+            _, step, where = self._confirmed
+            return f"the result (step {step}) did not confirm against the start {where}"
+        return "no validation check on the device beat the start"
 
     def _connect(self) -> DeviceSession:
         port = self.device.connect()
@@ -523,6 +538,7 @@ class Trainer:
             why = unvalidated(trained, training, validation,
                               self.blocks.layout.count("test"))
             where = confirmation_where(training, trained, validation, held)
+            self._confirmed = (what, e.step, where)
             self._say(f"guard: {where}, {what} "
                       f"(step {e.step}) gets {(e.steps + net) // 2} record(s) right that the "
                       f"start gets wrong and {(e.steps - net) // 2} the other way, loss "
@@ -569,7 +585,8 @@ class Trainer:
         elif e.decision == p.Decision.RESTORE:
             self._say(f"guard: step {e.step}: the result is the best validated parameters")
         elif e.decision == p.Decision.START:
-            self._say(f"guard: step {e.step}: the result is the start (the best did not "
+            what = "the best" if self._confirmed is None else self._confirmed[0]
+            self._say(f"guard: step {e.step}: the result is the start ({what} did not "
                       "confirm)")
 
     def _say(self, text: str) -> None:

@@ -107,6 +107,17 @@ def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):
     assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(same)]) == 0
     assert "the file equals the input model" in capsys.readouterr().err
     assert same.read_bytes() == MODEL.read_bytes()
+    # the device's run says the same reason, not "no check beat the start"
+    fw, device = tmp_path / "fw", tmp_path / "device"
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full", "--steps", "4",
+                 "--lr", "0.00001", "-o", str(fw)]) == 0
+    assert main(["train", "--native", str(fw), "--image", str(image), "-o", str(device)]) == 0
+    out = capsys.readouterr().out
+    assert "the result is the start (the last parameters did not confirm)" in out
+    assert "no validated improvement: the result equals the starting model: the result " \
+           "(step 4) did not confirm against the start on the last 44 training records" in out
+    assert zocodegen.train(image, tmp_path / "api", native=fw).unchanged.startswith(
+        "the result (step 4) did not confirm against the start")
 
 
 def test_small_folders_refused_at_pack_with_the_folder_fix(tmp_path, capsys):

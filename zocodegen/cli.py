@@ -491,8 +491,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if summary.accuracy_split == "validation":
         print("(no test split: accuracy is measured on the validation split, which the guard "
               "also selects on)")
-    if summary.kept_start:
-        print(f"{NO_IMPROVEMENT}: no validation check on the device beat the start")
+    if summary.unchanged:
+        print(f"{NO_IMPROVEMENT}: {summary.unchanged}")
 
 
 def cmd_monitor(args: argparse.Namespace) -> None:
@@ -522,7 +522,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         print(f"{result.model}: {result.tensors} trained tensors written (step {result.step})",
               file=sys.stderr)
     else:
-        why = (f"{NO_IMPROVEMENT}: the guard kept the start (no check beat it)"
+        why = (f"{NO_IMPROVEMENT}: the guard kept the start (no check beat it, or the result "
+               "did not confirm against it: the run's last lines say which)"
                if result.best_step == 0 else "the checkpoint's parameters are the model's own")
         print(f"{result.model}: 0 trained tensors (step {result.step}): the file equals the "
               f"input model {args.model}; {why}", file=sys.stderr)
