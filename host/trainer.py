@@ -25,7 +25,7 @@ from zocodegen.files import file_sha256, write_atomic
 from zocodegen.training import checkpoint, replay
 from zocodegen.training.config import run_steps
 from zocodegen.training.guard import (Score, confirmation_where, trained_confirmation_records,
-                                      trials_tied, unvalidated)
+                                      trials_tied, unvalidated, validation_note)
 from zocodegen.training.runner import check_step, delete_run, end_record, read_run_record
 from zocodegen.training.simulator import Stop
 from zocodegen.progress import in_lines, progress_bar
@@ -59,6 +59,7 @@ class TrainSummary:
     accuracy_split: str | None = None  # "test", or "validation" when the image has no test
     kept_start: bool = False  # the guard's best was the start: the result is the flash model
     unchanged: str = ""  # with kept_start, why (as RunSummary.unchanged says it)
+    accuracy_note: str = ""  # with accuracy_split "validation": which records (as simulate's)
 
 
 def identity_record(identity: p.Identity) -> dict:
@@ -161,7 +162,9 @@ class Trainer:
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
             time.monotonic() - started, self.confusion, self._split, self._kept_start(),
-            self._unchanged())
+            self._unchanged(), validation_note(self.blocks.layout.count("val"),
+                                               self.blocks.layout.held_out)
+            if self._split == "validation" else "")
 
     def _kept_start(self) -> bool:
         """The device's guard ended on its baseline (best step 0): the result is the model's

@@ -143,3 +143,31 @@ def test_infer_npy_still_needs_output(given, tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 1), np.int8))
     assert main(["infer", str(MODEL), "--input", str(tmp_path / "x.npy")]) == 2
     assert given in capsys.readouterr().err
+
+
+def test_validation_accuracy_says_which_records_beside_held_out_ones(tmp_path, capsys):
+    """Ten classes of 8 photos: pack holds 20 out at the val split's end. The run's accuracy
+    is on all 40 (the device's count), the guard's checks on 20: simulate and train say so
+    instead of "the validation split, which the guard also selects on" (a newcomer saw
+    "validation 2/20" beside "validation accuracy 10.0%" of 4/40)."""
+    rng = np.random.default_rng(64)
+    photos = tmp_path / "photos"
+    for c in range(10):
+        (photos / f"c{c}").mkdir(parents=True)
+        for k in range(8):
+            Image.fromarray(rng.integers(0, 256, (20 + k, 30, 3), dtype=np.uint8)).save(
+                photos / f"c{c}" / f"{k}.png")
+    image, fw = tmp_path / "d.img", tmp_path / "fw"
+    assert main(["pack", str(photos), "-o", str(image), "--model", str(MODEL)]) == 0
+    assert "40 val (20 of them held out)" in capsys.readouterr().out
+    note = ("(no test split: accuracy is measured on the validation split's 40 records: the "
+            "guard's checks select on 20 of them, and 20 are the held-out records of the "
+            "end's confirmation)")
+    assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(tmp_path / "run"),
+                 "--steps", "2"]) == 0
+    assert note in capsys.readouterr().err.splitlines()
+    assert main(["build", str(MODEL), "--target", "native", "--train", "full", "--steps", "2",
+                 "-o", str(fw)]) == 0
+    assert main(["train", "--native", str(fw), "--image", str(image), "-o",
+                 str(tmp_path / "device")]) == 0
+    assert note in capsys.readouterr().out.splitlines()

@@ -364,9 +364,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         print(f"{result.steps} steps at {step}{guard}, loss {_loss(result.first_loss)} -> "
               f"{_loss(result.last_loss)} ({window}){acc}; "
               f"{result.forward_evaluations:,} query forwards", file=sys.stderr)
-    if result.accuracy_split == "validation":
-        print("(no test split: accuracy is measured on the validation split, which the guard "
-              "also selects on)", file=sys.stderr)
+    if result.accuracy_note:
+        print(result.accuracy_note, file=sys.stderr)
     if result.unchanged:
         print(f"{NO_IMPROVEMENT}: {result.unchanged}", file=sys.stderr)
     if result.unvalidated:  # a kept result whose confirmation saw only fitted records
@@ -488,9 +487,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"{args.output}: step {summary.steps}{resumed}{acc}; {summary.seconds:.1f} s, "
           f"{summary.resets} reset(s), {summary.retransmissions} retransmission(s), "
           f"{summary.dropped_frames} bad frame(s)")
-    if summary.accuracy_split == "validation":
-        print("(no test split: accuracy is measured on the validation split, which the guard "
-              "also selects on)")
+    if summary.accuracy_note:
+        print(summary.accuracy_note)
     if summary.unchanged:
         print(f"{NO_IMPROVEMENT}: {summary.unchanged}")
 

@@ -205,6 +205,19 @@ def confirmation_where(training_records: int, trained: int, validation_records: 
                if validation_records else ""))
 
 
+def validation_note(records: int, held_out: int) -> str:
+    """The line under a run's accuracies when the image has no test split: they are measured
+    on the whole val split (as the device's accuracy command counts it), whose last
+    ``held_out`` records pack held out for the end's confirmation, so the guard selects on
+    the first ``records - held_out`` only (zo_guard.c). `simulate` and `train` say it alike."""
+    if held_out:
+        return (f"(no test split: accuracy is measured on the validation split's {records} "
+                f"records: the guard's checks select on {records - held_out} of them, and "
+                f"{held_out} are the held-out records of the end's confirmation)")
+    return ("(no test split: accuracy is measured on the validation split, which the guard "
+            "also selects on)")
+
+
 def unvalidated(trained: int, training_records: int, validation_records: int,
                 test_records: int = 0) -> str:
     """Why the end's confirmation of a result cannot validate it ("" when it can): the image

@@ -27,7 +27,7 @@ from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, LAYERS_FI
                      TrainConfig, run_steps)
 from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
-                    trials_tied, unvalidated, validation_count)
+                    trials_tied, unvalidated, validation_count, validation_note)
 from .plan import check_blocks, describe_layers, loss_head, trainable_ops, training_plans
 from .plan_types import TrainingPlan
 
@@ -66,6 +66,8 @@ class RunSummary:
     # only records the run trained on or selected on); "" when it is, or the start was kept
     unvalidated: str = ""
     first_step: int = 0  # the step it started (a resumed run's checkpoint step)
+    #: with accuracy_split "validation": which records those are (guard.validation_note)
+    accuracy_note: str = ""
 
 
 def steps_for(config: TrainConfig, epochs: int | None, samples: int) -> TrainConfig:
@@ -477,7 +479,9 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                       guard.state.rollbacks if guard else 0, confusion, data.class_names,
                       split if has_test else None, window,
                       _unchanged(start, params, guard, ckpt is not None),
-                      _kept_unvalidated(guard), first)
+                      _kept_unvalidated(guard), first,
+                      validation_note(len(y_acc), data.held_out)
+                      if has_test and split == "validation" else "")
 
 
 def curves_title(model_path: Path, config: TrainConfig, lr: float) -> str:
