@@ -25,8 +25,8 @@ from zocodegen.training.metrics import read_metrics
 from zocodegen.training.config import TrainConfig
 from zocodegen.training.guard import (MIN_VAL_RECORDS, Comparison, GuardSchedule, GuardState,
                                       Score, confirmation_records, confirmed, fall_margin,
-                                      guard_schedule, new_best, trained_confirmation_records,
-                                      unvalidated)
+                                      guard_schedule, needed_net, new_best,
+                                      trained_confirmation_records, unvalidated)
 from zocodegen.training.plan import training_plans
 from zocodegen.training.runner import simulate
 from zocodegen.training.simulator import initial_params, validation_score
@@ -265,6 +265,14 @@ def test_the_end_confirms_a_result_whose_net_gain_stands_out():
     assert not confirmed(Comparison(7, 2, 115_000, 115_000))  # a loss no lower
     assert not confirmed(Comparison(3, 3, 100_000, 115_000))  # no net gain
     assert not confirmed(Comparison(8, 4, 100_000, 115_000))  # 4 < 1.28 sqrt(12) = 4.43
+    assert not confirmed(Comparison(0, 0, 100_000, 115_000))  # no record changed
+    # what the start's line says is needed: the least net that confirms (issue 64: "1.28
+    # sqrt(0)" was printed for a result that changed no record, which 0 >= 0 seems to meet)
+    assert [needed_net(d) for d in (0, 1, 2, 4, 9, 12)] == [1, 2, 2, 3, 4, 5]
+    for d in range(40):
+        for gained in range(d + 1):
+            assert confirmed(Comparison(gained, d - gained, 1, 2)) == (
+                gained - (d - gained) >= needed_net(d))
     schedule = GuardSchedule(every=8, samples=128, trial_steps=18, candidates=(0.01,))
     assert confirmation_records(899, schedule) == slice(771, 899)
     assert confirmation_records(60, schedule) == slice(0, 60)

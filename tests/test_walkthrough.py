@@ -101,9 +101,15 @@ def test_a_run_that_kept_its_start_says_so(tmp_path, capsys):
     assert main(["pack", str(photos), "-o", str(image), "--model", str(MODEL)]) == 0
     assert main(["simulate", str(MODEL), "--data", str(image), "-o", str(run),
                  "--steps", "4", "--lr", "0.00001"]) == 0
-    # the last parameters barely move at this eta: they do not confirm against the start
+    # the last parameters barely move at this eta: they do not confirm against the start,
+    # and the line says the least net gain that would have, not "1.28 sqrt(0)" alone
+    captured = capsys.readouterr()
+    err = captured.err + captured.out  # the summary and the guard's lines
     assert "no validated improvement: the result equals the starting model: the result " \
-           "(step 4) did not confirm against the start" in capsys.readouterr().err
+           "(step 4) did not confirm against the start" in err
+    assert "gets 0 record(s) right that the start gets wrong and 0 the other way" in err
+    assert "did not confirm: a net gain of at least 1 record(s) (more than none, and 1.28 " \
+           "sqrt(0)) and a lower loss needed)" in err
     assert main(["export", str(MODEL), str(run / "checkpoint.bin"), "-o", str(same)]) == 0
     assert "the file equals the input model" in capsys.readouterr().err
     assert same.read_bytes() == MODEL.read_bytes()

@@ -271,8 +271,17 @@ def confirmed(c: Comparison) -> bool:
     (docs/decisions/paired-confirmation.md): the
     net of the records on which the two disagree must stand out of their number."""
     net = c.gained - c.lost
-    return (net > 0 and 100 * net * net >= CONFIRM_Z2 * (c.gained + c.lost)
-            and c.loss < c.start_loss)
+    return net >= needed_net(c.gained + c.lost) and c.loss < c.start_loss
+
+
+def needed_net(disagreements: int) -> int:
+    """The least net gain the end's confirmation takes on records where the result and the
+    start disagree: more than none, and 1.28 sqrt(disagreements) (with none, the rule's
+    0 >= 0 alone would confirm a result that changed no record)."""
+    least = math.isqrt(CONFIRM_Z2 * disagreements // 100)
+    while 100 * least * least < CONFIRM_Z2 * disagreements:
+        least += 1
+    return max(1, least)
 
 
 @dataclass(frozen=True)

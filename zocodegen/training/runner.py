@@ -27,7 +27,8 @@ from .config import (BLOCKS_AUTO, BLOCKS_FIT, BP_AUTO, DEFAULT_BLOCKS, LAYERS_FI
                      TrainConfig, run_steps)
 from .data import Dataset, is_image, load_dataset
 from .guard import (CONFIRM_Z2, GuardState, Score, confirmation_records, guard_schedule,
-                    trials_tied, unvalidated, validation_count, validation_note)
+                    needed_net, trials_tied, unvalidated, validation_count,
+                    validation_note)
 from .plan import check_blocks, describe_layers, loss_head, trainable_ops, training_plans
 from .plan_types import TrainingPlan
 
@@ -549,5 +550,6 @@ def _event_line(record: simulator.StepRecord, guard: simulator.Guard) -> str:
             "the result is "
             + (what + _unvalidated(conf, guard.test_records) if record.event != "start" else
                f"the start ({what} did not confirm: a net gain of at least "
-               f"{math.sqrt(CONFIRM_Z2 / 100):.2f} sqrt({c.gained + c.lost}) and a lower loss "
-               "needed)"))
+               f"{needed_net(c.gained + c.lost)} record(s) (more than none, and "
+               f"{math.sqrt(CONFIRM_Z2 / 100):.2f} sqrt({c.gained + c.lost})) and a lower "
+               "loss needed)"))
