@@ -138,13 +138,19 @@ def measure(path: Path, samples: int, portable: bool, profile: bool) -> dict:
         except ImportError:
             from zocodegen.summary import macs as op_macs
 
+    elf, board = build(path)
     graph = load_model(path)
+    try:  # the graph the device runs (a float input may be quantized by the host)
+        from zocodegen.codegen.fit import device_graph
+        from zocodegen.codegen.project import BuildOptions
+        graph = device_graph(graph, BuildOptions("qemu", board))
+    except ImportError:  # a baseline from before --input-quantize
+        pass
     layers = [dict(op=op.type, family=family(graph, op), macs=op_macs(graph, op),
                    elements=int(np.prod(graph.tensor(op.outputs[0]).shape)),
                    shape=shape(graph, op))
               for op in graph.ops]
     arena = plan_arena(graph)
-    elf, board = build(path)
     x = graph.tensor(graph.inputs[0])
     inputs = [{graph.inputs[0]: v} for v in random_inputs(x.shape, x.dtype, samples + 3)[3:]]
     counts = [r.cycles for r in run_samples(graph, "qemu", elf, inputs)]

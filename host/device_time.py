@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zocodegen.codegen.fit import device_graph
+from zocodegen.codegen.project import BuildOptions
 from zocodegen.errors import UserError
 from zocodegen.files import MissingInput, read_text
 from zocodegen.formats import link
@@ -36,6 +38,7 @@ from zocodegen.formats.image import pack_image
 from zocodegen.frontends import load_model
 from zocodegen.ir import Graph
 from zocodegen.summary import duration
+from zocodegen.training.folders import InputSpec
 from zocodegen.projects import cached_build
 from zocodegen.qemu.runner import require_qemu
 from zocodegen.target import TARGET_NAMES, check_baud, target_data
@@ -179,8 +182,8 @@ def clock_hz(board: str) -> int:
 
 def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
     """One inference of ``model`` on ``board``: the median instructions over ``images``
-    (the model's input) under QEMU -icount, at the board's clock."""
-    graph = load_model(model)
+    (the input the device takes) under QEMU -icount, at the board's clock."""
+    graph = device_graph(load_model(model), BuildOptions("qemu", board))
     elf = cached_build(model, "qemu", emulate=board)
     shape = graph.tensor(graph.inputs[0]).shape
     inputs = [{graph.inputs[0]: image.reshape(shape)} for image in images]
@@ -191,15 +194,22 @@ def forward_seconds(model: Path, board: str, images: np.ndarray) -> float:
 def step_instructions(model: Path, board: str, config: TrainConfig, workdir: Path) -> int:
     """One training step's instructions under QEMU -icount with ``board``'s budget: the
     firmware of ``config`` (its steps set to 1) on two random records."""
-    graph = load_model(model)
-    x = graph.tensor(graph.inputs[0])
-    rng = np.random.default_rng(0)
-    data = rng.integers(-128, 128, size=(2,) + tuple(x.shape[1:])).astype(np.int8)
+    config = dataclasses.replace(config, steps=1)
+    # the records the firmware reads: the input as the device takes it (a float input
+    # quantized on the device is packed as float32, as `pack` packs it)
+    graph = device_graph(load_model(model), BuildOptions("qemu", board, config))
+    spec = InputSpec.of(graph)
+    codes = np.random.default_rng(0).integers(-128, 128, size=(2,) + spec.shape)
+    if spec.dtype == "float32":
+        scale, zero = ((spec.quant.scalar_scale, spec.quant.scalar_zero_point)
+                       if spec.quant is not None else (1 / 128, 0))
+        data = ((codes - zero) * scale).astype(np.float32)
+    else:
+        data = codes.astype(np.int8)
     image = workdir / f"{model.stem}.img"
     classes = graph.tensor(graph.outputs[0]).size
     pack_image(image, data, np.arange(2) % classes, num_classes=classes,
                checkpoint_bytes=1 << 20)
-    config = dataclasses.replace(config, steps=1)
     elf = cached_build(model, "qemu", emulate=board, train=config)
     records: list = []
     run = Path(tempfile.mkdtemp(dir=workdir, prefix="run"))  # new: nothing to resume

@@ -212,3 +212,16 @@ def test_device_time_names_the_split_of_its_accuracy(split, words, tmp_path):
                       1.0, ((0, 0.10, 0.0), (10, 0.15, 0.003)), split)
     lines = dt.describe(tmp_path, t)
     assert any(line.startswith(words) for line in lines), lines
+
+
+@pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                    reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_a_float_input_models_step_is_measured(tmp_path):
+    """Issue 64: device-time measures the step of a model whose float input the device
+    quantizes (an ONNX export, mcunet_tiny): its records are packed as float32, as `pack`
+    packs them; they were int8 and the firmware refused them."""
+    model = FIXTURES / "onnx_qdq_int8.onnx"
+    assert load_model(model).tensor(load_model(model).inputs[0]).dtype == "float32"
+    counts = [dt.step_instructions(model, "stm32f746", TrainConfig(queries=q), tmp_path)
+              for q in (2, 3)]
+    assert 0 < counts[0] < counts[1]
