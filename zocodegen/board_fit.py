@@ -185,6 +185,8 @@ class ModeFit:
     one_block: bool = False
     also: tuple[tuple[str, int], ...] = ()
     inference_seconds: float | None = None  # inference: one forward pass, estimated
+    #: what the build places beside the budget, as (memory, bytes): the H7B3's DTCM
+    outside: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ class BoardFit:
                            "option": m.option, "step_seconds": list(m.step_seconds),
                            "note": m.note, "one_block": m.one_block,
                            "inference_seconds": m.inference_seconds,
+                           "outside": [{"memory": r, "bytes": b} for r, b in m.outside],
                            "also": [{"option": o, "sram_bytes": b} for o, b in m.also]}
                           for m in self.modes]}
 
@@ -268,7 +271,8 @@ def _mode_fit(device: Graph, plan: ProjectPlan, train: TrainConfig | None) -> Mo
     forward = (inference_instructions(device) / clock_hz(board) if train is None else None)
     return ModeFit(mode, plan.placement.total, plan.code.flash_bytes,
                    plan.placement.fits and plan.code.flash_bytes <= plan.board.flash_bytes,
-                   option, seconds, inference_seconds=forward)
+                   option, seconds, inference_seconds=forward,
+                   outside=plan.placement.outside)
 
 
 def inference_instructions(graph: Graph, costs: dict = FAMILY_COST) -> float:
@@ -316,8 +320,10 @@ def describe(found: BoardFit) -> list[str]:
             lines.append(f"  {m.mode:9} refused: {m.note}")
             continue
         verdict = "fits" if m.fits else "DOES NOT FIT"
+        beside = "".join(f" (+ {size / 1024:.1f} KB in {memory} outside the budget)"
+                         for memory, size in m.outside)
         lines.append(f"  {m.mode:9} SRAM {m.sram_bytes / 1024:7.1f} of "
-                     f"{board.sram_budget_bytes / 1024:.1f} KB, flash data "
+                     f"{board.sram_budget_bytes / 1024:.1f} KB{beside}, flash data "
                      f"{m.flash_data_bytes / 1024:.1f} of {board.flash_bytes / 1024:.0f} KB: "
                      f"{verdict}" + (f" ({m.option})" if m.mode != "inference" else ""))
         if m.inference_seconds is not None:
