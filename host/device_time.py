@@ -269,6 +269,9 @@ class DeviceTime:
     accuracy_split: str | None = "test"
     ceiling: float | None = None  # the FP32 ceiling or a target accuracy, when given
     shares: tuple[float, ...] = GAIN_SHARES
+    #: with accuracy_split "validation": which of its records those are (run.json's; the
+    #: guard selects on them all unless pack held some out)
+    accuracy_note: str = ""
 
     def crossings(self, goal: float) -> tuple[Crossing, ...]:
         """When the accuracy first reached each share of the way from the start to ``goal``."""
@@ -358,7 +361,8 @@ def estimate(run: Path, board: str, baud: int = link.DEFAULT_BAUD,
     compute, link_s = seconds_at(shape.steps, shape, costs)
     evaluations = timed_evaluations(read_metrics(run / "metrics.csv"), shape, costs)
     return DeviceTime(board, baud, costs, shape, compute, link_s, evaluations,
-                      record.get("accuracy_split"), ceiling, shares)
+                      record.get("accuracy_split"), ceiling, shares,
+                      record.get("accuracy_note", ""))
 
 
 def describe(run: Path, t: DeviceTime) -> list[str]:
@@ -394,10 +398,13 @@ def time_to_accuracy(t: DeviceTime) -> list[str]:
         return [f"  no {_accuracy_name(t)} measured during the run (the data has neither a "
                 "test nor a validation split)"] if not t.evaluations else []
     before, after = t.evaluations[0][1], t.evaluations[-1][1]
-    guard = ", the split the guard selects on" if t.accuracy_split == "validation" else ""
+    guard = (", the split the guard selects on" if t.accuracy_split == "validation"
+             and not t.accuracy_note else "")
     lines = [f"  {_accuracy_name(t)} {100 * before:.1f}% -> {100 * after:.1f}% "
              f"({100 * (after - before):+.1f} points){guard} in "
              f"{duration(3600 * t.evaluations[-1][2])}"]
+    if t.accuracy_split == "validation" and t.accuracy_note:
+        lines.append(f"  {t.accuracy_note}")
     goals = [("the run's gain", after)]
     if t.ceiling is not None:
         goals.append((f"the gain to {100 * t.ceiling:.1f}% (--ceiling)", t.ceiling))

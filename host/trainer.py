@@ -162,9 +162,12 @@ class Trainer:
             "accuracy_before"), self._accuracy, resets,
             retransmissions + session.link.retransmissions, dropped + session.link.dropped,
             time.monotonic() - started, self.confusion, self._split, self._kept_start(),
-            self._unchanged(), validation_note(self.blocks.layout.count("val"),
-                                               self.blocks.layout.held_out)
-            if self._split == "validation" else "")
+            self._unchanged(), self._accuracy_note())
+
+    def _accuracy_note(self) -> str:
+        """Which records the accuracies count, without a test split (as simulate's)."""
+        return (validation_note(self.blocks.layout.count("val"), self.blocks.layout.held_out)
+                if self._split == "validation" else "")
 
     def _kept_start(self) -> bool:
         """The device's guard ended on its baseline (best step 0): the result is the model's
@@ -218,6 +221,7 @@ class Trainer:
         if "accuracy_before" not in record:
             record["accuracy_before"] = self._evaluate(session, step)
             record["accuracy_split"] = self._split
+            record["accuracy_note"] = self._accuracy_note()
             self._write_record(record)
         while step < total and not self._stopped():
             chunk = min(every - step % every, total - step)

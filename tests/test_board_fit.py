@@ -80,7 +80,10 @@ def test_step_estimate_is_within_the_bound_inspect_states(row, tmp_path_factory)
                          ids=[r["model"] for r in RECORDED["inference"]])
 def test_inference_estimate_is_within_the_bound_inspect_states(row, tmp_path_factory):
     from zocodegen.board_fit import inference_instructions
-    estimate = inference_instructions(load_model(_model(row["model"], tmp_path_factory)))
+    from zocodegen.codegen.fit import device_graph
+    graph = device_graph(load_model(_model(row["model"], tmp_path_factory)),
+                         BuildOptions("qemu", row["board"]))
+    estimate = inference_instructions(graph)
     assert abs(estimate / row["instructions"] - 1) < INFERENCE_BOUND, (estimate,
                                                                       row["instructions"])
 

@@ -225,3 +225,16 @@ def test_a_float_input_models_step_is_measured(tmp_path):
     counts = [dt.step_instructions(model, "stm32f746", TrainConfig(queries=q), tmp_path)
               for q in (2, 3)]
     assert 0 < counts[0] < counts[1]
+
+
+def test_device_time_says_which_validation_records_it_counts(tmp_path):
+    """With held-out records in the val split, the accuracy is not all "the split the guard
+    selects on": device-time prints run.json's accuracy_note instead, as simulate does."""
+    from zocodegen.training.guard import validation_note
+    note = validation_note(40, 20)
+    t = dt.DeviceTime("stm32f746", 115200, dt.Costs(1.0, 0.1, 0.01), dt.RunShape(10, 1), 10.0,
+                      1.0, ((0, 0.10, 0.0), (10, 0.15, 0.003)), "validation",
+                      accuracy_note=note)
+    lines = dt.describe(tmp_path, t)
+    assert f"  {note}" in lines and not any("the split the guard selects on" in line
+                                            for line in lines), lines

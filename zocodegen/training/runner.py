@@ -463,7 +463,10 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     after = rows[-1].accuracy if rows and rows[-1].accuracy is not None else None
     record = read_run_record(out_dir)
     stop = guard.stop if guard else None
+    note = (validation_note(len(y_acc), data.held_out) if has_test and split == "validation"
+            else "")
     record.update(accuracy_after=after, accuracy_split=split if has_test else None,
+                  accuracy_note=note,
                   rollbacks=guard.state.rollbacks if guard else 0,
                   confirmation_records=guard.confirmation.records
                   if guard and guard.confirmation else 0,
@@ -480,9 +483,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
                       guard.state.rollbacks if guard else 0, confusion, data.class_names,
                       split if has_test else None, window,
                       _unchanged(start, params, guard, ckpt is not None),
-                      _kept_unvalidated(guard), first,
-                      validation_note(len(y_acc), data.held_out)
-                      if has_test and split == "validation" else "")
+                      _kept_unvalidated(guard), first, note)
 
 
 def curves_title(model_path: Path, config: TrainConfig, lr: float) -> str:
