@@ -378,3 +378,17 @@ def test_a_model_training_refuses_is_not_called_too_large(capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert first == ("training refuses this model: training needs a model with one output "
                      "(a classifier); this one has 2"), first
+
+
+def test_a_refusal_names_the_few_items_that_matter(one_block):
+    """Issue 64 (the walkthrough): a build that does not fit is refused in one line that a
+    newcomer can read: items of no size are left out and only the items that weigh (an
+    eighth of the budget or more) carry their descriptions; memory_report.txt has all."""
+    with pytest.raises(BudgetError) as info:
+        plan_project(*fit(load_model(one_block), BuildOptions(
+            "stm32f746", "stm32f746", TrainConfig(mode="full", queries=2))))
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 900, (len(message), message)
+    assert "0.0 KB" not in message and "stack 8.0 KB," in message  # no description
+    assert "arena " in message and "(inference activations" in message
+    assert "Try: these sparse blocks fit: --train sparse --block 3 (" in message

@@ -193,6 +193,15 @@ def _names(items: Sequence[RamItem]) -> str:
     return " + ".join(i.name for i in items)
 
 
+def _weighty(items: Sequence[RamItem], budget: int) -> str:
+    """What needs how much, as a refusal lists it: items under 0.1 KB left out, and an item's
+    description only where the item weighs (an eighth of the budget or more), so that the
+    line a newcomer reads names the few that matter (memory_report.txt has every one)."""
+    return ", ".join(f"{i.name} {kb(i.bytes)}" + (
+        f" ({i.description})" if i.description and 8 * i.bytes >= budget else "")
+        for i in items if kb(i.bytes) != kb(0))
+
+
 def budget_message(placement: Placement, suggestions: Sequence[str] | None = None) -> str:
     """One line: what needs how much, total against budget, what fits, what to try."""
     where = placement.target or "the native build"
@@ -202,7 +211,8 @@ def budget_message(placement: Placement, suggestions: Sequence[str] | None = Non
     if placement.total > placement.budget:
         over = placement.total - placement.budget
         parts.append(f"the memory plan needs {kb(placement.total)} of SRAM but {where} has a "
-                     f"budget of {kb(placement.budget)} ({kb(over)} over): {needs}")
+                     f"budget of {kb(placement.budget)} ({kb(over)} over): "
+                     f"{_weighty(placement.items, placement.budget)}")
         items = placement.items
         count = _fitting_prefix(items, placement.budget)
         if count == 0:
