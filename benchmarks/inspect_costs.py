@@ -23,7 +23,7 @@ holds the costs to the bounds on this file's cells.
 
 Runtime: about 10 minutes for `measure` on 2 shared cores (QEMU and two firmware builds per
 step cell, ccache warm); `--only NAME` measures the models whose file name contains NAME and
-keeps the other rows. `fit` about 5 minutes (a fit per model left out), `report` 10
+keeps the other rows. `fit` about 30 seconds (with a fit per model left out), `report` 10
 seconds.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import subprocess
 import sys
@@ -239,14 +240,15 @@ def measured_at(row: dict, queries: int) -> float:
     return row["q2"] + (row["q3"] - row["q2"]) * (queries - 2)
 
 
-def layer_counts(row: dict, path: Path) -> list[tuple[str, tuple]]:
+@functools.cache
+def layer_counts(path: Path, board: str) -> list[tuple[str, tuple]]:
     """Each op's family and board_fit.op_counts in the graph the recorded inference ran (the
-    profiling build's layers, in order)."""
+    profiling build's layers, in order); once per model (the leave-one-out fits ask again)."""
     from zocodegen.board_fit import family, op_counts
     from zocodegen.codegen.fit import device_graph
     from zocodegen.codegen.project import BuildOptions
     from zocodegen.frontends import load_model
-    graph = device_graph(load_model(path), BuildOptions("qemu", row["board"]))
+    graph = device_graph(load_model(path), BuildOptions("qemu", board))
     return [(family(graph, op), op_counts(graph, op)) for op in graph.ops]
 
 
@@ -259,7 +261,7 @@ def per_layer_costs(data: dict, units: list) -> list[float]:
     import numpy as np
     samples: dict[str, list] = {}
     for row in data["inference"]:
-        counts = layer_counts(row, data["paths"][row["model"]])
+        counts = layer_counts(data["paths"][row["model"]], row["board"])
         if len(counts) != len(row["layers"]) or any(
                 layer["instructions"] < 100 and layer["macs"] for layer in row["layers"]):
             continue
@@ -306,7 +308,7 @@ def cost_rows(data: dict) -> tuple[list, list[str], "np.ndarray"]:
     rows, names = [], []
     for row in data["inference"]:
         per = {(f, k): 0.0 for f, k, _ in units}
-        for family, counts in layer_counts(row, data["paths"][row["model"]]):
+        for family, counts in layer_counts(data["paths"][row["model"]], row["board"]):
             for k, n in enumerate(counts):
                 if (family, k) in per:
                     per[family, k] += n

@@ -205,8 +205,6 @@ def _weighty(items: Sequence[RamItem], budget: int) -> str:
 def budget_message(placement: Placement, suggestions: Sequence[str] | None = None) -> str:
     """One line: what needs how much, total against budget, what fits, what to try."""
     where = placement.target or "the native build"
-    needs = ", ".join(f"{i.name} {kb(i.bytes)}" + (f" ({i.description})" if i.description else "")
-                      for i in placement.items)
     parts = []
     if placement.total > placement.budget:
         over = placement.total - placement.budget
@@ -226,6 +224,8 @@ def budget_message(placement: Placement, suggestions: Sequence[str] | None = Non
             parts.append(f"{_names(items[:count])} fit ({kb(fit)}); adding "
                          f"{_names(items[count:])} does not")
     else:
+        needs = ", ".join(f"{i.name} {kb(i.bytes)}" + (f" ({i.description})" if i.description
+                                                        else "") for i in placement.items)
         parts.append(f"the memory plan ({kb(placement.total)}: {needs}) is within the budget of "
                      f"{where} ({kb(placement.budget)})")
     for item in (placement.unplaced if placement.total <= placement.budget else ()):
