@@ -205,3 +205,27 @@ def test_progress_is_lines_where_the_output_is_not_a_terminal(monkeypatch, capsy
     silent.update(3)
     silent.close()
     assert capsys.readouterr().out == ""
+
+
+def test_a_line_bar_does_not_print_its_end_twice(monkeypatch, capsys):
+    """The example's train printed "train: 100% ..." twice around the guard's line: the
+    close repeats the last line only when it says something new (an accuracy that came
+    after it)."""
+    import time
+    from zocodegen import progress
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.05)
+    for late_accuracy in (False, True):
+        bar = progress.progress_bar(None, total=3, desc="train", unit="step")
+        for _ in range(3):
+            time.sleep(0.1)
+            bar.set_postfix({"loss": "1.000"}, refresh=False)
+            bar.update(1)
+        print("guard: the closing lines")
+        if late_accuracy:
+            bar.set_postfix({"loss": "1.000", "acc": "77.5%"}, refresh=False)
+        bar.close()
+        lines = capsys.readouterr().out.splitlines()
+        ends = [line for line in lines if line.startswith("train: 100%")]
+        assert len(ends) == 1 + late_accuracy, lines
+        assert lines[-1].endswith("acc=77.5%]") if late_accuracy else lines[-1].startswith(
+            "guard:"), lines

@@ -27,7 +27,21 @@ class _Lines:
 
 
 class _LineBar(tqdm):
-    """A bar that prints lines (its file is _Lines)."""
+    """A bar that prints lines (its file is _Lines). Closing it does not print its last line
+    again when that line already showed the end: a run's closing lines (the guard's) come
+    between its last step and the close, and two identical "100%" lines read as two runs."""
+
+    _shown: tuple[float, str | None] | None = None
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        if msg is None:
+            self._shown = (self.n, self.postfix)  # set_postfix keeps it as a string
+        return super().display(msg, pos)
+
+    def close(self) -> None:
+        if not self.disable and self._shown == (self.n, self.postfix):
+            self.leave = False  # the end is on screen: close without a line
+        super().close()
 
 
 def progress_bar(progress: bool | None, **options: Any) -> tqdm:
