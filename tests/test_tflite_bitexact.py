@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import all_tflite_models, random_inputs, reference_interpreter, resolve
+from conftest import FIXTURES, all_tflite_models, random_inputs, reference_interpreter, resolve
 from zocodegen.frontends import load_model
 from zocodegen.reference.executor import run, run_all
 
@@ -60,3 +60,32 @@ def test_partial_run_from_layer_matches_full_run(tmp_path):
     resumed = run_all(graph, {}, start=start, values=prefix)
     for name in graph.outputs:
         np.testing.assert_array_equal(resumed[name], full[name])
+
+
+def test_a_bias_carrying_the_filters_quantized_dimension_loads(tmp_path):
+    """TFLite Micro's person_detect.tflite stores quantized_dimension 3 (the filter's) on its
+    1-D per-channel biases; TFLite Micro runs it, so the frontend takes such a bias along its
+    only axis and computes exactly what the model with the dimension written as 0 computes."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    source = FIXTURES / "digits_cnn.tflite"
+    model = schema.ModelT.InitFromPackedBuf(source.read_bytes(), 0)
+    patched = 0
+    for tensor in model.subgraphs[0].tensors:
+        q = tensor.quantization
+        if q is not None and q.scale is not None and len(q.scale) > 1 and len(tensor.shape) == 1:
+            q.quantizedDimension = 3
+            patched += 1
+    assert patched
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path = tmp_path / "bias_dimension_3.tflite"
+    path.write_bytes(bytes(builder.Output()))
+    graph, original = load_model(path), load_model(source)
+    (name,) = graph.inputs
+    for x in random_inputs(graph.tensor(name).shape, graph.tensor(name).dtype, 6):
+        got, expected = run(graph, {name: x}), run(original, {original.inputs[0]: x})
+        for out in original.outputs:
+            np.testing.assert_array_equal(got[out], expected[out])

@@ -109,6 +109,11 @@ class _Reader:
         zp = (q.ZeroPointAsNumpy().astype(np.int64) if q.ZeroPointLength()
               else np.zeros(scale.shape, np.int64))
         axis = int(q.QuantizedDimension())
+        if len(shape) == 1 and shape[0] == scale.size:
+            # A 1-D tensor (a bias) has one axis, whatever the file says: older converters
+            # copied the filter's quantized_dimension (3) into the bias, as TFLite Micro's
+            # own person_detect.tflite has it, and TFLite Micro runs such a model.
+            axis = 0
         if zp.size != scale.size:
             raise ModelError(f"{self.path}: tensor '{name}': {scale.size} scales but "
                              f"{zp.size} zero points")
