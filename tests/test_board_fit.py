@@ -392,3 +392,16 @@ def test_a_refusal_names_the_few_items_that_matter(one_block):
     assert "0.0 KB" not in message and "stack 8.0 KB," in message  # no description
     assert "arena " in message and "(inference activations" in message
     assert "Try: these sparse blocks fit: --train sparse --block 3 (" in message
+
+
+@pytest.mark.parametrize("layers", ["all", "0,2-3"])
+def test_the_named_build_trains_the_layers_inspect_answered_for(layers, capsys):
+    """`inspect --layers L` answers for L, so each build it names carries --layers L: copied
+    without it, build would train the default first layers instead."""
+    assert main(["inspect", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746",
+                 "--layers", layers]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"--train full --layers {layers}`" in lines[0], lines[0]
+    assert all(f"--layers {layers})" in line for line in lines if "(--train " in line)
+    assert main(["inspect", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746"]) == 0
+    assert "--train full`" in capsys.readouterr().out  # the default run needs no --layers

@@ -21,7 +21,7 @@ from .ir import Graph, Op
 from .ops.table import macs
 from .summary import duration
 from .target import Target, target_data
-from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig
+from .training.config import DEFAULT_BLOCKS, MODES, TrainConfig, layer_list_option
 from .training.guard import CHECK_SHARE, LR_CANDIDATES, TRIAL_SHARE
 from .training.plan import describe_layers, resolve_layers
 
@@ -283,7 +283,8 @@ def _plan(graph: Graph, board: str, train: TrainConfig | None) -> ModeFit:
 def _mode_fit(device: Graph, plan: ProjectPlan, train: TrainConfig | None) -> ModeFit:
     """One line of ``plan``: its size, whether it fits, the options that build it."""
     mode = "inference" if train is None else train.mode
-    option = "--train none" if train is None else f"--train {mode}"
+    option = ("--train none" if train is None
+              else f"--train {mode}{layer_list_option(train.layers)}")
     seconds: tuple[float, ...] = ()
     board = plan.board.name
     if plan.training is not None:

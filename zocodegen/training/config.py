@@ -301,6 +301,22 @@ def parse_duration(text: str) -> float:
     raise UserError(f"--budget expects a duration like 1h, 90min or 600s, got '{text}'")
 
 
+def layer_list_option(layers: tuple[int, ...]) -> str:
+    """The ``--layers`` option that parses back to ``layers`` ('' for the default, first):
+    what inspect appends to the builds it names, so copying one trains the same layers."""
+    if layers == LAYERS_FIRST:
+        return ""
+    if not layers:
+        return " --layers all"
+    runs: list[list[int]] = []
+    for index in sorted(layers):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return " --layers " + ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+
+
 def parse_layer_list(text: str | None) -> tuple[int, ...]:
     """'0,2,5-7' -> (0, 2, 5, 6, 7); 'all' -> () (every layer); 'first' -> LAYERS_FIRST."""
     if not text or text.strip() == "all":
