@@ -200,3 +200,30 @@ def test_simulate_and_inspect_take_the_builds_fallback_estimator():
         board_run(load_model(model), sparse, "stm32f746", said.append)
     lines = {m.mode: m for m in api.inspect(model, target="stm32f746").board_fit.modes}
     assert lines["sparse"].fits and "--estimator adaptive" in lines["sparse"].option
+
+
+def test_a_model_beyond_the_boards_flash_is_refused_at_build(monkeypatch, tmp_path, capsys):
+    """inspect calls a model whose constants exceed the board's flash DOES NOT FIT; build
+    refused nothing and wrote a project whose firmware cannot link (MobileNetV2 at 224x224,
+    3.5 MB of weights, for the H7B3's 2 MB). Here the board's flash is shrunk below the digits
+    CNN's 3.4 KB."""
+    from dataclasses import replace as replaced
+
+    from zocodegen.codegen import project
+
+    real = project.load_target
+    monkeypatch.setattr(project, "load_target",
+                        lambda name: replaced(real(name), flash_bytes=2048))
+    out = tmp_path / "fw"
+    assert main(["build", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "KB of flash but the stm32f746 has 2 KB" in err and "no build option" in err, err
+    assert not out.exists()
+
+
+def test_a_refused_training_build_suggests_only_a_larger_board():
+    from zocodegen.codegen.alternatives import roomier_board
+
+    assert roomier_board("stm32f746") == ["a board with more SRAM (--target stm32h7b3)"]
+    assert roomier_board("stm32h7b3") == []  # the refusal on the H7B3 named the H7B3

@@ -20,8 +20,13 @@ Total = Callable[[TrainConfig], "int | None"]
 
 MAX_SUGGESTED_BLOCKS = 16  # a refusal tries sparse training in up to this many blocks
 TRAINING_SUGGESTIONS = ["train fewer layers (--layers)",
-                        "lower --batch (saved activations grow with N)",
-                        f"a board with more SRAM (--target {roomier_targets(None)[-1]})"]
+                        "lower --batch (saved activations grow with N)"]
+
+
+def roomier_board(board: str) -> list[str]:
+    """The board with the most SRAM, when it has more than ``board``: never the board the
+    build already targets (the H7B3's refusal named the H7B3)."""
+    return [f"a board with more SRAM (--target {name})" for name in roomier_targets(board)[-1:]]
 
 
 def fewest_blocks(sparse: TrainConfig, total: Total, first: int = 1,
@@ -52,12 +57,14 @@ def single_blocks(graph: Graph, sparse: TrainConfig, total: Total, skip: int | N
 
 
 def training_tips(graph: Graph, train: TrainConfig, training: TrainingCode, recompute: str,
-                  total: Total) -> list[str]:
-    """Everything a refused training build suggests, the options that fit first."""
+                  total: Total, board: str) -> list[str]:
+    """Everything a refused training build on ``board`` suggests, the options that fit
+    first."""
     tips = _fitting_alternatives(graph, train, total)
     if train.estimator != ESTIMATOR_FALLBACK:
         tips += _fallback_estimator(train, total)
-    return tips + _recompute_suggestions(training, recompute) + TRAINING_SUGGESTIONS
+    return (tips + _recompute_suggestions(training, recompute) + TRAINING_SUGGESTIONS
+            + roomier_board(board))
 
 
 def _fitting_alternatives(graph: Graph, train: TrainConfig, total: Total) -> list[str]:

@@ -222,10 +222,24 @@ def plan_project(graph: Graph, options: BuildOptions) -> ProjectPlan:
     placement = place(items, board.name, board.sram_budget_bytes, strict=False)
     if not placement.fits and options.target != "native":
         tips = (training_tips(graph, options.train, training, options.recompute,
-                              sram_total(graph, arena, board, options))
+                              sram_total(graph, arena, board, options), board.name)
                 if training else _inference_suggestions(graph, arena, options))
         raise BudgetError(budget_message(placement, tips))
+    if options.target in TARGET_NAMES and code.flash_bytes > board.flash_bytes:
+        raise BudgetError(flash_message(code.flash_bytes, board))
     return ProjectPlan(arena, placement, code, board, training, options)
+
+
+def flash_message(flash_bytes: int, board: Target) -> str:
+    """The refusal of a model whose constants exceed the board's flash: SRAM options cannot
+    help, and the firmware would not link (inspect prints the same figure as DOES NOT FIT)."""
+    return (f"the model's weights and parameters need {flash_bytes / 1024:.1f} KB of flash but "
+            f"the {board.name} has {board.flash_bytes / 1024:.0f} KB "
+            f"({(flash_bytes - board.flash_bytes) / 1024:.1f} KB over); no build option "
+            "lowers them: a smaller model (fewer channels or layers, a lower width multiplier)"
+            + "".join(f", or a board with more flash (--target {name})"
+                      for name in TARGET_NAMES
+                      if load_target(name).flash_bytes >= flash_bytes))
 
 
 def _check_data(options: BuildOptions) -> None:
