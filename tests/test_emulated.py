@@ -353,3 +353,14 @@ def test_monitor_emulated_watches_the_board(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "device: stm32h7b3, model sha256" in out, out
     assert "digits_cnn.tflite, arena 1608 B, inference only" in out, out
+
+
+def test_a_missing_elf_is_one_line_not_a_traceback(tmp_path, capsys):
+    """docs/emulated.md's `--report DIR/build/B/firmware.elf` before `make firmware` printed
+    a traceback; it is bad input: one line and exit status 2."""
+    from zocodegen.host.emulator.__main__ import main as emulator
+
+    missing = tmp_path / "build" / "stm32f746" / "firmware.elf"
+    assert emulator(["--board", "stm32f746", "--report", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"emulated stm32f746: firmware file {missing} does not exist", err

@@ -7,7 +7,8 @@ fault) is described on stderr and exits with 131. ``--report`` adds the clocks i
 the memory it used; ``--report-json`` writes them to a file (the host asks for it when
 ZOCODEGEN_EMULATOR_REPORT names one, host/devices.py). ``--card FILE`` puts an SD card backed
 by FILE in the board's slot (sdcard.py; docs/emulated.md "The SD card"), with faults to inject;
-a power cut it injects exits with 133 and says so on stderr."""
+a power cut it injects exits with 133 and says so on stderr; bad input (an ELF that is
+not there) exits with 2 and one line."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from zocodegen.errors import UserError
 from zocodegen.files import write_atomic
 from zocodegen.formats.link import DEFAULT_BAUD
 from .clocks import MHZ, BoardFault
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         line = NoHost() if args.no_host else StdioLine()
         board = Board(args.board, args.elf, line, args.baud, card=card)
         report = board.run()
+    except UserError as exc:  # bad input (an ELF that is not there): one line, as the CLI
+        print(f"emulated {args.board}: {exc}", file=sys.stderr)
+        return 2
     except (BoardFault, ValueError, OSError) as exc:
         print(f"emulated {args.board}: {exc}", file=sys.stderr)
         return 131
