@@ -355,7 +355,7 @@ def test_monitor_emulated_watches_the_board(tmp_path, capsys):
     assert "digits_cnn.tflite, arena 1608 B, inference only" in out, out
 
 
-def test_a_missing_elf_is_one_line_not_a_traceback(tmp_path, capsys):
+def test_a_missing_elf_or_card_is_one_line_not_a_traceback(tmp_path, capsys):
     """docs/emulated.md's `--report DIR/build/B/firmware.elf` before `make firmware` printed
     a traceback; it is bad input: one line and exit status 2."""
     from zocodegen.host.emulator.__main__ import main as emulator
@@ -364,3 +364,8 @@ def test_a_missing_elf_is_one_line_not_a_traceback(tmp_path, capsys):
     assert emulator(["--board", "stm32f746", "--report", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"emulated stm32f746: firmware file {missing} does not exist", err
+    card = tmp_path / "card.img"
+    assert emulator(["--board", "stm32f746", "--card", str(card), str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"emulated stm32f746: card file {card} is not a file: give a copy of the image "
+        "`zocodegen pack` wrote (the run writes to it)")

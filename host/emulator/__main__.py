@@ -7,8 +7,8 @@ fault) is described on stderr and exits with 131. ``--report`` adds the clocks i
 the memory it used; ``--report-json`` writes them to a file (the host asks for it when
 ZOCODEGEN_EMULATOR_REPORT names one, host/devices.py). ``--card FILE`` puts an SD card backed
 by FILE in the board's slot (sdcard.py; docs/emulated.md "The SD card"), with faults to inject;
-a power cut it injects exits with 133 and says so on stderr; bad input (an ELF that is
-not there) exits with 2 and one line."""
+a power cut it injects exits with 133 and says so on stderr; bad input (an ELF or card file
+that is not there) exits with 2 and one line."""
 from __future__ import annotations
 
 import argparse
@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     card = None
     try:
         if args.card is not None and not args.card_absent:
+            if not args.card.is_file():
+                raise UserError(f"card file {args.card} is not a file: give a copy of the "
+                                "image `zocodegen pack` wrote (the run writes to it)")
             card = SDCard(args.card, faults=Faults.parse(args.card_fault,
                                                          args.power_cut_at_write))
         line = NoHost() if args.no_host else StdioLine()
