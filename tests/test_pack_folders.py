@@ -327,3 +327,16 @@ def test_a_held_out_share_that_cannot_be_had_is_refused(tmp_path, capsys):
                    "16 out beside the 20 for validation and keep half of them to train on: add "
                    "images, or pass --held-out-fraction 0"), err
     assert not (tmp_path / "d.img").exists()
+
+
+def test_with_a_test_split_pack_does_not_promise_an_unconfirmed_run(tmp_path, capsys):
+    """A folder with test/ holds nothing out (the test split measures the result), and the
+    run then reports its test accuracy without calling the result unvalidated
+    (guard.unvalidated); pack said the run would say it cannot confirm a gain."""
+    _image_folder(tmp_path / "photos" / "train", per_class=20)
+    _image_folder(tmp_path / "photos" / "test", per_class=3, seed=1)
+    assert main(["pack", str(tmp_path / "photos"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(GREY_MODEL)]) == 0
+    out = capsys.readouterr().out
+    assert ("may have trained on, and the test split's accuracy measures the result" in out
+            and "cannot confirm" not in out), out

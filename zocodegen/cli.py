@@ -429,8 +429,12 @@ def cmd_pack(args: argparse.Namespace) -> None:
               "the training guard's end confirmation: no step trains on them and no check "
               "sees them, so a result it keeps is a validated improvement")
     elif layout.count("val"):
+        # with a test split the run's test accuracy is the independent measure, and the run
+        # does not call its result unvalidated (guard.unvalidated)
         print(f"held-out: none ({packed.held_out}), so the end's confirmation compares records "
-              "the run may have trained on, and a run on them says it cannot confirm a gain")
+              "the run may have trained on, "
+              + ("and the test split's accuracy measures the result" if layout.count("test")
+                 else "and a run on them says it cannot confirm a gain"))
     if not layout.count("test"):
         test = (f"{args.data}/test/<class>/" if folder else "x_test/y_test")
         print("test: none, so simulate and train report validation accuracy (the split the "
