@@ -338,6 +338,9 @@ def describe(found: BoardFit) -> list[str]:
             {m.note for m in training}) == 1:
         # every training mode refused for one reason: the model's, not the board's budget
         answer = f"training refuses this model: {training[0].note}"
+    elif chosen is None and (short := _inference_short(found)):
+        answer = (f"does not fit the {board.name}, not even inference: {short} (see below "
+                  "for what needs how much)")
     elif chosen is None:
         answer = (f"training does not fit the {board.name}: neither full nor sparse "
                   "training (see below for what needs how much)")
@@ -370,6 +373,18 @@ def describe(found: BoardFit) -> list[str]:
         if m.step_seconds:
             lines.append("            " + _step_line(found, m))
     return lines
+
+
+def _inference_short(found: BoardFit) -> str:
+    """What an inference build lacks on the board ("" when it fits): flash first, which no
+    build option lowers (build refuses it, codegen/project.flash_message)."""
+    m, board = found.modes[0], found.board
+    if m.fits or m.sram_bytes is None:
+        return ""
+    if m.flash_data_bytes > board.flash_bytes:
+        return (f"its weights and parameters need {m.flash_data_bytes / 1024:.1f} KB of "
+                f"flash of {board.flash_bytes / 1024:.0f} KB")
+    return f"it needs {m.sram_bytes / 1024:.1f} KB of SRAM of {board.sram_budget_bytes / 1024:.1f} KB"
 
 
 def _step_line(found: BoardFit, m: ModeFit) -> str:
