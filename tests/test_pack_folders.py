@@ -201,6 +201,19 @@ def test_channels_first_float_model(tmp_path):
     np.testing.assert_array_equal(arrays["x"], _shuffled(expected))
 
 
+def test_pack_names_the_quantization_a_float_input_goes_through(tmp_path, capsys):
+    """An ONNX model takes float32 and quantizes it in its first QuantizeLinear: pack's line
+    names that scale and zero point (the ones --normalize auto read), where it said 'input
+    quantization unknown' beside a preset chosen from them."""
+    model = FIXTURES / "onnx_qdq_int8.onnx"
+    _image_folder(tmp_path / "data", per_class=2)
+    assert main(["pack", str(tmp_path / "data"), "-o", str(tmp_path / "d.img"), "--model",
+                 str(model), "--val-fraction", "0"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("for "))
+    assert "unknown" not in line
+    assert "float32 input, quantized by the model with scale 0.00784283 zero point -1" in line
+
+
 def test_non_utf8_class_folder_packs(tmp_path, capsys):
     """Issue 47 #14: a class folder whose name is not UTF-8 keeps its label; its name is
     shown (and kept in the header) with U+FFFD."""

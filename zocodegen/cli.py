@@ -411,8 +411,14 @@ def cmd_pack(args: argparse.Namespace) -> None:
     if layout.preprocess:
         print(f"inputs made by: {layout.preprocess}")
     if args.model is not None:
-        quant = ("input quantization unknown" if layout.input_scale is None else
-                 f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}")
+        if layout.input_scale is not None:
+            quant = f"input scale {layout.input_scale:.6g} zero point {layout.input_zero_point}"
+        elif packed.quantized_by_model is not None:
+            scale, zero_point = packed.quantized_by_model
+            quant = (f"{layout.dtype} input, quantized by the model with scale {scale:.6g} "
+                     f"zero point {zero_point}")
+        else:
+            quant = f"{layout.dtype} input, not quantized by the model"
         print(f"for {args.model.name}: sha256 {layout.model_sha256.hex()[:16]}..., {quant}")
     folder = args.data.is_dir()
     if packed.val_fraction is not None:

@@ -73,6 +73,9 @@ class Packed:
     class_order: str = ""  # how class names became outputs (a folder's), for the summary
     val_fraction: float | None = None  # the share set aside, when raised to the guard's need
     held_out: str = ""  # why none were held out for the end's confirmation ("" when some were)
+    #: a float input's (scale, zero point) in the model's own leading QUANTIZE: the records
+    #: stay float and the header has no input quantization, yet the summary can name it
+    quantized_by_model: tuple[float, int] | None = None
 
 
 def _check_split(source: str, xk: str, yk: str, x: np.ndarray, y: np.ndarray,
@@ -332,6 +335,7 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
     ignored = tuple(sorted(k for k in arrays if k not in names))
     header: dict = {}
     need = None
+    quantized_by_model = None
     if model_path is None:
         found = _checked(source, arrays)
     else:
@@ -350,6 +354,9 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         if quant is not None and not quant.per_channel:
             header.update(input_scale=quant.scalar_scale,
                           input_zero_point=quant.scalar_zero_point)
+        leading = InputSpec.of(graph).quant
+        if quant is None and leading is not None and not leading.per_channel:
+            quantized_by_model = (leading.scalar_scale, leading.scalar_zero_point)
     raised = None
     if folder and "x_val" not in found:
         raised = folder_val_fraction(found["y"], val_fraction, source)
@@ -398,4 +405,4 @@ def pack(data_path: Path, image_path: Path, model_path: Path | None = None,
         raise DataError(f"{source}: {exc}") from None
     counts = class_counts({"y": y, **found, "y_held": held_y}, layout.num_classes)
     return Packed(layout, ignored, "x_val" not in arrays and layout.count("val") > 0, need,
-                  shuffle, counts, class_order, raised, no_held)
+                  shuffle, counts, class_order, raised, no_held, quantized_by_model)
