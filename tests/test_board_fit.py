@@ -421,3 +421,22 @@ def test_a_model_beyond_the_flash_is_answered_first(monkeypatch, capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("does not fit the stm32f746, not even inference: its weights and "
                             "parameters need 3.3 KB of flash of 2 KB"), first
+
+
+def test_a_model_of_batch_two_is_refused_without_a_trains_line(tmp_path, capsys):
+    """The ONNX walkthrough: a PyTorch model exported with a batch of 10 (the public LeNet-5)
+    was answered "training refuses this model: ... batch-1 ..." and, on the next line,
+    "trains all 5 trainable layers". The refusal stands alone and says what to do."""
+    from test_onnx_frontend import _model, _quantize_static, mlp_float_model
+
+    model = mlp_float_model()
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 2
+    batched = _model(list(model.graph.node), "mlp2", list(model.graph.input),
+                     list(model.graph.output), list(model.graph.initializer))
+    path = _quantize_static(batched, tmp_path / "mlp2.onnx", "QDQ", "QInt8")
+    assert main(["inspect", str(path), "--target", "stm32f746"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("training refuses this model: training needs batch-1 "), lines[0]
+    assert "batch size 1" in lines[0], lines[0]
+    assert not lines[1].startswith("  trains"), lines[1]

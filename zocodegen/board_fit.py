@@ -329,13 +329,14 @@ def describe(found: BoardFit) -> list[str]:
     """The lines `inspect --target` prints first: the answer, then each mode."""
     board, chosen, one = found.board, found.chosen, found.fitting
     training = [m for m in found.modes if m.mode != "inference"]
+    refused = chosen is None and all(m.sram_bytes is None for m in training) and len(
+        {m.note for m in training}) == 1
     if chosen is None and one is not None:
         answer = (f"trains on the {board.name} as sparse training of one block: `build "
                   f"--target {board.name} {one.option}` ({one.sram_bytes / 1024:.1f} KB; "
                   f"give the same options to `simulate --target {board.name}`: `--train auto` "
                   "picks no single block)")
-    elif chosen is None and all(m.sram_bytes is None for m in training) and len(
-            {m.note for m in training}) == 1:
+    elif refused:
         # every training mode refused for one reason: the model's, not the board's budget
         answer = f"training refuses this model: {training[0].note}"
     elif chosen is None and (short := _inference_short(found)):
@@ -348,7 +349,7 @@ def describe(found: BoardFit) -> list[str]:
         answer = (f"trains on the {board.name}: {chosen.mode} training fits "
                   f"(`build --target {board.name} {chosen.option}`; `--train auto` and "
                   f"`simulate --target {board.name}` pick it)")
-    lines = [answer] + ([f"  trains   {found.layers}"] if found.layers else [])
+    lines = [answer] + ([f"  trains   {found.layers}"] if found.layers and not refused else [])
     for m in found.modes:
         if m.sram_bytes is None:
             lines.append(f"  {m.mode:9} refused: {m.note}")

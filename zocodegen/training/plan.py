@@ -179,7 +179,8 @@ def _check_batch_one(graph: Graph) -> None:
     for name, t in graph.tensors.items():
         if not t.is_constant and (not t.shape or t.shape[0] != 1):
             raise UserError(f"training needs batch-1 activations; tensor '{name}' has shape "
-                            f"{list(t.shape)}")
+                            f"{list(t.shape)}: export the model with batch size 1 (e.g. "
+                            "torch.onnx.export with a [1, ...] example input)")
 
 
 def _trains_scales(config: TrainConfig, op: Op, mode: str) -> bool:
