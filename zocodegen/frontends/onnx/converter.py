@@ -432,7 +432,8 @@ class _Converter(_QuantizeHandlers, _ConvFcHandlers, _ElementwiseHandlers,
                 + (f" (uint8; {bad - 128} after the int8 shift)" if w.data.dtype == np.uint8
                    else "")
                 + "; zocodegen needs symmetric int8 weights (zero point 0, or 128 for "
-                "uint8); quantize with WeightSymmetric=True")
+                "uint8); quantize with quantize_static(..., weight_type=QuantType.QInt8), "
+                "whose weights are symmetric, or extra_options={'WeightSymmetric': True}")
         if w.scale.size > 1 and (w.axis != role_axis or w.scale.size != n_out):
             raise self._unsupported(f"weights '{w.name}' are quantized along axis {w.axis} "
                                     f"with {w.scale.size} scales; expected the output-channel "
