@@ -768,3 +768,22 @@ def test_uint8_graph_output_is_refused(tmp_path):
                     [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 8])])
     with pytest.raises(UnsupportedOpError, match="graph output 'y' is uint8"):
         load_onnx(_save(model, tmp_path / "u8out.onnx"))
+
+
+@pytest.mark.parametrize("fmt,act", [("QDQ", "QInt8"), ("QDQ", "QUInt8"),
+                                     ("QOperator", "QUInt8")])
+def test_training_reads_the_logits_under_a_requantized_softmax(tmp_path, fmt, act):
+    """onnxruntime's QDQ classifier ends Softmax -> QuantizeLinear (scale 1/255) ->
+    DequantizeLinear, which the frontend writes as SOFTMAX (TFLite's fixed 1/256) -> QUANTIZE
+    -> DEQUANTIZE. The loss head stopped at the QUANTIZE and took the probabilities for
+    logits: the walkthrough's LeNet-5 trained on a softmax of probabilities (loss 1.84 for
+    10 classes, 45 -> 47.5 % where its QOperator twin went 45 -> 60 %)."""
+    from zocodegen.training.plan import loss_head
+
+    model = mlp_float_model()
+    model.graph.node.append(helper.make_node("Softmax", ["y"], ["probs"], name="softmax"))
+    model.graph.output[0].name = "probs"
+    graph = load_onnx(_quantize_static(model, tmp_path / "clf.onnx", fmt, act))
+    name, index = loss_head(graph)
+    reader = next(op for op in graph.ops if name in op.inputs)
+    assert reader.type == "SOFTMAX" and tuple(graph.ops[index].outputs) == (name,), name
