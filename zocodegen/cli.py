@@ -47,6 +47,7 @@ from .formats.image import SECTOR_BYTES, SPLITS as IMAGE_SPLITS, read_header
 from .host.image_fit import check_image_model
 from .training import labels
 from .training.folders import InputSpec, files_under, recorded_maker
+from .training.plan import final_softmax
 from .training.metrics import class_labels, format_confusion
 from .training.replay import replay_build
 from .training.data import load_numpy
@@ -211,8 +212,8 @@ def confidences(graph: Graph, scores: np.ndarray) -> np.ndarray:
     values = scores.reshape(len(scores), -1).astype(np.float64)
     if out.quant is not None and not out.quant.per_channel:
         values = out.quant.scalar_scale * (values - out.quant.scalar_zero_point)
-    producer = next((op for op in graph.ops if graph.outputs[0] in op.outputs), None)
-    if producer is not None and producer.type == "SOFTMAX":
+    softmax = final_softmax(graph)
+    if softmax is not None and softmax.type == "SOFTMAX":
         return values
     shifted = np.exp(values - values.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)

@@ -40,29 +40,38 @@ def crossing_tensors(graph: Graph, restart: int, stop: int) -> tuple[str, ...]:
     return tuple(names)
 
 
+def final_softmax(graph: Graph) -> Op | None:
+    """The SOFTMAX / LOG_SOFTMAX whose output is the model's output 0: directly, or through
+    a DEQUANTIZE (a float output) and, before it, a QUANTIZE that only requantizes the
+    probabilities (an ONNX QDQ softmax's own output scale, 1/255, after TFLite's fixed
+    1/256); None when the model ends otherwise."""
+    made = producers(graph)
+    name = graph.outputs[0]
+    for kinds in (("DEQUANTIZE",), ("QUANTIZE",), ("SOFTMAX", "LOG_SOFTMAX")):
+        op = graph.ops[made[name]] if name in made else None
+        if op is not None and op.type in kinds:
+            if op.type in ("SOFTMAX", "LOG_SOFTMAX"):
+                return op
+            name = op.inputs[0]
+    return None
+
+
 def loss_head(graph: Graph) -> tuple[str, int]:
     """(logits tensor, index of the op producing it): the int8 input of the final
-    SOFTMAX/LOG_SOFTMAX, else of the final DEQUANTIZE, else the int8 output itself. A
-    QUANTIZE between the softmax and the DEQUANTIZE only requantizes the probabilities (an
-    ONNX QDQ softmax's own output scale, 1/255, after TFLite's fixed 1/256): the logits are
-    still the softmax's input."""
+    SOFTMAX/LOG_SOFTMAX (:func:`final_softmax`), else of the final DEQUANTIZE, else the int8
+    output itself."""
     if len(graph.outputs) != 1:
         raise UserError(f"training needs a model with one output (a classifier); this one "
                         f"has {len(graph.outputs)}")
     made = producers(graph)
-    name = graph.outputs[0]
-
-    def producer(tensor: str):
-        return graph.ops[made[tensor]] if tensor in made else None
-
-    softmax = ("SOFTMAX", "LOG_SOFTMAX")
-    for kinds in (("DEQUANTIZE",), ("QUANTIZE",), softmax):
-        op = producer(name)
-        if op is None or op.type not in kinds:
-            continue
-        if op.type == "QUANTIZE" and getattr(producer(op.inputs[0]), "type", None) not in softmax:
-            continue
-        name = op.inputs[0]
+    softmax = final_softmax(graph)
+    if softmax is not None:
+        name = softmax.inputs[0]
+    else:
+        name = graph.outputs[0]
+        last = graph.ops[made[name]] if name in made else None
+        if last is not None and last.type == "DEQUANTIZE":
+            name = last.inputs[0]
     t = graph.tensor(name)
     if np.dtype(t.dtype) != np.int8 or name not in made:
         raise UserError(f"the loss needs int8 logits; '{name}' is {np.dtype(t.dtype).name}")
