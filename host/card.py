@@ -391,5 +391,6 @@ def describe(source: Path, run_dir: Path, found: CardRun) -> list[str]:
         lines.append(f"{found.torn} run log entr{'y' if found.torn == 1 else 'ies'} did not "
                      "verify (torn by a power cut, or overwritten): left out")
     if found.step is not None:
-        lines.append(f"next: zocodegen export MODEL {run_dir}/checkpoint.bin -o tuned.tflite")
+        lines.append(f"next: zocodegen export MODEL {run_dir}/checkpoint.bin -o tuned.tflite "
+                     "(tuned.onnx for an ONNX MODEL)")
     return lines

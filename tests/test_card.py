@@ -124,6 +124,10 @@ def test_card_read_gives_the_run_train_writes_and_export_takes_it(trained, tmp_p
     assert main(["card", "read", str(done), "-o", str(run)]) == 0
     out = capsys.readouterr().out
     assert "run complete (step 30 of 30" in out and "checkpoint.bin (step 30)" in out
+    # the card knows the model's hash, not its format: the next step names both outputs
+    # (an ONNX model's run exported with the '-o tuned.tflite' it named was refused)
+    assert (f"next: zocodegen export MODEL {run}/checkpoint.bin -o tuned.tflite (tuned.onnx "
+            "for an ONNX MODEL)") in out, out
     assert checkpoint.load(run / "checkpoint.bin").step == 30
     assert (run / "best.bin").is_file() and (run / "run.json").is_file()
     rows = read_metrics(run / "metrics.csv")
