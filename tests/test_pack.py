@@ -241,7 +241,11 @@ def test_simulate_on_the_image_equals_simulate_on_the_npz(tmp_path, capsys):
     (dict(x=np.zeros((3, 8, 8, 1), np.int8), y=np.array([0, 10, 1])), {},
      "the image's num_classes is 11, the model has 10 classes"),
     (dict(x=np.zeros((3, 8, 8, 1), np.int8)), dict(num_classes=12), "num_classes is 12"),
-], ids=["dtype", "shape", "label", "classes"])
+    # the ONNX walkthrough: simulate ran on an image packed for the model's QOperator twin,
+    # which `train` then refused ("packed for another model") on the device
+    (dict(x=np.zeros((3, 8, 8, 1), np.int8)), dict(model_sha256=bytes(range(32))),
+     "d.img was packed for another model (sha256 000102030405..., the model "),
+], ids=["dtype", "shape", "label", "classes", "model"])
 def test_simulate_refuses_a_mismatched_image(arrays, extra, message, tmp_path, capsys):
     y = arrays.pop("y", np.array([0, 1, 2]))
     pack_image(tmp_path / "d.img", arrays.pop("x"), y, **extra)

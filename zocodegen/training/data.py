@@ -263,16 +263,23 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise DataError(f"{path} is not a readable .npz file ({exc})") from None
 
 
-def load_dataset(path: Path, graph: Graph, num_classes: int) -> Dataset:
+def load_dataset(path: Path, graph: Graph, num_classes: int,
+                 model_path: Path | None = None) -> Dataset:
     """DATA.npz or a data image (told apart by the image's magic), checked against the model.
 
-    An image is used as packed (its records verified first); DATA.npz without ``x_val`` gets
+    An image is used as packed (its records verified first); one packed for another model
+    than ``model_path`` is refused, as the device refuses it. DATA.npz without ``x_val`` gets
     the validation split `pack` would set aside by default (:func:`with_validation`)."""
     if len(graph.inputs) != 1:
         raise DataError("training needs a model with exactly one input")
     source = str(path)
     if is_image(path):
         layout, arrays = read_image(path)
+        sha = None if model_path is None else file_sha256(Path(model_path), "model")
+        if sha is not None and layout.model_sha256 not in (bytes(32), sha):
+            raise DataError(f"{source} was packed for another model (sha256 "
+                            f"{layout.model_sha256.hex()[:12]}..., the model {model_path} is "
+                            f"{sha.hex()[:12]}...): pack it with --model MODEL")
         if layout.num_classes > num_classes:
             raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
                             f"model has {num_classes} classes")

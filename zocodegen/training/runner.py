@@ -351,7 +351,7 @@ def simulate(model_path: Path, data_path: Path, out_dir: Path, config: TrainConf
     (``estimator_fit``: as board_run)."""
     graph = load_model(model_path)
     logits, _ = loss_head(graph)
-    data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1])
+    data = load_dataset(data_path, graph, graph.tensor(logits).shape[-1], model_path)
     config = board_run(graph, steps_for(config, epochs, len(data.x)), target, say,
                        estimator_fit)
     # --steps, --epochs and --budget not given: an epoch of the data, as the device counts
