@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,16 @@ class CurveDrawer:
         except BrokenPipeError:
             raise self._died() from None
         self._busy = True
+
+    def idle(self) -> bool:
+        """Whether a job can be submitted without waiting: none is under way, or its answer
+        is in (collected here; its failure raised). Never blocks: a host that waited here
+        for a drawing (0.1-1 s) left the device silent long enough to retransmit at every
+        checkpoint of a fast model (docs/link.md)."""
+        if self._busy and not select.select([self._child.stdout], [], [], 0)[0]:
+            return False
+        self.wait()
+        return True
 
     def wait(self) -> None:
         self._collect()

@@ -481,8 +481,11 @@ class Trainer:
     def _plot(self, background: bool) -> None:
         """curves.png and the TensorBoard log from the rows so far. During the run they are
         drawn in a child process (curve_drawer.py says why), whose failure (a full disk) is
-        raised here: one line."""
+        raised here: one line. While the child still draws the last rows, a background
+        drawing is left to the next checkpoint (or the end's), so the host keeps answering."""
         if self._drawer is not None:
+            if background and not self._drawer.idle():
+                return
             self._drawer.wait()
         rows = list(self.metrics.rows) if self.metrics else []
         if not any(not math.isnan(r.loss) for r in rows):

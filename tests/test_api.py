@@ -194,3 +194,25 @@ def test_export_of_a_run_without_a_guard_has_no_best_step(tmp_path):
                        no_guard=True, lr=0.01)
     result = zocodegen.export(model, tmp_path / "run" / "checkpoint.bin", tmp_path / "t.tflite")
     assert result.best_step is None and result.step == 2
+
+
+def test_a_drawing_under_way_does_not_hold_the_host(tmp_path):
+    """The host asked the drawer to wait for the last drawing before the next (0.1-1 s):
+    the device, silent for more than 100 ms, retransmitted at every checkpoint of a fast
+    model (micro_speech natively: 11 retransmissions in 32 steps). ``idle`` never blocks."""
+    import time
+
+    from zocodegen.host.curve_drawer import CurveDrawer
+    from zocodegen.training.metrics import MetricsRow
+    rows = [MetricsRow(step, 2.0 - 0.1 * step, 0.01) for step in range(1, 6)]
+    drawer = CurveDrawer()
+    try:
+        drawer.submit(rows, tmp_path, "t")  # the child first imports matplotlib: busy
+        start = time.monotonic()
+        assert not drawer.idle()
+        assert time.monotonic() - start < 0.05
+        drawer.wait()
+        assert drawer.idle()
+    finally:
+        drawer.close()
+    assert (tmp_path / "curves.png").stat().st_size > 0
