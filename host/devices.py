@@ -44,6 +44,12 @@ def open_port(url: str, baud: int = DEFAULT_BAUD) -> Port:
         return no_delay(serial.serial_for_url(url, baudrate=baud, timeout=POLL_SECONDS,
                                               write_timeout=10))
     except (serial.SerialException, ValueError, OSError, termios.error) as exc:
+        if "://" not in url and not Path(url).exists():  # the newcomer's case: no board yet
+            raise UserError(f"cannot open port {url}: there is no such device (is the board "
+                            "plugged in by its ST-LINK USB port? `ls /dev/ttyACM*` lists the "
+                            "ports; without a board, --emulated DIR runs the board "
+                            "project's firmware on its emulated board, docs/emulated.md)"
+                            ) from None
         raise UserError(f"cannot open port {url}: {exc}") from None
 
 
