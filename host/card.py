@@ -139,6 +139,12 @@ def write_card(image: Path, target: Path, yes: bool = False, ask: Callable[[str]
         mode = None
     except OSError as exc:
         raise UserError(f"cannot read {target}: {exc.strerror or exc}") from None
+    in_dev = Path(os.path.abspath(target)).parts[1:2] == ("dev",)
+    if in_dev and (mode is None or stat.S_ISREG(mode)):
+        # a card that is not in the reader (or a mistyped name): writing a regular file in
+        # /dev said "written", with the card still blank
+        raise UserError(f"{target} is not a disk: no card there (is it in the reader? "
+                        "`lsblk` lists the disks and their names); nothing written")
     if mode is None or stat.S_ISREG(mode):
         check_output(Path(target), [("IMAGE", image)], "", field.DATA_IMAGE, force)
         _write_file(image, target)

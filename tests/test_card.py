@@ -175,3 +175,14 @@ def test_monitor_prints_a_field_trainers_lines(trained, tmp_path):
     assert proc.returncode == 0
     assert seen == len(lines) and lines[0].startswith("field: zocodegen ")
     assert lines[-1].startswith("field: end: complete: 30 steps")
+
+
+def test_card_write_to_a_dev_name_with_no_disk_writes_nothing(tmp_path, capsys):
+    """docs/sdcard.md's `card write train.img /dev/sdX` with the card not in the reader (or
+    a mistyped name) wrote a regular file into /dev and said "written"."""
+    image = _pack(tmp_path, "digits", False)
+    missing = "/dev/zocodegen-no-such-card"
+    assert not os.path.exists(missing)
+    assert_refused(main(["card", "write", str(image), missing]), capsys.readouterr().err,
+                   ("is not a disk: no card there", "lsblk", "nothing written"))
+    assert not os.path.exists(missing)
