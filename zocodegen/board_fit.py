@@ -385,7 +385,8 @@ def _inference_short(found: BoardFit) -> str:
     if m.flash_data_bytes > board.flash_bytes:
         return (f"its weights and parameters need {m.flash_data_bytes / 1024:.1f} KB of "
                 f"flash of {board.flash_bytes / 1024:.0f} KB")
-    return f"it needs {m.sram_bytes / 1024:.1f} KB of SRAM of {board.sram_budget_bytes / 1024:.1f} KB"
+    return (f"it needs {m.sram_bytes / 1024:.1f} KB of SRAM of "
+            f"{board.sram_budget_bytes / 1024:.1f} KB")
 
 
 def _step_line(found: BoardFit, m: ModeFit) -> str:
