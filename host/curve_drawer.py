@@ -34,9 +34,12 @@ class CurveDrawer:
         root = str(Path(errors.__file__).resolve().parents[1])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        # its own session: Ctrl-C reaches the terminal's foreground process group, where
+        # this child printed a KeyboardInterrupt traceback under "zocodegen: interrupted";
+        # it ends when the parent, which handles the interruption, closes its stdin
         self._child = subprocess.Popen(
             [sys.executable, "-P", "-m", "zocodegen.host.curve_drawer"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         self._busy = False  # a job was sent and its answer not read
         self._failure: BaseException | None = None
 

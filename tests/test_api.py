@@ -216,3 +216,23 @@ def test_a_drawing_under_way_does_not_hold_the_host(tmp_path):
     finally:
         drawer.close()
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_ctrl_c_leaves_the_curve_drawer_to_its_parent(tmp_path):
+    """Ctrl-C during `train` reached the drawing child too (the terminal signals its
+    foreground process group): it died printing a KeyboardInterrupt traceback under the
+    parent's "zocodegen: interrupted". The child has a process group of its own and ends
+    when the parent closes its stdin."""
+    import os
+
+    from zocodegen.host.curve_drawer import CurveDrawer
+    from zocodegen.training.metrics import MetricsRow
+    drawer = CurveDrawer()
+    try:
+        assert os.getpgid(drawer._child.pid) != os.getpgid(0)
+        drawer.submit([MetricsRow(1, 1.0, 0.01), MetricsRow(2, 0.9, 0.01)], tmp_path, "t")
+        drawer.wait()
+    finally:
+        drawer.close()
+    assert drawer._child.returncode == 0
+    assert (tmp_path / "curves.png").stat().st_size > 0
