@@ -7,7 +7,7 @@ measure, refit the costs, report the worst.
     .venv/bin/python benchmarks/inspect_costs.py check MODEL   # a model the fit has not seen
 
 `measure` writes benchmarks/data/inspect_costs.json: for every model in tests/fixtures and
-../shared/models (and the generated one-block fixtures of the tests) an inference, whole and
+../shared/models (and the classifiers the tests generate, tests/generated_models.py) an inference, whole and
 per layer (the -DZO_PROFILE_LAYERS build, benchmarks/inference.py), and on each board the
 training step of the build `inspect --target` names (the default run; for a sparse run whose
 device picks its block, the blocks estimated slowest and fastest), plus the builds the step
@@ -90,15 +90,12 @@ def log(text: str) -> None:
 
 def models(build: Path) -> list[Path]:
     """Every model file of tests/fixtures and ../shared/models, and the tests' generated
-    one-block classifiers (written into ``build``)."""
+    classifiers (tests/generated_models.py, written into ``build``)."""
     found = sorted((REPO / "tests" / "fixtures").glob("*.tflite"))
     found += sorted((REPO / "tests" / "fixtures").glob("*.onnx"))
     found += sorted(SHARED.glob("*.tflite"))
-    from one_block_model import LATE_CHANNELS, LATE_STRIDES, one_block_model
-    build.mkdir(parents=True, exist_ok=True)
-    found.append(one_block_model(build / "one_block.onnx"))
-    found.append(one_block_model(build / "late_block.onnx", LATE_CHANNELS, LATE_STRIDES))
-    return found
+    from generated_models import generate_all
+    return found + list(generate_all(build).values())
 
 
 # ---- the builds a cell measures --------------------------------------------------------
