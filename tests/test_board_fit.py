@@ -408,20 +408,22 @@ def test_the_named_build_trains_the_layers_inspect_answered_for(layers, capsys):
     assert "--train full`" in capsys.readouterr().out  # the default run needs no --layers
 
 
-def test_a_model_beyond_the_flash_is_answered_first(monkeypatch, capsys):
+@pytest.mark.parametrize("shrunk, reason", [
+    ({"flash_bytes": 2048}, "its weights and parameters need 3.3 KB of flash of 2 KB"),
+    ({"sram_budget_bytes": 4096}, "it needs 8.9 KB of SRAM of 4.0 KB")])
+def test_a_model_beyond_the_board_is_answered_first(shrunk, reason, monkeypatch, capsys):
     """MobileNetV2 at 224x224 (3.5 MB of weights) on the H7B3 was answered "training does not
     fit" above an inference line that did not fit either: the answer says nothing fits, and
-    why. The board's flash is shrunk here below the digits CNN's inference weights (3.3 KB)."""
+    why. The board's flash (SRAM) is shrunk here below the digits CNN's inference needs."""
     from zocodegen.codegen import fit as fit_module, project
 
     real = project.load_target
-    small = lambda name: replace(real(name), flash_bytes=2048)  # noqa: E731
+    small = lambda name: replace(real(name), **shrunk)  # noqa: E731
     for module in (api, fit_module, project):
         monkeypatch.setattr(module, "load_target", small)
     assert main(["inspect", str(FIXTURES / "digits_cnn.tflite"), "--target", "stm32f746"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("does not fit the stm32f746, not even inference: its weights and "
-                            "parameters need 3.3 KB of flash of 2 KB"), first
+    assert first.startswith(f"does not fit the stm32f746, not even inference: {reason}"), first
 
 
 def test_a_model_of_batch_two_is_refused_without_a_trains_line(tmp_path, capsys):
