@@ -146,6 +146,10 @@ EXEMPT: dict[tuple[str, str], str] = {
                        "command's own (tests/test_contract_outputs.py)"
        for c in ("infer", "pack", "export")},
     ("build", "--force"): "acts on an existing DIR: replaces what a build wrote",
+    ("infer", "--preprocess"): "photos only, which infer prints rather than writes: the "
+                               "inputs of files packed through a hook, refused for an image "
+                               "of decoded photos (test_pack_folders.py's "
+                               "test_infer_on_a_folder_packed_through_a_hook)",
     ("infer", "--engine"): "the engines are bit-exact by design: the same outputs, other "
                            "speed (tests/test_codegen_bitexact.py, test_emulated.py)",
     ("infer", "--target"): "the board whose budget a native/qemu build stands for: the same "

@@ -15,6 +15,9 @@ from PIL import Image
 from conftest import FIXTURES
 from zocodegen.cli import main
 from zocodegen.formats.image import read_image
+from zocodegen.frontends import load_model
+from zocodegen.reference.executor import run
+from zocodegen.training.metrics import class_labels
 
 RGB_MODEL = FIXTURES / "scale_model.tflite"  # 64x64x3 int8, scale 1/255, zero point -128
 GREY_MODEL = FIXTURES / "digits_cnn.tflite"  # 8x8x1 int8, the same quantization
@@ -125,8 +128,8 @@ def features(path):
 '''
 
 
-def test_wav_folder_through_a_hook(tmp_path, monkeypatch):
-    """Any modality: the hook maps a file to the model's float input, pack quantizes it."""
+def _wav_folder_packed(tmp_path: Path, monkeypatch) -> Path:
+    """wav/no, wav/yes of 3 recordings each, packed through tmp_path/kws_front.py's hook."""
     rng = np.random.default_rng(3)
     for c in ("no", "yes"):
         (tmp_path / "wav" / c).mkdir(parents=True)
@@ -141,6 +144,12 @@ def test_wav_folder_through_a_hook(tmp_path, monkeypatch):
     out = tmp_path / "d.img"
     assert main(["pack", str(tmp_path / "wav"), "-o", str(out), "--model", str(GREY_MODEL),
                  "--preprocess", "kws_front:features", "--val-fraction", "0"]) == 0
+    return out
+
+
+def test_wav_folder_through_a_hook(tmp_path, monkeypatch):
+    """Any modality: the hook maps a file to the model's float input, pack quantizes it."""
+    out = _wav_folder_packed(tmp_path, monkeypatch)
     layout, arrays = read_image(out)
     namespace: dict = {}
     exec(HOOK, namespace)
@@ -148,6 +157,40 @@ def test_wav_folder_through_a_hook(tmp_path, monkeypatch):
     expected = np.stack([_quantize(namespace["features"](f)) for f in files])
     np.testing.assert_array_equal(arrays["x"], _shuffled(expected))
     assert layout.preprocess == "hook kws_front:features"
+
+
+def test_infer_on_a_folder_packed_through_a_hook(tmp_path, monkeypatch, capsys):
+    """The walkthrough's micro_speech: `infer` on the recordings of a hook-packed image
+    refused the folder; `--preprocess` passes the hook again and each file is classified
+    from exactly the record pack made of it. A hook on photos packed by decoding is refused."""
+    out = _wav_folder_packed(tmp_path, monkeypatch)
+    capsys.readouterr()
+    infer = ["infer", str(GREY_MODEL), "--input", str(tmp_path / "wav"), "--data", str(out)]
+    assert main(infer) == 2
+    assert "pass the same hook again (--preprocess kws_front:features)" in (
+        capsys.readouterr().err)
+    assert main([*infer, "--preprocess", "kws_front:features"]) == 0
+    shown = capsys.readouterr().out
+    layout, _ = read_image(out)
+    graph = load_model(GREY_MODEL)
+    namespace: dict = {}
+    exec(HOOK, namespace)
+    files = sorted((tmp_path / "wav").rglob("*.wav"))
+    for f in files:
+        x = _quantize(namespace["features"](f))[None]
+        cls = int(run(graph, {graph.inputs[0]: x})[graph.outputs[0]].argmax())
+        line = next(line for line in shown.splitlines() if f.name in line
+                    and f.parent.name in line)
+        assert class_labels(layout.class_names, 10)[cls] in line, (line, cls)
+    photos = tmp_path / "photos"
+    _image_folder(photos)
+    packed = tmp_path / "p.img"
+    assert main(["pack", str(photos), "-o", str(packed), "--model", str(GREY_MODEL),
+                 "--val-fraction", "0"]) == 0
+    capsys.readouterr()
+    assert main(["infer", str(GREY_MODEL), "--input", str(photos), "--data", str(packed),
+                 "--preprocess", "kws_front:features"]) == 2
+    assert "made by decoding images" in capsys.readouterr().err
 
 
 def _bad_cases(root: Path) -> dict[str, tuple[list[str], str]]:

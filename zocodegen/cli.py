@@ -189,7 +189,8 @@ def _photo_inputs(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.
         found = labels.of_image(args.data, classes)
     else:
         found = labels.read_sidecar(args.model, classes)
-    make = recorded_maker(InputSpec.of(graph), found.preprocess if found else "")
+    make = recorded_maker(InputSpec.of(graph), found.preprocess if found else "",
+                          args.preprocess)
     inputs = {graph.inputs[0]: np.stack([make(f) for f in files])}
     return inputs, files, class_labels(found.class_names if found else (), classes)
 

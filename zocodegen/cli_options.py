@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="photos: take the class names and preprocessing from this image "
                         "`pack` made (default: MODEL.labels.json, which `export` writes; "
                         "else pack's defaults and output numbers)")
+    p.add_argument("--preprocess", metavar="MODULE:FUNCTION",
+                   help="photos: make each file's input with the hook `pack --preprocess` "
+                        "made the model's data with (audio features, sensor files)")
     p.add_argument("--engine", choices=ENGINES, default="reference",
                    help="reference: the bit-exact numpy golden model; native: the generated C "
                         "built with the host compiler; qemu: the generated C on QEMU's "

@@ -261,13 +261,22 @@ def input_maker(spec: InputSpec, normalize: str = "auto", resize: str = "crop",
     return from_image, f"{preset} {resize}"
 
 
-def recorded_maker(spec: InputSpec, recorded: str) -> Callable[[Path], np.ndarray]:
+def recorded_maker(spec: InputSpec, recorded: str,
+                   hook: str | None = None) -> Callable[[Path], np.ndarray]:
     """The input maker of an image header's (or export's) record, e.g. "0..1 crop"; ""
-    (none recorded) is pack's default. A hook cannot be recorded, only named: refused."""
+    (none recorded) is pack's default. A hook cannot be recorded, only named: `infer
+    --preprocess` passes it again (``hook``), and a record of decoded images refuses it."""
     preset, _, resize = (recorded or "auto crop").partition(" ")
+    if hook is not None:
+        if recorded and preset != "hook":
+            raise DataError(f"the model's inputs were made by decoding images ('{recorded}'), "
+                            "not by a hook: drop --preprocess")
+        return input_maker(spec, hook=hook)[0]
     if preset == "hook" or preset not in ("auto", *NORMALIZE) or resize not in RESIZE_MODES:
-        raise DataError(f"the inputs were made by '{recorded}', not by decoding an image: make "
-                        "them with it and pass them as X.npy")
+        again = f" (--preprocess {resize})" if preset == "hook" else ""
+        raise DataError(f"the inputs were made by '{recorded}', not by decoding an image: pass "
+                        f"the same hook again{again}, or make them with it and pass them as "
+                        "X.npy")
     return input_maker(spec, preset, resize)[0]
 
 
