@@ -10,6 +10,7 @@ from pathlib import Path
 from zocodegen.errors import UserError
 from zocodegen.formats import link as p
 from zocodegen.formats.image import CHECKPOINT_SLOTS, ImageLayout, checkpoint_slot_bytes
+from zocodegen.training.data import check_packed_for
 from zocodegen.training.guard import MIN_VAL_RECORDS
 
 
@@ -26,10 +27,7 @@ def check_image_model(layout: ImageLayout, image: Path, model_sha256: bytes,
     if layout.num_classes > classes:
         raise UserError(f"{image}: {layout.num_classes} classes, {whose} has {classes} "
                         "outputs")
-    if layout.model_sha256 != bytes(32) and layout.model_sha256 != model_sha256:
-        raise UserError(f"{image} was packed for another model (sha256 "
-                        f"{layout.model_sha256.hex()[:12]}..., {whose} is "
-                        f"{model_sha256.hex()[:12]}...): pack it with --model MODEL")
+    check_packed_for(layout, image, model_sha256, whose)
     if layout.input_scale is not None and input_scale != 0 and (
             not math.isclose(layout.input_scale, input_scale, rel_tol=1e-6)
             or layout.input_zero_point != input_zero_point):

@@ -263,6 +263,17 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise DataError(f"{path} is not a readable .npz file ({exc})") from None
 
 
+def check_packed_for(layout: ImageLayout, image: Path, model_sha256: bytes,
+                     whose: str) -> None:
+    """Refuse an image packed for another model than the one of ``model_sha256`` (an image
+    packed without --model, sha256 all zero, fits any); ``whose`` names that model. The one
+    check simulate, infer and the host's trainer make (host/image_fit.py)."""
+    if layout.model_sha256 != bytes(32) and layout.model_sha256 != model_sha256:
+        raise DataError(f"{image} was packed for another model (sha256 "
+                        f"{layout.model_sha256.hex()[:12]}..., {whose} is "
+                        f"{model_sha256.hex()[:12]}...): pack it with --model MODEL")
+
+
 def load_dataset(path: Path, graph: Graph, num_classes: int,
                  model_path: Path | None = None) -> Dataset:
     """DATA.npz or a data image (told apart by the image's magic), checked against the model.
@@ -275,11 +286,9 @@ def load_dataset(path: Path, graph: Graph, num_classes: int,
     source = str(path)
     if is_image(path):
         layout, arrays = read_image(path)
-        sha = None if model_path is None else file_sha256(Path(model_path), "model")
-        if sha is not None and layout.model_sha256 not in (bytes(32), sha):
-            raise DataError(f"{source} was packed for another model (sha256 "
-                            f"{layout.model_sha256.hex()[:12]}..., the model {model_path} is "
-                            f"{sha.hex()[:12]}...): pack it with --model MODEL")
+        if model_path is not None:
+            check_packed_for(layout, path, file_sha256(Path(model_path), "model"),
+                             f"the model {model_path}")
         if layout.num_classes > num_classes:
             raise DataError(f"{source}: the image's num_classes is {layout.num_classes}, the "
                             f"model has {num_classes} classes")
